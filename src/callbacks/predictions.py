@@ -1,0 +1,57 @@
+"""Write what ``predict`` returns to a CSV file, atomically."""
+
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pandas as pd
+import torch
+from lightning.pytorch.callbacks import BasePredictionWriter
+from typing_extensions import override
+
+
+class PredictionWriter(BasePredictionWriter):
+    """Collects the ``predict_step`` dicts of one ``predict`` run into ``predictions.csv``.
+
+    A ``(B,)`` tensor becomes one column; a ``(B, K)`` tensor becomes columns ``name_0 .. name_{K-1}``.
+    The file is written beside a temporary name and renamed, so a crash never leaves half a file.
+
+    Args:
+        output_path: Where to write; ``<log_dir>/predictions.csv`` of the run when left out. Under
+            several processes each rank writes ``predictions.rank<N>.csv``.
+    """
+
+    def __init__(self, output_path: str | None = None) -> None:
+        super().__init__(write_interval="epoch")
+        self.output_path = output_path
+        self.written: Path | None = None
+
+    def _path(self, trainer: L.Trainer) -> Path:
+        path = Path(self.output_path or Path(trainer.log_dir or trainer.default_root_dir) / "predictions.csv")
+        if trainer.world_size > 1:
+            path = path.with_name(f"{path.stem}.rank{trainer.global_rank}{path.suffix}")
+        return path
+
+    @override
+    def write_on_epoch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        predictions: Any,
+        batch_indices: Any,
+    ) -> None:
+        batches: list[dict[str, torch.Tensor]] = predictions
+        columns: dict[str, Any] = {}
+        for name in batches[0]:
+            values = torch.cat([b[name] for b in batches]).float().cpu().numpy()
+            if values.ndim == 1:
+                columns[name] = values
+            else:
+                columns.update({f"{name}_{k}": values[:, k] for k in range(values.shape[1])})
+        path = self._path(trainer)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        pd.DataFrame(columns).to_csv(partial, index=False)
+        os.replace(partial, path)
+        self.written = path

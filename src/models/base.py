@@ -1,0 +1,174 @@
+"""The base task: one net, one shared step for train/val/test, injected optimizer and scheduler."""
+
+from typing import Any, Literal
+
+import lightning as L
+import torch
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from torch import nn
+from torchmetrics import MeanMetric, MetricCollection
+from typing_extensions import override
+
+from src.nets import MLP
+
+Stage = Literal["train", "val", "test"]
+STAGES: tuple[Stage, ...] = ("train", "val", "test")
+
+
+class BaseTask(L.LightningModule):
+    """What the classifier and the regressor share; subclasses define the loss, metrics and predictions.
+
+    Args:
+        in_features: Input width; linked from the DataModule by the CLI, never typed by hand.
+        out_features: Output width (class count, or 1 for regression); linked from the DataModule.
+        hidden_sizes: Hidden layer widths of the MLP.
+        activation: Activation of the MLP (``relu``, ``gelu``, ``silu``, ``tanh``, ``leaky_relu``).
+        dropout: Dropout after each hidden activation.
+        batch_norm: BatchNorm after each hidden linear layer.
+        optimizer: Builds the optimizer from the parameters; chosen in YAML (``class_path`` + ``init_args``).
+        scheduler: Builds the LR scheduler from the optimizer; ``None`` keeps the LR constant.
+        scheduler_interval: ``epoch`` or ``step``: when Lightning steps the scheduler. Per-step schedules
+            (warmup, OneCycleLR) need ``step``; epoch schedules stepped per batch decay far too fast.
+        scheduler_monitor: The logged metric a ``ReduceLROnPlateau`` watches.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        hidden_sizes: list[int] | None = None,
+        activation: str = "relu",
+        dropout: float = 0.0,
+        batch_norm: bool = False,
+        optimizer: OptimizerCallable = torch.optim.AdamW,
+        scheduler: LRSchedulerCallable | None = None,
+        scheduler_interval: Literal["epoch", "step"] = "epoch",
+        scheduler_monitor: str = "val/loss",
+    ) -> None:
+        super().__init__()
+        # primitives only, so checkpoints load with torch.load(weights_only=True); the optimizer and
+        # scheduler are rebuilt from the config, which the CLI saves beside the checkpoints
+        self.save_hyperparameters(ignore=["optimizer", "scheduler"])
+        self.check_shapes()
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.net = self.build_net()
+        # one collection per stage, cloned with a prefix: `train/acc`, `val/acc`, `test/acc`
+        # (attributes, not a ModuleDict: "train" is taken by nn.Module.train)
+        metrics = self.build_metrics()
+        for stage in STAGES:
+            setattr(self, f"{stage}_metrics", metrics.clone(prefix=f"{stage}/"))
+            # epoch loss as a metric: averaged over samples, reduced across processes once per epoch
+            setattr(self, f"{stage}_loss", MeanMetric())
+
+    # -- what subclasses define -----------------------------------------------------------------------
+
+    def build_net(self) -> nn.Module:
+        """The plain PyTorch net; override to bring your own (it receives ``(B, in_features)``)."""
+        hp = self.hparams
+        return MLP(
+            hp.in_features,
+            hp.out_features,
+            hidden_sizes=hp.hidden_sizes if hp.hidden_sizes is not None else [128, 64],
+            activation=hp.activation,
+            dropout=hp.dropout,
+            batch_norm=hp.batch_norm,
+        )
+
+    def check_shapes(self) -> None:
+        """Refuse shapes the task cannot serve (say, regression data linked into a classifier)."""
+
+    def build_metrics(self) -> MetricCollection:
+        raise NotImplementedError
+
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def metric_inputs(self, output: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(preds, target)`` as the metrics expect them."""
+        raise NotImplementedError
+
+    # -- the loop -------------------------------------------------------------------------------------
+
+    @override
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def _shared_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: Stage) -> torch.Tensor:
+        x, target = batch
+        output = self(x)
+        loss = self.loss(output, target)
+        # detached: a logged tensor that keeps its graph keeps every activation of the step alive
+        epoch_loss: MeanMetric = getattr(self, f"{stage}_loss")
+        epoch_loss.update(loss.detach(), weight=len(target))
+        self.log(f"{stage}/loss", epoch_loss, on_step=False, on_epoch=True)
+        metrics: MetricCollection = getattr(self, f"{stage}_metrics")
+        with torch.no_grad():
+            metrics.update(*self.metric_inputs(output.detach(), target))
+        self.log_dict(metrics, on_step=False, on_epoch=True)
+        return loss
+
+    @override
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self._shared_step(batch, "train")
+        # per-step value for the progress bar and TensorBoard; no cross-process sync per step
+        self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
+        return loss
+
+    @override
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        # Lightning has already called model.eval() and entered torch.inference_mode() here
+        self._shared_step(batch, "val")
+
+    @override
+    def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        self._shared_step(batch, "test")
+
+    @override
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        # runs after backward (and after unscaling under mixed precision), before optimizer.step()
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if grads:
+            norm = torch.nn.utils.get_total_norm(grads)
+            self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
+            if gradient_clip_val:
+                if gradient_clip_algorithm == "value":
+                    largest = torch.stack([g.abs().max() for g in grads]).max()
+                    fired = largest > gradient_clip_val
+                else:
+                    fired = norm > gradient_clip_val
+                self.log("train/grad_clipped", fired.float(), on_step=True, on_epoch=False)
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    # -- optimization ---------------------------------------------------------------------------------
+
+    @override
+    def configure_optimizers(self) -> Any:
+        # called by the Trainer after the model reached its device and dtype, so the optimizer holds
+        # the parameters that will really be trained
+        optimizer = self.optimizer(self.parameters())
+        if self.scheduler is None:
+            return optimizer
+        scheduler = self._call_scheduler(optimizer)
+        config = {"scheduler": scheduler, "interval": self.hparams.scheduler_interval, "frequency": 1}
+        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            config["monitor"] = self.hparams.scheduler_monitor
+        return {"optimizer": optimizer, "lr_scheduler": config}
+
+    def _call_scheduler(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
+        """Build the scheduler; one that needs the run's length (OneCycleLR) is given it here."""
+        assert self.scheduler is not None
+        # the CLI builds a functools.partial whose keywords hold every init argument, unset ones as None
+        keywords = getattr(self.scheduler, "keywords", {})
+        if "total_steps" in keywords and keywords["total_steps"] is None and keywords.get("epochs") is None:
+            if self.hparams.scheduler_interval != "step":
+                raise ValueError(
+                    "a scheduler that counts total_steps (OneCycleLR) needs model.scheduler_interval: step"
+                )
+            return self.scheduler(optimizer, total_steps=int(self.trainer.estimated_stepping_batches))
+        return self.scheduler(optimizer)

@@ -1,0 +1,60 @@
+"""A multi-layer perceptron in plain PyTorch."""
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "relu": nn.ReLU,
+    "gelu": nn.GELU,
+    "silu": nn.SiLU,
+    "tanh": nn.Tanh,
+    "leaky_relu": nn.LeakyReLU,
+}
+
+
+class MLP(nn.Module):
+    """Linear → [BatchNorm] → activation → [Dropout], once per hidden size, then a linear head.
+
+    Args:
+        in_features: Width of the input.
+        out_features: Width of the output (class count for logits, target count for regression).
+        hidden_sizes: Width of each hidden layer, in order; empty for a linear model.
+        activation: One of ``relu``, ``gelu``, ``silu``, ``tanh``, ``leaky_relu``.
+        dropout: Drop probability after each hidden activation; 0 disables it.
+        batch_norm: Put a ``BatchNorm1d`` after each hidden linear layer.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        hidden_sizes: Sequence[int] = (128, 64),
+        activation: str = "relu",
+        dropout: float = 0.0,
+        batch_norm: bool = False,
+    ) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation {activation!r} is unknown; choose one of {sorted(ACTIVATIONS)}.")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout={dropout} must lie in [0, 1).")
+        layers: list[nn.Module] = []
+        width = in_features
+        for hidden in hidden_sizes:
+            # bias is redundant right before BatchNorm, which subtracts the mean anyway
+            layers.append(nn.Linear(width, hidden, bias=not batch_norm))
+            if batch_norm:
+                layers.append(nn.BatchNorm1d(hidden))
+            layers.append(ACTIVATIONS[activation]())
+            if dropout > 0:
+                layers.append(nn.Dropout(dropout))
+            width = hidden
+        # nn.Sequential, not a Python list: a list would hide the layers from .parameters() and .to()
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(width, out_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, in_features) → (B, out_features); raw outputs, no softmax."""
+        return self.head(self.body(x))

@@ -1,0 +1,65 @@
+"""Shared fixtures: run the CLI as a user would, in a scratch folder, with the environment restored."""
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from src.cli import CLI, main
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "configs"
+
+
+@pytest.fixture(autouse=True)
+def _restore_environ() -> Iterator[None]:
+    """Distributed launches leave MASTER_ADDR, LOCAL_RANK, PL_* behind; give each test the original."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A scratch working directory: `logs/` and predictions land here, not in the repository."""
+    monkeypatch.chdir(tmp_path)
+    # the CLI reads its words from main(args); pytest's own argv must not look like extra arguments
+    monkeypatch.setattr(sys, "argv", ["src.cli"])
+    return tmp_path
+
+
+QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
+
+
+@pytest.fixture
+def cli(workdir: Path) -> Callable[..., CLI]:
+    """``cli("fit", "--config", "digits.yaml", ...)``: the real CLI, quiet, in the scratch folder.
+
+    A bare config name is looked up in ``configs/``.
+    """
+
+    def run(subcommand: str, *args: str) -> CLI:
+        words = [subcommand]
+        for arg in args:
+            if arg.endswith(".yaml") and not Path(arg).exists() and (CONFIGS / arg).exists():
+                arg = str(CONFIGS / arg)
+            words.append(arg)
+        return main([*words, *QUIET])
+
+    return run
+
+
+@pytest.fixture
+def write_csv(tmp_path: Path) -> Callable[..., Path]:
+    """Write a small CSV file from columns and return its path."""
+
+    def write(columns: dict[str, list], name: str = "data.csv") -> Path:
+        path = tmp_path / name
+        pd.DataFrame(columns).to_csv(path, index=False)
+        return path
+
+    return write

@@ -1,0 +1,124 @@
+"""The command line, driven in-process exactly as a user types it."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from src.cli import main
+from src.models import Classifier, Regressor
+from tests.conftest import CONFIGS, QUIET
+
+SHIPPED = sorted(p for p in CONFIGS.rglob("*.yaml") if p.name != "defaults.yaml")
+TINY = ["--trainer.max_epochs=2", "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2"]
+
+
+@pytest.mark.parametrize("config", SHIPPED, ids=lambda p: str(p.relative_to(CONFIGS)))
+def test_every_shipped_config_runs_fast_dev_run(config: Path, cli) -> None:
+    run = cli("fit", "--config", str(config), "--trainer.fast_dev_run=true")
+    assert run.trainer.state.finished
+    assert run.trainer.global_step == 1
+    assert torch.isfinite(run.trainer.callback_metrics["val/loss"])
+
+
+def test_fit_test_predict_round_trip(cli, workdir: Path) -> None:
+    fit = cli("fit", "--config", "spiral.yaml", "--data.num_samples=600", *TINY)
+    best = fit.trainer.checkpoint_callback.best_model_path
+    last = Path(fit.trainer.checkpoint_callback.last_model_path)
+    assert Path(best).is_file()
+    assert last.is_file()
+    assert (Path(fit.trainer.log_dir) / "config.yaml").is_file()
+
+    test = cli("test", "--config", "spiral.yaml", "--data.num_samples=600", "--ckpt_path", best)
+    metrics = test.trainer.callback_metrics
+    assert {"test/loss", "test/acc", "test/f1"} <= set(metrics)
+    assert 0.0 <= metrics["test/acc"].item() <= 1.0
+
+    predict = cli("predict", "--config", "spiral.yaml", "--data.num_samples=600", "--ckpt_path", best)
+    written = next(c for c in predict.trainer.callbacks if hasattr(c, "written")).written
+    frame = pd.read_csv(written)
+    assert list(frame.columns) == ["probs_0", "probs_1", "probs_2", "preds"]
+    assert len(frame) == len(predict.datamodule.split_rows["test"])
+    assert (frame["preds"] == frame[["probs_0", "probs_1", "probs_2"]].to_numpy().argmax(1)).all()
+    assert not list(written.parent.glob("*.partial"))
+
+
+def test_fit_then_test_after_fit_uses_the_best_checkpoint(cli, capsys) -> None:
+    run = cli("fit", "--config", "diabetes.yaml", *TINY, "--test_after_fit=true")
+    best = run.trainer.checkpoint_callback.best_model_path
+    assert f"Testing the best checkpoint: {best}" in capsys.readouterr().out
+    assert "test/r2" in run.trainer.callback_metrics
+
+
+def test_checkpoint_holds_only_data_and_loads_back(cli) -> None:
+    run = cli("fit", "--config", "digits.yaml", *TINY)
+    path = run.trainer.checkpoint_callback.best_model_path
+    checkpoint = torch.load(path, weights_only=True)  # no pickled code: safe to load
+    assert checkpoint["hyper_parameters"]["out_features"] == 10
+    model = Classifier.load_from_checkpoint(path)  # no extra arguments needed
+    for name, tensor in run.model.state_dict().items():
+        torch.testing.assert_close(model.state_dict()[name], checkpoint["state_dict"][name])
+        assert tensor.shape == model.state_dict()[name].shape
+
+
+def test_regressor_checkpoint_carries_target_statistics(cli) -> None:
+    run = cli("fit", "--config", "diabetes.yaml", *TINY)
+    model = Regressor.load_from_checkpoint(run.trainer.checkpoint_callback.best_model_path)
+    mean, std = run.datamodule.target_stats()
+    assert model.target_mean.item() == pytest.approx(mean)
+    assert model.target_std.item() == pytest.approx(std)
+
+
+def test_print_config_round_trips(cli, capsys, workdir: Path) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli("fit", "--config", "friedman.yaml", "--model.init_args.dropout=0.3", "--print_config")
+    assert exit_.value.code == 0
+    dumped = capsys.readouterr().out
+    (workdir / "dumped.yaml").write_text(dumped)
+    with pytest.raises(SystemExit):
+        cli("fit", "--config", str(workdir / "dumped.yaml"), "--print_config")
+    again = capsys.readouterr().out
+    assert yaml.safe_load(again) == yaml.safe_load(dumped)
+    assert yaml.safe_load(dumped)["model"]["init_args"]["dropout"] == 0.3
+
+
+def test_later_config_wins(cli, workdir: Path) -> None:
+    (workdir / "override.yaml").write_text(
+        "data:\n  batch_size: 17\nmodel:\n  init_args:\n    dropout: 0.4\n"
+    )
+    run = main(["--config", str(CONFIGS / "digits.yaml"), "--config", "override.yaml"], run=False)
+    assert run.datamodule.hparams.batch_size == 17
+    assert run.model.hparams.dropout == 0.4
+
+
+def test_shapes_are_linked_from_the_data(cli) -> None:
+    run = main(["--config", str(CONFIGS / "diabetes.yaml")], run=False)
+    assert (run.model.hparams.in_features, run.model.hparams.out_features) == (10, 1)
+
+
+def test_one_cycle_gets_the_runs_step_count(cli) -> None:
+    run = cli("fit", "--config", "friedman.yaml", "--data.num_samples=400", *TINY)
+    scheduler = run.trainer.lr_scheduler_configs[0]
+    assert scheduler.interval == "step"
+    assert scheduler.scheduler.total_steps == run.trainer.estimated_stepping_batches == 6
+
+
+def test_plateau_scheduler_watches_its_metric(cli) -> None:
+    run = cli("fit", "--config", "diabetes.yaml", *TINY)
+    config = run.trainer.lr_scheduler_configs[0]
+    assert isinstance(config.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+    assert config.monitor == "val/loss"
+    assert config.interval == "epoch"
+
+
+def test_unknown_config_key_is_refused(cli, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli("fit", "--config", "digits.yaml", "--data.batch_sise=3")
+    assert exit_.value.code != 0
+    assert "batch_sise" in capsys.readouterr().err
+
+
+def test_quiet_flags_are_real_flags() -> None:
+    assert all(flag.startswith("--trainer.") for flag in QUIET)
