@@ -27,10 +27,10 @@ train: $(STAMP) ## fit CONFIG (default configs/digits.yaml), then test the best 
 	$(PY) -m src.cli fit --config $(CONFIG) --test_after_fit true
 
 test: $(STAMP) ## run the test suite without the slow tests
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" --nbmake tests notebooks $(PYTEST_ARGS)
 
 test-full: $(STAMP) ## run every test, the slow ones too
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --nbmake tests notebooks $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff lint and format check
 	$(VENV)/bin/ruff check .

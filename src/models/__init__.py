@@ -2,6 +2,7 @@
 
 from src.models.base import BaseTask
 from src.models.classifier import Classifier
+from src.models.manual import ManualClassifier
 from src.models.regressor import Regressor
 
-__all__ = ["BaseTask", "Classifier", "Regressor"]
+__all__ = ["BaseTask", "Classifier", "ManualClassifier", "Regressor"]
