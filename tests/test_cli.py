@@ -11,11 +11,18 @@ from src.cli import main
 from src.models import Classifier, Regressor
 from tests.conftest import CONFIGS, QUIET
 
-SHIPPED = sorted(p for p in CONFIGS.rglob("*.yaml") if p.name != "defaults.yaml")
+EXPERIMENTS = sorted(p for p in CONFIGS.glob("*.yaml") if p.name != "defaults.yaml")
+FRAGMENTS = sorted((CONFIGS / "trainer").glob("*.yaml"))
+# fragments that launch processes or compile for tens of seconds run in their own tests instead
+COVERED_ELSEWHERE = {
+    "ddp.yaml": "test_distributed.py",
+    "fsdp.yaml": "test_distributed.py",
+    "compile.yaml": "test_compile.py",
+}
 TINY = ["--trainer.max_epochs=2", "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2"]
 
 
-@pytest.mark.parametrize("config", SHIPPED, ids=lambda p: str(p.relative_to(CONFIGS)))
+@pytest.mark.parametrize("config", EXPERIMENTS, ids=lambda p: p.name)
 def test_every_shipped_config_runs_fast_dev_run(config: Path, cli) -> None:
     run = cli("fit", "--config", str(config), "--trainer.fast_dev_run=true")
     assert run.trainer.state.finished
@@ -23,12 +30,42 @@ def test_every_shipped_config_runs_fast_dev_run(config: Path, cli) -> None:
     assert torch.isfinite(run.trainer.callback_metrics["val/loss"])
 
 
+# what a fragment needs to run in a couple of steps (the warmup must end before the run does)
+FRAGMENT_ARGS = {
+    "warmup_cosine.yaml": ["--trainer.fast_dev_run=2", "--model.init_args.scheduler.init_args.warmup_steps=1"]
+}
+
+
+@pytest.mark.parametrize(
+    "fragment", [f for f in FRAGMENTS if f.name not in COVERED_ELSEWHERE], ids=lambda p: p.name
+)
+def test_every_trainer_fragment_stacks_on_an_experiment(fragment: Path, cli) -> None:
+    extra = FRAGMENT_ARGS.get(fragment.name, ["--trainer.fast_dev_run=1"])
+    args = ("fit", "--config", "spiral.yaml", "--config", str(fragment), *extra)
+    if fragment.name == "fp16.yaml":  # CUDA-only: on CPU Lightning says it runs bf16-mixed instead
+        with pytest.warns(UserWarning, match="Using `precision='bf16-mixed'` instead"):
+            run = cli(*args)
+    else:
+        run = cli(*args)
+    assert run.trainer.state.finished
+    assert run.trainer.global_step == run.trainer.fast_dev_run
+    assert torch.isfinite(run.trainer.callback_metrics["val/loss"])
+
+
+@pytest.mark.parametrize(("fragment", "test_file"), sorted(COVERED_ELSEWHERE.items()))
+def test_fragments_left_out_above_are_run_by_their_own_tests(fragment: str, test_file: str) -> None:
+    assert (CONFIGS / "trainer" / fragment).is_file()
+    assert f'"{fragment}"' in (Path(__file__).parent / test_file).read_text()
+
+
 def test_fit_test_predict_round_trip(cli, workdir: Path) -> None:
     fit = cli("fit", "--config", "spiral.yaml", "--data.num_samples=600", *TINY)
     best = fit.trainer.checkpoint_callback.best_model_path
-    last = Path(fit.trainer.checkpoint_callback.last_model_path)
     assert Path(best).is_file()
-    assert last.is_file()
+    # last.ckpt holds the final state, not a copy of the best epoch, so --ckpt_path last resumes there
+    last = torch.load(Path(fit.trainer.log_dir) / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == fit.trainer.global_step
+    assert last["epoch"] == fit.trainer.max_epochs - 1
     assert (Path(fit.trainer.log_dir) / "config.yaml").is_file()
 
     test = cli("test", "--config", "spiral.yaml", "--data.num_samples=600", "--ckpt_path", best)

@@ -103,6 +103,8 @@ def test_hyperparameters_are_primitives() -> None:
         "batch_norm": False,
         "scheduler_interval": "epoch",
         "scheduler_monitor": "val/loss",
+        "compile_net": False,
+        "activation_checkpointing": False,
         "label_smoothing": 0.1,
         "class_weights": False,
     }

@@ -6,6 +6,7 @@ import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
+from torch.distributed.fsdp import FSDPModule, fully_shard
 from torchmetrics import MeanMetric, MetricCollection
 from typing_extensions import override
 
@@ -30,6 +31,8 @@ class BaseTask(L.LightningModule):
         scheduler_interval: ``epoch`` or ``step``: when Lightning steps the scheduler. Per-step schedules
             (warmup, OneCycleLR) need ``step``; epoch schedules stepped per batch decay far too fast.
         scheduler_monitor: The logged metric a ``ReduceLROnPlateau`` watches.
+        compile_net: Compile the net with ``torch.compile`` (the net only: ``self.log`` does not compile).
+        activation_checkpointing: Recompute the MLP's hidden activations in backward instead of storing them.
     """
 
     def __init__(
@@ -44,6 +47,8 @@ class BaseTask(L.LightningModule):
         scheduler: LRSchedulerCallable | None = None,
         scheduler_interval: Literal["epoch", "step"] = "epoch",
         scheduler_monitor: str = "val/loss",
+        compile_net: bool = False,
+        activation_checkpointing: bool = False,
     ) -> None:
         super().__init__()
         # primitives only, so checkpoints load with torch.load(weights_only=True); the optimizer and
@@ -53,6 +58,9 @@ class BaseTask(L.LightningModule):
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.net = self.build_net()
+        if compile_net:
+            # in place: the state_dict keeps its keys, so checkpoints load with or without compiling
+            self.net.compile()
         # one collection per stage, cloned with a prefix: `train/acc`, `val/acc`, `test/acc`
         # (attributes, not a ModuleDict: "train" is taken by nn.Module.train)
         metrics = self.build_metrics()
@@ -73,6 +81,7 @@ class BaseTask(L.LightningModule):
             activation=hp.activation,
             dropout=hp.dropout,
             batch_norm=hp.batch_norm,
+            activation_checkpointing=hp.activation_checkpointing,
         )
 
     def check_shapes(self) -> None:
@@ -94,7 +103,8 @@ class BaseTask(L.LightningModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
-    def _shared_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: Stage) -> torch.Tensor:
+    def _shared_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: Stage) -> dict[str, torch.Tensor]:
+        """The step's ``loss`` (with its graph) and the detached ``preds``, ``target`` the metrics saw."""
         x, target = batch
         output = self(x)
         loss = self.loss(output, target)
@@ -104,21 +114,25 @@ class BaseTask(L.LightningModule):
         self.log(f"{stage}/loss", epoch_loss, on_step=False, on_epoch=True)
         metrics: MetricCollection = getattr(self, f"{stage}_metrics")
         with torch.no_grad():
-            metrics.update(*self.metric_inputs(output.detach(), target))
+            preds, metric_target = self.metric_inputs(output.detach(), target)
+            metrics.update(preds, metric_target)
         self.log_dict(metrics, on_step=False, on_epoch=True)
-        return loss
+        return {"loss": loss, "preds": preds, "target": metric_target}
 
     @override
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss = self._shared_step(batch, "train")
+        loss = self._shared_step(batch, "train")["loss"]
         # per-step value for the progress bar and TensorBoard; no cross-process sync per step
         self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
         return loss
 
     @override
-    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        # Lightning has already called model.eval() and entered torch.inference_mode() here
-        self._shared_step(batch, "val")
+    def validation_step(
+        self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int
+    ) -> dict[str, torch.Tensor]:
+        # Lightning has already called model.eval() and entered torch.inference_mode() here;
+        # the returned preds and target reach callbacks' on_validation_batch_end (ValidationFigures)
+        return self._shared_step(batch, "val")
 
     @override
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
@@ -144,6 +158,19 @@ class BaseTask(L.LightningModule):
                     fired = norm > gradient_clip_val
                 self.log("train/grad_clipped", fired.float(), on_step=True, on_epoch=False)
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    @override
+    def configure_model(self) -> None:
+        # only under ModelParallelStrategy (FSDP2), which sets the mesh once the processes exist; the
+        # Trainer calls this hook again for every stage, so a sharded net is left alone
+        if self.device_mesh is None or isinstance(self.net, FSDPModule):
+            return
+        mesh = self.device_mesh["data_parallel"]
+        # each Linear its own group (its parameters gathered just before use), then the rest of the net
+        for layer in self.net.modules():
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(self.net, mesh=mesh)
 
     # -- optimization ---------------------------------------------------------------------------------
 

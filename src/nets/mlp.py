@@ -4,6 +4,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint_sequential
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "relu": nn.ReLU,
@@ -24,6 +25,9 @@ class MLP(nn.Module):
         activation: One of ``relu``, ``gelu``, ``silu``, ``tanh``, ``leaky_relu``.
         dropout: Drop probability after each hidden activation; 0 disables it.
         batch_norm: Put a ``BatchNorm1d`` after each hidden linear layer.
+        activation_checkpointing: While gradients are being recorded, keep only each hidden block's input
+            and recompute the block in backward: less memory for one more forward per block. The last
+            block runs normally, since backward needs its activations at once.
     """
 
     def __init__(
@@ -34,6 +38,7 @@ class MLP(nn.Module):
         activation: str = "relu",
         dropout: float = 0.0,
         batch_norm: bool = False,
+        activation_checkpointing: bool = False,
     ) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
@@ -54,7 +59,15 @@ class MLP(nn.Module):
         # nn.Sequential, not a Python list: a list would hide the layers from .parameters() and .to()
         self.body = nn.Sequential(*layers)
         self.head = nn.Linear(width, out_features)
+        self.activation_checkpointing = activation_checkpointing
+        self.num_blocks = len(hidden_sizes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, in_features) → (B, out_features); raw outputs, no softmax."""
-        return self.head(self.body(x))
+        if self.activation_checkpointing and self.num_blocks > 1 and torch.is_grad_enabled():
+            # one segment per hidden block; non-reentrant, so it works with inputs that need no grad
+            # and restores the RNG state for dropout when it recomputes
+            hidden = checkpoint_sequential(self.body, self.num_blocks, x, use_reentrant=False)
+        else:
+            hidden = self.body(x)
+        return self.head(hidden)

@@ -1,0 +1,42 @@
+"""Learning-rate schedules that YAML cannot compose by itself, built from torch's own schedulers."""
+
+import torch
+from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
+
+from src.errors import UserInputError
+
+
+class WarmupCosine(SequentialLR):
+    """Linear warmup, then cosine decay: torch's ``LinearLR`` and ``CosineAnnealingLR`` in a ``SequentialLR``.
+
+    Meant to be stepped per optimizer step (``model.scheduler_interval: step``). A scheduler list
+    cannot be written in YAML, because each scheduler needs the optimizer that only exists at run time;
+    this class takes plain numbers instead.
+
+    Args:
+        optimizer: The optimizer whose learning rate is scheduled.
+        warmup_steps: Steps of linear warmup, from ``warmup_start_factor * lr`` up to ``lr``.
+        total_steps: Length of the whole run in steps; left out, the task fills in the Trainer's
+            estimate (as for ``OneCycleLR``).
+        warmup_start_factor: Fraction of the base learning rate at step 0.
+        eta_min: Learning rate at the end of the cosine.
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        warmup_steps: int,
+        total_steps: int | None = None,
+        warmup_start_factor: float = 0.01,
+        eta_min: float = 0.0,
+    ) -> None:
+        if total_steps is None:
+            raise ValueError("WarmupCosine needs total_steps; BaseTask fills it in from the Trainer.")
+        if not 0 < warmup_steps < total_steps:
+            raise UserInputError(
+                f"WarmupCosine warmup_steps={warmup_steps} must lie in (0, total_steps={total_steps}); "
+                "lower warmup_steps or train for more steps."
+            )
+        warmup = LinearLR(optimizer, start_factor=warmup_start_factor, total_iters=warmup_steps)
+        cosine = CosineAnnealingLR(optimizer, T_max=total_steps - warmup_steps, eta_min=eta_min)
+        super().__init__(optimizer, schedulers=[warmup, cosine], milestones=[warmup_steps])

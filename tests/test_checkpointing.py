@@ -1,0 +1,146 @@
+"""EarlyStopping and ModelCheckpoint on a planted val/loss, and resuming with the optimizer state intact."""
+
+import copy
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+import yaml
+from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
+
+from src.cli import CLI, main
+from tests.conftest import CONFIGS, QUIET
+
+TRAINER = CONFIGS / "trainer"
+SPIRAL = [
+    "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", "--data.batch_size=32",
+    "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--trainer.num_sanity_val_steps=0",
+]  # fmt: skip
+
+
+def build(*args: str) -> CLI:
+    return main([*SPIRAL, *args, *QUIET], run=False)
+
+
+def plant_val_loss(run: CLI, script: list[float]) -> None:
+    """Make val/loss of epoch ``e`` exactly ``script[e]``; training keeps its real loss and gradients."""
+    real = run.model.loss
+
+    def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if run.model.training:
+            return real(output, target)
+        return torch.tensor(script[run.trainer.current_epoch])
+
+    run.model.loss = loss
+
+
+def weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: t.detach().clone() for name, t in module.state_dict().items()}
+
+
+class EpochWeights(Callback):
+    """The weights at the end of each validation, when ModelCheckpoint saves them."""
+
+    def __init__(self) -> None:
+        self.per_epoch: list[dict[str, torch.Tensor]] = []
+
+    @override
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.per_epoch.append(weights(pl_module))
+
+
+def test_early_stopping_waits_patience_epochs_and_checkpoints_keep_the_best(workdir: Path) -> None:
+    # best at epoch 1; later values come close (0.85 at epoch 4) but never beat it
+    script = [1.0, 0.8, 0.9, 0.95, 0.85, 0.97, 0.99, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9]
+    run = build("--config", str(TRAINER / "checkpoints.yaml"), f"--trainer.max_epochs={len(script)}")
+    plant_val_loss(run, script)
+    epochs = EpochWeights()
+    run.trainer.callbacks.append(epochs)
+    run.trainer.fit(run.model, datamodule=run.datamodule)
+
+    stopper, keeper = run.trainer.early_stopping_callback, run.trainer.checkpoint_callback  # the best-k one
+    latest = run.trainer.checkpoint_callbacks[1]
+    best_epoch = min(range(len(script)), key=script.__getitem__)
+    ran = len(epochs.per_epoch)
+    assert stopper.stopped_epoch == best_epoch + stopper.patience
+    assert ran == best_epoch + stopper.patience + 1 < len(script)
+
+    # the k best of the epochs that ran, by the planted value, each holding that epoch's weights
+    expected_best = sorted(range(ran), key=script.__getitem__)[: keeper.save_top_k]
+    files = sorted(Path(keeper.dirpath).glob("best-*.ckpt"))
+    saved = {torch.load(f, weights_only=True)["epoch"]: f for f in files}
+    assert sorted(saved) == sorted(expected_best)
+    for epoch, path in saved.items():
+        torch.testing.assert_close(torch.load(path, weights_only=True)["state_dict"], epochs.per_epoch[epoch])
+    assert torch.load(keeper.best_model_path, weights_only=True)["epoch"] == best_epoch
+    assert keeper.best_model_score.item() == pytest.approx(script[best_epoch])  # logged as float32
+    # last.ckpt holds the last epoch, although that epoch made no top-k checkpoint
+    assert {p.name for p in Path(latest.dirpath).glob("last*")} == {"last.ckpt"}
+    last = torch.load(Path(latest.dirpath) / "last.ckpt", weights_only=True)
+    assert last["epoch"] == ran - 1
+    torch.testing.assert_close(last["state_dict"], weights(run.model))
+
+
+class TrainingState(Callback):
+    """The optimizer, scheduler and loop state when training starts (after a resume) and ends."""
+
+    def __init__(self) -> None:
+        self.at: dict[str, dict] = {}
+
+    def _grab(self, trainer: L.Trainer, when: str) -> None:
+        self.at[when] = copy.deepcopy(
+            {
+                "optimizer": trainer.optimizers[0].state_dict(),
+                "scheduler": trainer.lr_scheduler_configs[0].scheduler.state_dict(),
+                "weights": weights(trainer.lightning_module),
+                "epoch": trainer.current_epoch,
+                "step": trainer.global_step,
+            }
+        )
+
+    @override
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._grab(trainer, "start")
+
+    @override
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._grab(trainer, "end")
+
+
+# resuming writes into the folder that holds the checkpoint it resumes from, as intended
+@pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty:UserWarning")
+def test_fit_ckpt_path_last_resumes_optimizer_and_scheduler_state(workdir: Path) -> None:
+    named = "--trainer.logger.init_args.version=resumable"  # the resumed run looks in this run's folder
+    states = []
+    for epochs, ckpt_path in ((2, None), (3, "last")):
+        run = build("--config", str(TRAINER / "checkpoints.yaml"), named, f"--trainer.max_epochs={epochs}")
+        state = TrainingState()
+        run.trainer.callbacks.append(state)
+        run.trainer.fit(run.model, datamodule=run.datamodule, ckpt_path=ckpt_path)
+        states.append(state.at)
+    stopped, resumed = states[0]["end"], states[1]["start"]
+    assert resumed["optimizer"]["state"]  # Adam has moments to compare
+    assert {"exp_avg", "exp_avg_sq", "step"} <= set(resumed["optimizer"]["state"][0])
+    torch.testing.assert_close(resumed["optimizer"], stopped["optimizer"], rtol=0, atol=0)
+    assert resumed["scheduler"] == stopped["scheduler"]
+    assert resumed["scheduler"]["last_epoch"] == 2
+    torch.testing.assert_close(resumed["weights"], stopped["weights"], rtol=0, atol=0)
+    assert (resumed["epoch"], resumed["step"]) == (stopped["epoch"], stopped["step"]) == (2, 4)
+    assert states[1]["end"]["step"] == 6  # and it went on training
+
+
+def test_checkpoints_fragment_changes_only_what_it_says() -> None:
+    """A callbacks list replaces the defaults' list whole: the fragment must carry every other callback."""
+    defaults = yaml.safe_load((CONFIGS / "defaults.yaml").read_text())["trainer"]["callbacks"]
+    fragment = yaml.safe_load((TRAINER / "checkpoints.yaml").read_text())["trainer"]["callbacks"]
+    best, latest, stopper, *others = fragment
+    assert best == {**defaults[0], "init_args": {**defaults[0]["init_args"], "save_top_k": 3}}
+    assert latest == defaults[1]  # last.ckpt, rewritten every epoch, as in the defaults
+    assert "monitor" not in latest["init_args"]
+    assert stopper == {
+        **defaults[2],
+        "init_args": {**defaults[2]["init_args"], "patience": 5, "min_delta": 0.0},
+    }
+    assert others == defaults[3:]

@@ -1,0 +1,149 @@
+"""LR-schedule fragments: the learning rate of every optimizer step equals the same torch scheduler's
+sequence stepped by hand at the fragment's interval."""
+
+from collections.abc import Callable
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch.optim.lr_scheduler import (
+    CosineAnnealingLR,
+    LinearLR,
+    LRScheduler,
+    OneCycleLR,
+    ReduceLROnPlateau,
+    SequentialLR,
+)
+from typing_extensions import override
+
+from src.cli import CLI, main
+from src.errors import UserInputError
+from tests.conftest import CONFIGS, QUIET
+
+TRAINER = CONFIGS / "trainer"
+LR, EPOCHS, BATCHES = 0.01, 4, 3
+SPIRAL = [
+    "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", "--data.batch_size=32",
+    "--model.init_args.optimizer=torch.optim.Adam", f"--model.init_args.optimizer.init_args.lr={LR}",
+    f"--trainer.max_epochs={EPOCHS}", f"--trainer.limit_train_batches={BATCHES}",
+    "--trainer.num_sanity_val_steps=0", "--trainer.callbacks=[]",  # only the schedule matters here
+]  # fmt: skip
+
+
+class LearningRates(Callback):
+    """The learning rate each optimizer step runs with."""
+
+    def __init__(self) -> None:
+        self.per_step: list[float] = []
+
+    @override
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: object, batch_idx: int
+    ) -> None:
+        self.per_step.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+
+def fit_recording(*args: str, patch: Callable[[CLI], None] | None = None) -> tuple[CLI, list[float]]:
+    run = main([*SPIRAL, *args, *QUIET], run=False)
+    if patch is not None:
+        patch(run)
+    rates = LearningRates()
+    run.trainer.callbacks.append(rates)
+    run.trainer.fit(run.model, datamodule=run.datamodule)
+    assert len(rates.per_step) == EPOCHS * BATCHES
+    return run, rates.per_step
+
+
+def by_hand(make: Callable[[torch.optim.Optimizer], LRScheduler], interval: str) -> list[float]:
+    """Step a fresh scheduler on a dummy optimizer: the LR of each of EPOCHS * BATCHES steps."""
+    optimizer = torch.optim.Adam([torch.zeros(1, requires_grad=True)], lr=LR)
+    scheduler = make(optimizer)
+    rates = []
+    for _ in range(EPOCHS):
+        for _ in range(BATCHES):
+            rates.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            if interval == "step":
+                scheduler.step()
+        if interval == "epoch":
+            scheduler.step()
+    return rates
+
+
+def test_cosine_steps_once_per_epoch(workdir: Path) -> None:
+    run, rates = fit_recording("--config", str(TRAINER / "cosine.yaml"), f"--trainer.max_epochs={EPOCHS}")
+    t_max = run.model.scheduler.keywords["T_max"]
+    assert rates == pytest.approx(by_hand(lambda o: CosineAnnealingLR(o, T_max=t_max), "epoch"))
+    assert len(set(rates)) == EPOCHS  # constant within an epoch, new at each
+
+
+def test_warmup_then_cosine_steps_once_per_optimizer_step(workdir: Path) -> None:
+    warmup, total = 5, EPOCHS * BATCHES
+    run, rates = fit_recording(
+        "--config", str(TRAINER / "warmup_cosine.yaml"),
+        f"--model.init_args.scheduler.init_args.warmup_steps={warmup}",
+    )  # fmt: skip
+    scheduler = run.trainer.lr_scheduler_configs[0].scheduler
+    assert isinstance(scheduler, SequentialLR)
+    assert [type(s) for s in scheduler._schedulers] == [LinearLR, CosineAnnealingLR]
+
+    def expected(optimizer: torch.optim.Optimizer) -> LRScheduler:
+        ramp = LinearLR(optimizer, start_factor=0.01, total_iters=warmup)
+        decay = CosineAnnealingLR(optimizer, T_max=total - warmup)  # the task filled in total_steps
+        return SequentialLR(optimizer, [ramp, decay], milestones=[warmup])
+
+    assert rates == pytest.approx(by_hand(expected, "step"))
+    assert rates[0] == pytest.approx(0.01 * LR)
+    assert max(rates) == pytest.approx(LR)
+
+
+def test_warmup_longer_than_the_run_is_refused(workdir: Path) -> None:
+    with pytest.raises(UserInputError, match="warmup_steps=100 must lie in"):
+        fit_recording("--config", str(TRAINER / "warmup_cosine.yaml"))  # 100 warmup steps, 12 in the run
+
+
+def test_one_cycle_steps_once_per_optimizer_step_over_the_whole_run(workdir: Path) -> None:
+    run, rates = fit_recording("--config", str(TRAINER / "onecycle.yaml"))
+    keywords = run.model.scheduler.keywords
+    assert run.trainer.lr_scheduler_configs[0].scheduler.total_steps == EPOCHS * BATCHES
+    expected = by_hand(
+        lambda o: OneCycleLR(
+            o, max_lr=keywords["max_lr"], pct_start=keywords["pct_start"], total_steps=EPOCHS * BATCHES
+        ),
+        "step",
+    )
+    assert rates == pytest.approx(expected)
+
+
+def test_plateau_halves_the_rate_when_the_monitored_metric_stalls(workdir: Path) -> None:
+    # a scripted val/loss per epoch: improves, stalls, improves; train/loss stays real
+    script = [1.0, 0.5, 0.6, 0.6]
+
+    def scripted_val_loss(run: CLI) -> None:
+        real = run.model.loss
+
+        def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            if run.model.training:
+                return real(output, target)
+            return torch.tensor(script[run.trainer.current_epoch])
+
+        run.model.loss = loss
+
+    run, rates = fit_recording(
+        "--config", str(TRAINER / "plateau.yaml"), "--model.init_args.scheduler.init_args.patience=0",
+        patch=scripted_val_loss,
+    )  # fmt: skip
+    config = run.trainer.lr_scheduler_configs[0]
+    assert (config.monitor, config.interval) == ("val/loss", "epoch")
+    keywords = run.model.scheduler.keywords
+
+    optimizer = torch.optim.Adam([torch.zeros(1, requires_grad=True)], lr=LR)
+    plateau = ReduceLROnPlateau(optimizer, mode="min", factor=keywords["factor"], patience=0)
+    expected = []
+    for value in script:
+        expected += [optimizer.param_groups[0]["lr"]] * BATCHES
+        plateau.step(value)  # Lightning steps it after validation, with the monitored value
+    assert rates == pytest.approx(expected)
+    assert rates[-1] == pytest.approx(LR * keywords["factor"])  # the stall cost one halving
