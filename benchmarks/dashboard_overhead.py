@@ -1,0 +1,136 @@
+"""What the TensorBoard dashboard costs per training step: the same short fit with and without it.
+
+    .venv/bin/python -m benchmarks.dashboard_overhead            # digits, 5 epochs, 3 rounds
+    .venv/bin/python -m benchmarks.dashboard_overhead --epochs 10 --rounds 5
+
+Each variant runs the shipped digits config through the real CLI, with the shipped callbacks list minus
+(or with options on) the dashboard callbacks. The clock runs from the start to the end of training, so a
+step's time includes its share of validation, figures, checkpoints and logging. Variants alternate
+within each round, after one unmeasured warm-up fit; the median over rounds is reported, as a Markdown
+table on stdout. Process CPU time is reported beside wall time: on a machine shared with other work it
+is the steadier of the two.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import lightning as L
+import torch
+import yaml
+from lightning.pytorch.callbacks import Callback
+
+from src.cli import main
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+DASHBOARD = {
+    "src.callbacks.TrainLearningRateMonitor",
+    "src.callbacks.Dashboard",
+    "src.callbacks.ValidationFigures",
+}
+
+
+class FitClock(Callback):
+    """Wall and process CPU time of training, from the first step's start to the last epoch's end."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = 0.0
+        self._start = (0.0, 0.0)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start = (time.perf_counter(), time.process_time())
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.strategy.root_device.type != "cpu":
+            torch.accelerator.synchronize(trainer.strategy.root_device)
+        self.wall = time.perf_counter() - self._start[0]
+        self.cpu = time.process_time() - self._start[1]
+
+
+def variants() -> dict[str, list[dict]]:
+    """Name → the trainer's callbacks list."""
+    shipped = yaml.safe_load((CONFIGS / "defaults.yaml").read_text())["trainer"]["callbacks"]
+    with_options = [
+        {**c, "init_args": {"histogram_every_n_epochs": 1, "log_graph": True}}
+        if c["class_path"] == "src.callbacks.Dashboard"
+        else c
+        for c in shipped
+    ]
+    return {
+        "without dashboard": [c for c in shipped if c["class_path"] not in DASHBOARD],
+        "dashboard (shipped defaults)": shipped,
+        "dashboard + histograms every epoch + graph": with_options,
+    }
+
+
+def fit_once(folder: Path, name: str, callbacks: list[dict], epochs: int) -> tuple[FitClock, int, int]:
+    """(training's clock, optimizer steps, bytes of TensorBoard event files) of one fit."""
+    override = folder / f"{name.replace(' ', '_')}.yaml"
+    override.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}}))
+    cli = main(
+        [
+            "--config", str(CONFIGS / "digits.yaml"),
+            "--config", str(override),
+            f"--trainer.max_epochs={epochs}",
+            "--trainer.enable_progress_bar=false",
+            "--trainer.enable_model_summary=false",
+            f"--trainer.logger.init_args.save_dir={folder / 'logs'}",
+        ],
+        run=False,
+    )  # fmt: skip
+    clock = FitClock()
+    cli.trainer.callbacks.append(clock)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    events = sum(p.stat().st_size for p in Path(cli.trainer.log_dir).glob("events.out.tfevents.*"))
+    return clock, cli.trainer.global_step, events
+
+
+def run(epochs: int, rounds: int) -> str:
+    wall: dict[str, list[float]] = {name: [] for name in variants()}
+    cpu: dict[str, list[float]] = {name: [] for name in variants()}
+    steps: dict[str, int] = {}
+    sizes: dict[str, int] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        fit_once(Path(tmp), "warm-up", variants()["without dashboard"], 1)  # imports, caches: not measured
+        for _ in range(rounds):
+            for name, callbacks in variants().items():
+                clock, steps[name], sizes[name] = fit_once(Path(tmp), name, callbacks, epochs)
+                wall[name].append(clock.wall / steps[name])
+                cpu[name].append(clock.cpu / steps[name])
+    base_wall, base_cpu = (
+        statistics.median(wall["without dashboard"]),
+        statistics.median(cpu["without dashboard"]),
+    )
+    lines = [
+        f"digits, {epochs} epochs, median of {rounds} rounds, {torch.get_num_threads()} torch thread(s), "
+        f"device {'cuda' if torch.cuda.is_available() else 'cpu'}",
+        "",
+        "| variant | steps | wall ms/step | wall ratio | CPU ms/step | CPU ratio | event files (KiB) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name in variants():
+        w, c = statistics.median(wall[name]), statistics.median(cpu[name])
+        cells = [name, steps[name], f"{1000 * w:.1f}", f"{w / base_wall:.3f}", f"{1000 * c:.1f}"]
+        cells += [f"{c / base_cpu:.3f}", f"{sizes[name] / 1024:.0f}"]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads; one keeps a shared machine's noise down"
+    )
+    options = parser.parse_args()
+    torch.set_num_threads(options.threads)
+    sys.argv = sys.argv[:1]  # the CLI must not read this script's arguments
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    warnings.simplefilter("ignore")  # Lightning's advice on workers and log intervals is not measured here
+    print(run(options.epochs, options.rounds))

@@ -1,0 +1,385 @@
+"""What TensorBoard shows beside the losses and metrics the task logs itself.
+
+Scalars follow one scheme, ``train/…``, ``val/…``, ``test/…``: the learning rate per parameter group,
+throughput, epoch time, the share of time spent waiting for data and the generalization gap. Once per
+run the dashboard also writes a custom-scalars layout (train and val on one chart), the run's
+hyperparameters for the HParams table, and the resolved config and environment as text; histograms
+and the model graph are optional.
+
+Every per-step hook here is host bookkeeping (a clock read, an integer add). Values reach the logger once
+per epoch, so the dashboard adds no device sync per step.
+"""
+
+import importlib.metadata
+import platform
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback, LearningRateMonitor
+from lightning.pytorch.cli import SaveConfigCallback
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.data import extract_batch_size
+from tensorboard.compat.proto import summary_pb2
+from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+from tensorboard.plugins.hparams import metadata as hparams_metadata
+from tensorboard.plugins.hparams import summary_v2 as hparams_summary
+from torch.utils.tensorboard import SummaryWriter
+from torchmetrics import Metric, MetricCollection
+from typing_extensions import override
+
+from src.errors import UserInputError
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+#: Trainer settings that change what a run learns; the rest (callbacks, logger, ...) stay out of HParams.
+TRAINER_HPARAMS = (
+    "max_epochs",
+    "max_steps",
+    "precision",
+    "accumulate_grad_batches",
+    "gradient_clip_val",
+    "gradient_clip_algorithm",
+)
+PACKAGES = ("torch", "lightning", "torchmetrics", "tensorboard", "numpy", "scikit-learn", "jsonargparse")
+
+HParams = dict[str, bool | int | float | str]
+
+
+class TrainLearningRateMonitor(LearningRateMonitor):
+    """Lightning's ``LearningRateMonitor`` with its tags under ``train/``.
+
+    Tags: ``train/lr-<Optimizer>`` for one parameter group; ``train/lr-<Optimizer>/pg1``, ``/pg2`` … (or
+    the group's ``name``) for several; a scheduler config's ``name`` replaces ``lr-<Optimizer>``.
+    """
+
+    @override
+    def _add_prefix(self, name: str, optimizer_cls: type[torch.optim.Optimizer], seen: Any) -> str:
+        # the one place every tag passes through, for schedulers and bare optimizers alike
+        return "train/" + super()._add_prefix(name, optimizer_cls, seen)
+
+
+class Dashboard(Callback):
+    """Speed, generalization gap, HParams, layout, config and environment; histograms and graph on request.
+
+    Args:
+        histogram_every_n_epochs: Write weight and gradient histograms (``weights/<param>``,
+            ``grads/<param>``) at the first optimizer step of every n-th epoch; 0 turns them off.
+        log_graph: Trace the net (``pl_module.net``, else the whole module) once on the first training
+            batch and write its graph (Graphs tab).
+    """
+
+    def __init__(self, histogram_every_n_epochs: int = 0, log_graph: bool = False) -> None:
+        if histogram_every_n_epochs < 0:
+            raise UserInputError(
+                f"Dashboard histogram_every_n_epochs={histogram_every_n_epochs} must be 0 (off) or a "
+                "positive number of epochs."
+            )
+        self.histogram_every_n_epochs = histogram_every_n_epochs
+        self.log_graph = log_graph
+        self._runs_written: set[str] = set()
+        self._graph_written = False
+        self._histogram_epoch = -1
+        # host clock bookkeeping of the current epoch, in seconds
+        self._epoch_start = self._mark = self._val_start = 0.0
+        self._data_time = self._step_time = 0.0
+        self._samples = 0
+        self._val_loss: torch.Tensor | None = None
+
+    # -- once per run ---------------------------------------------------------------------------------
+
+    @override
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        writer = tensorboard_writer(trainer)
+        # the writer's own folder, not trainer.log_dir: that one is a collective under DDP, and only
+        # rank 0 gets here
+        if writer is None or stage == "predict" or writer.log_dir in self._runs_written:
+            return
+        # fit followed by test in one process shares the run: it is written once
+        self._runs_written.add(writer.log_dir)
+        writer.add_text("run/config", f"```yaml\n{_config_text(trainer, pl_module)}\n```")
+        writer.add_text("run/environment", _environment_text(trainer))
+        # no experiment summary: TensorBoard then takes the union of all runs' hyperparameters and
+        # metrics, so runs of different configs share one HParams table. SummaryWriter has no public
+        # way to add a ready-made summary; Lightning's TensorBoardLogger uses the same file writer.
+        writer._get_file_writer().add_summary(
+            hparams_summary.hparams_pb(run_hparams(trainer, pl_module), trial_id=writer.log_dir)
+        )
+        if stage == "fit":
+            writer.add_custom_scalars(scalars_layout(pl_module))
+
+    @override
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._end_session(trainer, api_pb2.STATUS_SUCCESS)
+
+    @override
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._end_session(trainer, api_pb2.STATUS_SUCCESS)
+
+    @override
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        self._end_session(trainer, api_pb2.STATUS_FAILURE)
+
+    def _end_session(self, trainer: L.Trainer, status: int) -> None:
+        """The HParams table's status column: success, or failure when the run raised."""
+        writer = tensorboard_writer(trainer)
+        if writer is not None and writer.log_dir in self._runs_written:
+            writer._get_file_writer().add_summary(_session_end_pb(status))
+
+    # -- speed and the generalization gap, per epoch --------------------------------------------------
+
+    @override
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._epoch_start = self._mark = time.perf_counter()
+        self._data_time = self._step_time = 0.0
+        self._samples = 0
+
+    @override
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        now = time.perf_counter()
+        # since the last step ended: fetching the batch and moving it to the device
+        self._data_time += now - self._mark
+        self._mark = now
+        if self.log_graph and not self._graph_written:
+            self._write_graph(trainer, pl_module, batch)
+
+    @override
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if batch_idx + 1 == trainer.num_training_batches:
+            _synchronize(trainer)  # once per epoch: the queued device work belongs to this epoch
+        now = time.perf_counter()
+        self._step_time += now - self._mark
+        self._mark = now
+        self._samples += extract_batch_size(batch)  # read from the shape: no device sync
+
+    @override
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        _synchronize(trainer)
+        self._val_start = time.perf_counter()
+
+    @override
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        _synchronize(trainer)
+        pl_module.log("val/epoch_time", time.perf_counter() - self._val_start, sync_dist=True)
+        val_loss = getattr(pl_module, "val_loss", None)
+        if trainer.state.fn == TrainerFn.FITTING and isinstance(val_loss, Metric) and val_loss.update_called:
+            # (,) on the device; torchmetrics caches it, so Lightning's own compute reuses it
+            self._val_loss = val_loss.compute()
+
+    @override
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        _synchronize(trainer)
+        train_time = self._data_time + self._step_time
+        # sync_dist: one all-reduce per epoch (the mean over processes), none per step
+        pl_module.log("train/epoch_time", time.perf_counter() - self._epoch_start, sync_dist=True)
+        if train_time > 0:
+            # every process runs the same number of equally sized batches
+            pl_module.log(
+                "train/samples_per_sec", self._samples * trainer.world_size / train_time, sync_dist=True
+            )
+            pl_module.log("train/data_time_share", self._data_time / train_time, sync_dist=True)
+        train_loss = getattr(pl_module, "train_loss", None)
+        if self._val_loss is not None and isinstance(train_loss, Metric) and train_loss.update_called:
+            # both losses are already reduced over processes, so every rank holds the same gap
+            pl_module.log("val/generalization_gap", self._val_loss - train_loss.compute(), sync_dist=True)
+        self._val_loss = None
+
+    # -- optional: histograms and graph ---------------------------------------------------------------
+
+    @override
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        every, epoch = self.histogram_every_n_epochs, trainer.current_epoch
+        writer = tensorboard_writer(trainer)
+        if not every or epoch % every or epoch == self._histogram_epoch or writer is None:
+            return
+        self._histogram_epoch = epoch
+        # gradients here are unscaled and not yet clipped
+        step = logging_step(trainer)
+        for name, param in pl_module.named_parameters():
+            writer.add_histogram(f"weights/{name}", param.detach(), step)
+            if param.grad is not None:
+                writer.add_histogram(f"grads/{name}", param.grad, step)
+
+    def _write_graph(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any) -> None:
+        self._graph_written = True
+        writer = tensorboard_writer(trainer)
+        if writer is None:
+            return
+        # the plain net when the task has one: tracing the task would walk into its metric modules too
+        net = getattr(pl_module, "net", pl_module)
+        # traced in eval mode on one row: BatchNorm must not update its statistics from the trace
+        modes = {module: module.training for module in net.modules()}
+        net.eval()
+        try:
+            with torch.no_grad():
+                writer.add_graph(net, batch[0][:1])
+        finally:
+            for module, training in modes.items():
+                module.training = training
+
+
+def scalars_layout(pl_module: L.LightningModule) -> dict[str, dict[str, list[Any]]]:
+    """The custom-scalars layout: each metric's train and val curves on one chart (tags are regexes)."""
+    collection = getattr(pl_module, "val_metrics", None)
+    names = ["loss", *(collection.keys(keep_base=True) if isinstance(collection, MetricCollection) else [])]
+
+    def chart(*tags: str) -> list[Any]:
+        return ["Multiline", [f"^{tag}$" for tag in tags]]
+
+    train_vs_val = {name: chart(f"train/{name}", f"val/{name}") for name in names}
+    train_vs_val["generalization gap (val loss - train loss)"] = chart("val/generalization_gap")
+    return {
+        "train vs val": train_vs_val,
+        "optimization": {
+            "learning rate": ["Multiline", ["^train/lr"]],
+            "gradient norm before clipping": chart("train/grad_norm"),
+            "clipping fired (1 = yes)": chart("train/grad_clipped"),
+        },
+        "speed": {
+            "samples per second": chart("train/samples_per_sec"),
+            "epoch time (s)": chart("train/epoch_time", "val/epoch_time"),
+            "share of training time waiting for data": chart("train/data_time_share"),
+        },
+    }
+
+
+def run_hparams(trainer: L.Trainer, pl_module: L.LightningModule) -> HParams:
+    """The run's hyperparameters as flat ``bool | int | float | str`` values for the HParams table.
+
+    From the CLI's resolved config when there is one (``model.optimizer.lr``, ``data.batch_size``,
+    ``trainer.max_epochs`` …), else from the module's and the DataModule's saved hyperparameters.
+    """
+    config = _cli_config(trainer)
+    if config is not None:
+        resolved = config.config.as_dict()
+        tree = {key: resolved.get(key) for key in ("seed_everything", "model", "data")}
+        tree["trainer"] = {key: resolved["trainer"].get(key) for key in TRAINER_HPARAMS}
+    else:
+        datamodule = getattr(trainer, "datamodule", None)
+        tree = {
+            "model": {"class_path": _qualname(pl_module), **pl_module.hparams},
+            "data": dict(datamodule.hparams) if datamodule is not None else {},
+            "trainer": {key: getattr(trainer, key) for key in TRAINER_HPARAMS},
+        }
+    return _flatten(tree)
+
+
+def _session_end_pb(status: int) -> summary_pb2.Summary:
+    """The HParams session-end summary (tensorboard's own writer for it needs TensorFlow)."""
+    info = plugin_data_pb2.SessionEndInfo(status=status, end_time_secs=time.time())
+    summary = summary_pb2.Summary()
+    summary.value.add(
+        tag=hparams_metadata.SESSION_END_INFO_TAG,
+        metadata=hparams_metadata.create_summary_metadata(
+            plugin_data_pb2.HParamsPluginData(session_end_info=info)
+        ),
+        tensor=hparams_metadata.NULL_TENSOR,
+    )
+    return summary
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> HParams:
+    """``{"model": {"class_path": C, "init_args": {"lr": 1}}}`` → ``{"model": C, "model.lr": 1}``."""
+    flat: HParams = {}
+    for key, value in tree.items():
+        name = prefix if key == "init_args" else f"{prefix}.{key}" if prefix else key
+        if key == "class_path":
+            flat[prefix] = value
+        elif isinstance(value, dict):
+            flat.update(_flatten(value, name))
+        elif isinstance(value, bool | int | float | str):
+            flat[name] = value
+        elif value is not None:  # None stays out: a column mixing None and numbers loses its type
+            flat[name] = str(value)
+    return flat
+
+
+def _config_text(trainer: L.Trainer, pl_module: L.LightningModule) -> str:
+    config = _cli_config(trainer)
+    if config is not None:
+        return config.parser.dump(config.config, skip_none=False)
+    lines = [f"model: {_qualname(pl_module)}", *(f"  {k}: {v}" for k, v in pl_module.hparams.items())]
+    return "\n".join(lines)
+
+
+def _environment_text(trainer: L.Trainer) -> str:
+    """A Markdown table: versions, git commit, device and precision."""
+    device = trainer.strategy.root_device
+    rows = {
+        "python": platform.python_version(),
+        **{name: _version(name) for name in PACKAGES},
+        "git commit": _git_commit(ROOT),
+        "platform": platform.platform(),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
+        "accelerator": type(trainer.accelerator).__name__,
+        "strategy": type(trainer.strategy).__name__,
+        "processes": str(trainer.world_size),
+        "precision": str(trainer.precision),
+    }
+    return "\n".join(["| | |", "|---|---|", *(f"| {key} | {value} |" for key, value in rows.items())])
+
+
+def _git_commit(directory: Path) -> str:
+    """The checkout's commit, marked when tracked files differ from it; ``none`` outside git."""
+
+    def git(*words: str) -> str:
+        done = subprocess.run(
+            ["git", *words], cwd=directory, capture_output=True, text=True, timeout=10, check=True
+        )
+        return done.stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "none (not a git checkout)"
+    return f"{commit} (with uncommitted changes)" if dirty else commit
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _qualname(obj: object) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _cli_config(trainer: L.Trainer) -> SaveConfigCallback | None:
+    """The CLI's config saver, which holds the resolved config and its parser; None outside the CLI."""
+    return next((c for c in trainer.callbacks if isinstance(c, SaveConfigCallback)), None)
+
+
+def tensorboard_writer(trainer: L.Trainer) -> SummaryWriter | None:
+    """The TensorBoard writer on the process that writes (global rank 0); None elsewhere."""
+    if not trainer.is_global_zero:
+        return None
+    logger = next((lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)), None)
+    return logger.experiment if logger is not None else None
+
+
+def logging_step(trainer: L.Trainer) -> int:
+    """The step Lightning gives the metrics logged now, so images and histograms line up with them."""
+    return trainer.fit_loop.epoch_loop._batches_that_stepped
+
+
+def _synchronize(trainer: L.Trainer) -> None:
+    """Wait for queued device work, so a host clock read measures it; nothing to wait for on CPU."""
+    device = trainer.strategy.root_device
+    if device.type != "cpu":
+        torch.accelerator.synchronize(device)

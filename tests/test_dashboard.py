@@ -1,0 +1,446 @@
+"""The TensorBoard dashboard, read back from finished runs' event files as TensorBoard itself reads them."""
+
+import io
+import math
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+from lightning.pytorch.loggers import TensorBoardLogger
+from PIL import Image
+from sklearn.metrics import confusion_matrix
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.custom_scalar import layout_pb2
+from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+from tensorboard.util import tensor_util
+
+from src.callbacks import Dashboard, TrainLearningRateMonitor, ValidationFigures
+from src.callbacks.dashboard import ROOT
+from src.cli import CLI, main
+from src.data import TabularDataModule
+from src.errors import UserInputError
+from src.models import Classifier, Regressor
+from tests.conftest import CONFIGS, QUIET
+
+EPOCHS, BATCHES, BATCH_SIZE = 3, 4, 64  # digits: 4 training batches of 64 per epoch
+CLIP = 0.8  # below the first steps' gradient norms, so clipping fires now and then
+HISTOGRAM_EVERY = 2  # epochs 0 and 2 of 3
+
+# SummaryWriter.add_graph traces with torch.jit.trace, which torch 2.13 marks deprecated; the Graphs tab
+# has no other way in, and the option is off by default
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.trace(_method)?` is deprecated:DeprecationWarning")
+
+
+@dataclass
+class Run:
+    """A finished run: the CLI object and what TensorBoard reads from its folder."""
+
+    cli: CLI
+    log_dir: Path
+    events: EventAccumulator
+
+    def scalars(self, tag: str) -> tuple[list[int], list[float]]:
+        points = self.events.Scalars(tag)
+        return [p.step for p in points], [p.value for p in points]
+
+    def texts(self, tag: str) -> list[tuple[int, str]]:
+        return [
+            (e.step, tensor_util.make_ndarray(e.tensor_proto).item().decode())
+            for e in self.events.Tensors(f"{tag}/text_summary")
+        ]
+
+    def plugin_content(self, tag: str) -> bytes:
+        return self.events.SummaryMetadata(tag).plugin_data.content
+
+
+def read_events(log_dir: Path) -> EventAccumulator:
+    events = EventAccumulator(
+        str(log_dir), size_guidance={"scalars": 0, "images": 0, "tensors": 0, "histograms": 0}
+    )
+    return events.Reload()
+
+
+def config_with_dashboard(tmp: Path, config: str, **dashboard: object) -> Path:
+    """The shipped config with its full callbacks list, where the Dashboard gets the given init_args."""
+    shipped = yaml.safe_load((CONFIGS / config).read_text())
+    callbacks = (
+        shipped["trainer"].get("callbacks")
+        or yaml.safe_load((CONFIGS / "defaults.yaml").read_text())["trainer"]["callbacks"]
+    )
+    for callback in callbacks:
+        if callback["class_path"] == "src.callbacks.Dashboard":
+            callback["init_args"] = {**callback.get("init_args", {}), **dashboard}
+    path = tmp / f"dashboard-{config}"
+    path.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    """Digits fit + test after fit (histograms and graph on), digits test alone, diabetes fit (defaults)."""
+    tmp = tmp_path_factory.mktemp("dashboard")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp)
+        patch.setattr(sys, "argv", ["src.cli"])
+        digits = str(CONFIGS / "digits.yaml")
+        options = config_with_dashboard(
+            tmp, "digits.yaml", histogram_every_n_epochs=HISTOGRAM_EVERY, log_graph=True
+        )
+        fit = main(
+            [
+                "fit",
+                "--config", digits,
+                "--config", str(options),
+                f"--trainer.max_epochs={EPOCHS}",
+                f"--trainer.limit_train_batches={BATCHES}",
+                "--trainer.log_every_n_steps=1",
+                f"--trainer.gradient_clip_val={CLIP}",
+                f"--model.init_args.scheduler.init_args.T_max={EPOCHS}",
+                "--test_after_fit=true",
+                *QUIET,
+            ]
+        )  # fmt: skip
+        best = fit.trainer.checkpoint_callback.best_model_path
+        test = main(["test", "--config", digits, "--ckpt_path", best, *QUIET])
+        diabetes = main(
+            [
+                "fit",
+                "--config", str(CONFIGS / "diabetes.yaml"),
+                "--trainer.max_epochs=2",
+                "--trainer.limit_train_batches=3",
+                *QUIET,
+            ]
+        )  # fmt: skip
+    return {
+        name: Run(cli, tmp / cli.trainer.log_dir, read_events(tmp / cli.trainer.log_dir))
+        for name, cli in {"fit": fit, "test": test, "diabetes": diabetes}.items()
+    }
+
+
+# -- scalars -------------------------------------------------------------------------------------------
+
+
+def test_scalars_follow_one_naming_scheme(runs: dict[str, Run]) -> None:
+    tags = set(runs["fit"].events.Tags()["scalars"])
+    expected = {
+        *(f"{stage}/{name}" for stage in ("train", "val", "test") for name in ("loss", "acc", "f1")),
+        "train/lr-AdamW",
+        "train/grad_norm",
+        "train/grad_clipped",
+        "train/samples_per_sec",
+        "train/data_time_share",
+        "train/epoch_time",
+        "val/epoch_time",
+        "val/generalization_gap",
+    }
+    assert expected <= tags
+    # Lightning's own `epoch` counter is the one tag outside the scheme; no placeholder hp_metric
+    assert {tag for tag in tags if not re.match(r"(train|val|test)/", tag)} == {"epoch"}
+
+
+def test_learning_rate_is_the_schedulers(runs: dict[str, Run]) -> None:
+    steps, lrs = runs["fit"].scalars("train/lr-AdamW")
+    # CosineAnnealingLR, stepped per epoch, written as each epoch starts; closed form, eta_min = 0
+    base = 0.002  # configs/digits.yaml
+    expected = [base * (1 + math.cos(math.pi * epoch / EPOCHS)) / 2 for epoch in range(EPOCHS)]
+    torch.testing.assert_close(torch.tensor(lrs), torch.tensor(expected), rtol=1e-6, atol=0)
+    assert steps == [epoch * BATCHES for epoch in range(EPOCHS)]
+
+
+class TwoGroups(Classifier):
+    """A classifier whose optimizer has two parameter groups: the net's body, and its head by name."""
+
+    def configure_optimizers(self) -> dict:
+        head = set(self.net.head.parameters())
+        body = [p for p in self.parameters() if p not in head]
+        optimizer = torch.optim.SGD(
+            [{"params": body, "lr": 0.1}, {"params": list(head), "lr": 0.01, "name": "head"}]
+        )
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5),
+        }
+
+
+def test_learning_rate_per_parameter_group(tmp_path: Path) -> None:
+    data = TabularDataModule(source="spiral", num_samples=300, batch_size=64)
+    model = TwoGroups(in_features=data.in_features, out_features=data.out_features, hidden_sizes=[8])
+    logger = TensorBoardLogger(tmp_path, name="groups", default_hp_metric=False)
+    trainer = L.Trainer(
+        max_epochs=3,
+        limit_train_batches=2,
+        limit_val_batches=1,
+        logger=logger,
+        callbacks=[TrainLearningRateMonitor(), Dashboard()],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(model, datamodule=data)
+    run = Run(None, Path(logger.log_dir), read_events(Path(logger.log_dir)))  # type: ignore[arg-type]
+    halving = [0.5**epoch for epoch in range(3)]
+    # an unnamed group is numbered (pg1), a named one keeps its name
+    for tag, base in {"train/lr-SGD/pg1": 0.1, "train/lr-SGD/head": 0.01}.items():
+        torch.testing.assert_close(run.scalars(tag)[1], [base * h for h in halving])
+    assert not [tag for tag in run.events.Tags()["scalars"] if tag.startswith("lr-")]
+    # outside the CLI the HParams come from the module's and the data's saved hyperparameters
+    hparams = session_hparams(run)
+    assert hparams["model"] == f"{TwoGroups.__module__}.TwoGroups"
+    assert hparams["model.hidden_sizes"] == "[8]"
+    assert hparams["data.source"] == "spiral"
+    assert hparams["trainer.max_epochs"] == 3
+
+
+def test_gradient_norm_is_positive_and_clipping_fires_above_the_threshold(runs: dict[str, Run]) -> None:
+    steps, norms = runs["fit"].scalars("train/grad_norm")
+    clipped_steps, clipped = runs["fit"].scalars("train/grad_clipped")
+    assert len(steps) == EPOCHS * BATCHES  # log_every_n_steps=1
+    assert clipped_steps == steps
+    assert all(n > 0 and math.isfinite(n) for n in norms)
+    assert clipped == [float(n > CLIP) for n in norms]
+
+
+def test_speed_is_measured_per_epoch(runs: dict[str, Run]) -> None:
+    run = runs["fit"]
+    epoch_steps, epoch_time = run.scalars("train/epoch_time")
+    _, val_time = run.scalars("val/epoch_time")
+    _, throughput = run.scalars("train/samples_per_sec")
+    _, data_share = run.scalars("train/data_time_share")
+    assert epoch_steps == run.scalars("train/loss")[0]
+    assert len(epoch_time) == len(val_time) == len(throughput) == len(data_share) == EPOCHS
+    for epoch in range(EPOCHS):
+        # validation runs inside the training epoch; the throughput leaves it (and checkpointing) out,
+        # so it is at least the epoch's samples over the whole epoch
+        assert 0 < val_time[epoch] < epoch_time[epoch]
+        assert throughput[epoch] >= BATCHES * BATCH_SIZE / epoch_time[epoch]
+        assert 0 < data_share[epoch] < 1
+
+
+def test_generalization_gap_is_val_loss_minus_train_loss(runs: dict[str, Run]) -> None:
+    run = runs["fit"]
+    steps, gap = run.scalars("val/generalization_gap")
+    val_steps, val_loss = run.scalars("val/loss")
+    train_steps, train_loss = run.scalars("train/loss")
+    assert steps == val_steps == train_steps
+    assert len(steps) == EPOCHS
+    torch.testing.assert_close(torch.tensor(gap), torch.tensor(val_loss) - torch.tensor(train_loss))
+
+
+# -- images --------------------------------------------------------------------------------------------
+
+
+def decode_png(encoded: bytes) -> Image.Image:
+    image = Image.open(io.BytesIO(encoded))
+    assert image.format == "PNG"
+    return image
+
+
+def parse_counts(markdown: str) -> np.ndarray:
+    rows = [line for line in markdown.splitlines()[2:]]  # header and rule first
+    return np.array([[int(cell) for cell in row.strip("|").split("|")[1:]] for row in rows])
+
+
+def last_epoch_val_logits(run: Run) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, K) logits and (N,) targets on the validation split, from the weights that ended the fit."""
+    model = Classifier.load_from_checkpoint(run.log_dir / "checkpoints" / "last.ckpt").eval()
+    with torch.no_grad():
+        batches = [(model(x), y) for x, y in run.cli.datamodule.val_dataloader()]
+    return torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+
+
+def test_confusion_matrix_each_validation_epoch(runs: dict[str, Run]) -> None:
+    run = runs["fit"]
+    figures = next(c for c in run.cli.trainer.callbacks if isinstance(c, ValidationFigures))
+    images = run.events.Images("val/confusion_matrix")
+    val_steps = run.scalars("val/loss")[0]
+    assert [image.step for image in images] == val_steps  # none from the sanity check
+    for image in images:
+        assert decode_png(image.encoded_image_string).size == (figures.image_size, figures.image_size)
+
+    texts = run.texts("val/confusion_counts")
+    assert [step for step, _ in texts] == val_steps
+    val_size = len(run.cli.datamodule.split_rows["val"])
+    assert all(parse_counts(text).sum() == val_size for _, text in texts)
+    # the last epoch's counts are those of the weights that ended the fit (last.ckpt)
+    logits, targets = last_epoch_val_logits(run)
+    expected = confusion_matrix(targets, logits.argmax(-1), labels=range(10))
+    np.testing.assert_array_equal(parse_counts(texts[-1][1]), expected)
+
+
+def test_predicted_vs_true_for_regression(runs: dict[str, Run]) -> None:
+    run = runs["diabetes"]
+    images = run.events.Images("val/predicted_vs_true")
+    assert [image.step for image in images] == run.scalars("val/loss")[0]
+    assert len(images) == 2
+    size = ValidationFigures().image_size  # diabetes.yaml keeps the default
+    assert all(decode_png(i.encoded_image_string).size == (size, size) for i in images)
+    assert "val/confusion_matrix" not in run.events.Tags()["images"]
+    assert "val/predicted_vs_true" not in runs["fit"].events.Tags()["images"]
+
+
+# -- HParams, layout, text, histograms, graph ----------------------------------------------------------
+
+
+def session_status(run: Run) -> int:
+    data = plugin_data_pb2.HParamsPluginData.FromString(run.plugin_content("_hparams_/session_end_info"))
+    return data.session_end_info.status
+
+
+def session_hparams(run: Run) -> dict[str, object]:
+    data = plugin_data_pb2.HParamsPluginData.FromString(run.plugin_content("_hparams_/session_start_info"))
+    values = data.session_start_info.hparams
+    return {name: getattr(value, value.WhichOneof("kind")) for name, value in values.items()}
+
+
+def test_hparams_hold_the_resolved_config_beside_real_metrics(runs: dict[str, Run]) -> None:
+    run = runs["fit"]
+    hparams = session_hparams(run)
+    assert hparams["model"] == "src.models.Classifier"
+    assert hparams["model.optimizer"] == "torch.optim.AdamW"
+    assert hparams["model.optimizer.lr"] == pytest.approx(0.002)
+    assert hparams["model.scheduler.T_max"] == EPOCHS
+    assert hparams["model.hidden_sizes"] == "[256, 128]"
+    assert hparams["data.batch_size"] == BATCH_SIZE
+    assert hparams["trainer.max_epochs"] == EPOCHS
+    assert hparams["trainer.gradient_clip_val"] == pytest.approx(CLIP)
+    assert hparams["seed_everything"] == 42
+    assert session_status(run) == api_pb2.STATUS_SUCCESS
+    # no experiment summary (TensorBoard merges all runs' columns) and no placeholder metric
+    tensors = run.events.Tags()["tensors"]
+    assert "_hparams_/experiment" not in tensors
+    assert "hp_metric" not in run.events.Tags()["scalars"]
+    # the table's metric columns are the run's last scalars: the final val metrics (those of last.ckpt)
+    # and the test metrics of the test after fit
+    logits, targets = last_epoch_val_logits(run)
+    assert run.scalars("val/loss")[1][-1] == pytest.approx(F.cross_entropy(logits, targets).item(), rel=1e-5)
+    assert run.scalars("val/acc")[1][-1] == pytest.approx(
+        (logits.argmax(-1) == targets).float().mean().item()
+    )
+    metrics = run.cli.trainer.callback_metrics
+    for tag in ("test/loss", "test/acc", "test/f1"):
+        assert run.scalars(tag)[1] == [pytest.approx(metrics[tag].item())]
+
+
+def test_a_separate_test_run_carries_its_hparams_and_test_metrics(runs: dict[str, Run]) -> None:
+    fit, test = runs["fit"], runs["test"]
+    assert test.log_dir != fit.log_dir
+    hparams = session_hparams(test)
+    assert hparams["model.optimizer.lr"] == pytest.approx(0.002)
+    assert hparams["model.hidden_sizes"] == "[256, 128]"
+    # the same best checkpoint on the same split: the same test metrics as the test after fit
+    for tag in ("test/loss", "test/acc", "test/f1"):
+        assert test.scalars(tag)[1] == pytest.approx(fit.scalars(tag)[1])
+    assert "train/loss" not in test.events.Tags()["scalars"]
+    assert session_status(test) == api_pb2.STATUS_SUCCESS
+
+
+class Crashes(Classifier):
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        if batch_idx == 1:
+            raise RuntimeError("boom")
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_run_that_raises_is_marked_failed(tmp_path: Path) -> None:
+    data = TabularDataModule(source="spiral", num_samples=300, batch_size=64)
+    logger = TensorBoardLogger(tmp_path, name="crash", default_hp_metric=False)
+    trainer = L.Trainer(
+        max_epochs=1,
+        logger=logger,
+        callbacks=[Dashboard()],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.fit(Crashes(in_features=2, out_features=3, hidden_sizes=[8]), datamodule=data)
+    run = Run(None, Path(logger.log_dir), read_events(Path(logger.log_dir)))  # type: ignore[arg-type]
+    assert session_status(run) == api_pb2.STATUS_FAILURE
+
+
+def test_layout_puts_train_and_val_on_one_chart_and_every_chart_has_data(runs: dict[str, Run]) -> None:
+    run = runs["fit"]
+    content = tensor_util.make_ndarray(run.events.Tensors("custom_scalars__config__")[0].tensor_proto).item()
+    layout = layout_pb2.Layout.FromString(content)
+    charts = {chart.title: list(chart.multiline.tag) for cat in layout.category for chart in cat.chart}
+    assert charts["loss"] == ["^train/loss$", "^val/loss$"]
+    assert charts["acc"] == ["^train/acc$", "^val/acc$"]
+    assert charts["f1"] == ["^train/f1$", "^val/f1$"]
+    scalars = run.events.Tags()["scalars"]
+    for title, regexes in charts.items():
+        for regex in regexes:
+            assert any(re.match(regex, tag) for tag in scalars), f"chart {title!r}: nothing matches {regex}"
+
+
+def test_config_and_environment_are_written_as_text(runs: dict[str, Run]) -> None:
+    run = runs["fit"]
+    [(_, config)] = run.texts("run/config")
+    assert (run.log_dir / "config.yaml").read_text().strip() in config
+    [(_, environment)] = run.texts("run/environment")
+    assert f"| torch | {torch.__version__} |" in environment
+    assert f"| lightning | {L.__version__} |" in environment
+    assert "| device | cpu |" in environment
+    git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
+    if git.returncode == 0:
+        assert git.stdout.strip() in environment
+
+
+def test_histograms_and_graph_when_asked_for(runs: dict[str, Run]) -> None:
+    run = runs["fit"]
+    tags = run.events.Tags()
+    params = dict(run.cli.model.named_parameters())
+    assert set(tags["histograms"]) == {f"{kind}/{name}" for kind in ("weights", "grads") for name in params}
+    # epochs 0 and 2: the first optimizer step of each
+    for name, param in params.items():
+        histograms = run.events.Histograms(f"weights/{name}")
+        assert [h.step for h in histograms] == [0, 2 * BATCHES]
+        assert all(h.histogram_value.num == param.numel() for h in histograms)
+    graph = run.events.Graph()
+    assert any("Linear" in node.name or "addmm" in node.op for node in graph.node)
+    # the shipped defaults leave both off
+    assert not runs["diabetes"].events.Tags()["histograms"]
+    assert not runs["diabetes"].events.Tags()["graph"]
+
+
+# -- configuration --------------------------------------------------------------------------------------
+
+
+def test_shipped_callback_lists_agree() -> None:
+    """A callbacks list replaces the defaults' whole: every config that has one carries the dashboard."""
+    lists = {
+        path.name: [c["class_path"] for c in config["trainer"]["callbacks"]]
+        for path in CONFIGS.rglob("*.yaml")
+        if (config := yaml.safe_load(path.read_text())) and "callbacks" in config.get("trainer", {})
+    }
+    assert "defaults.yaml" in lists
+    for name, class_paths in lists.items():
+        assert class_paths == lists["defaults.yaml"], name
+    assert {"src.callbacks.Dashboard", "src.callbacks.ValidationFigures"} <= set(lists["defaults.yaml"])
+
+
+@pytest.mark.parametrize(
+    ("build", "words"),
+    [
+        (lambda: Dashboard(histogram_every_n_epochs=-1), "histogram_every_n_epochs=-1"),
+        (lambda: ValidationFigures(every_n_epochs=0), "every_n_epochs=0"),
+        (lambda: ValidationFigures(image_size=0), "image_size=0"),
+    ],
+)
+def test_bad_options_are_refused(build, words: str) -> None:
+    with pytest.raises(UserInputError, match=re.escape(words)):
+        build()
+
+
+def test_regressor_run_logs_its_metrics_under_the_scheme(runs: dict[str, Run]) -> None:
+    tags = set(runs["diabetes"].events.Tags()["scalars"])
+    assert {f"{s}/{m}" for s in ("train", "val") for m in ("loss", "mae", "rmse", "r2")} <= tags
+    assert "train/lr-AdamW" in tags
+    assert isinstance(runs["diabetes"].cli.model, Regressor)

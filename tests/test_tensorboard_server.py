@@ -1,0 +1,159 @@
+"""The real TensorBoard server, on loopback, serving a finished run: what `make tensorboard` opens."""
+
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from src.cli import main
+from tests.conftest import CONFIGS, QUIET, ROOT
+
+HOST = "127.0.0.1"
+REQUEST_TIMEOUT_S = 5
+STARTUP_POLLS, POLL_INTERVAL_S = 120, 0.5  # at most a minute until the run shows up
+STOP_TIMEOUT_S = 15
+STATUSES = ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"]
+# no proxy, whatever the environment says: every request stays on this machine
+OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def request(port: int, path: str, body: dict | None = None) -> object:
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    req = urllib.request.Request(f"http://{HOST}:{port}{path}", data=data, headers=headers)
+    with OPENER.open(req, timeout=REQUEST_TIMEOUT_S) as response:
+        return json.load(response)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dict[str, float]]:
+    """A two-epoch digits fit with its test: the logs folder, the run's name and its final metrics."""
+    tmp = tmp_path_factory.mktemp("served")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp)
+        patch.setattr(sys, "argv", ["src.cli"])
+        run = main(
+            [
+                "fit",
+                "--config", str(CONFIGS / "digits.yaml"),
+                "--trainer.max_epochs=2",
+                "--trainer.limit_train_batches=3",
+                "--trainer.log_every_n_steps=2",
+                "--test_after_fit=true",
+                *QUIET,
+            ]
+        )  # fmt: skip
+    metrics = {tag: value.item() for tag, value in run.trainer.callback_metrics.items()}
+    log_dir = tmp / run.trainer.log_dir
+    return tmp / "logs", log_dir.relative_to(tmp / "logs").as_posix(), metrics
+
+
+@pytest.fixture
+def server(finished_run: tuple[Path, str, dict[str, float]], tmp_path: Path):
+    """`tensorboard --logdir logs --host 127.0.0.1` as the Makefile runs it, on a free port."""
+    logs, run_name, _ = finished_run
+    port = free_port()
+    output = tmp_path / "tensorboard.log"
+    with output.open("w") as sink:
+        process = subprocess.Popen(
+            [
+                Path(sys.executable).parent / "tensorboard",
+                "--logdir",
+                logs,
+                "--host",
+                HOST,
+                "--port",
+                str(port),
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        for _ in range(STARTUP_POLLS):
+            assert process.poll() is None, f"tensorboard exited early:\n{output.read_text()}"
+            try:
+                if run_name in request(port, "/data/runs"):  # type: ignore[operator]
+                    break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass  # not listening yet
+            time.sleep(POLL_INTERVAL_S)
+        else:
+            pytest.fail(f"tensorboard did not list {run_name} in time:\n{output.read_text()}")
+        yield port, process
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait(timeout=STOP_TIMEOUT_S)
+                pytest.fail(f"tensorboard (pid {process.pid}) ignored SIGTERM for {STOP_TIMEOUT_S} s")
+
+
+def test_make_tensorboard_serves_logs_on_loopback_as_launched_here() -> None:
+    recipe = (ROOT / "Makefile").read_text().split("\ntensorboard:", 1)[1].split("\n\n", 1)[0]
+    assert "tensorboard --logdir logs --host 127.0.0.1 --port $(PORT)" in recipe
+    assert "http://127.0.0.1:$(PORT)/" in recipe  # the URL it prints
+
+
+def test_server_shows_the_run_its_scalars_layout_and_hparams(server, finished_run) -> None:
+    port, process = server
+    _, run_name, metrics = finished_run
+
+    tags = request(port, "/data/plugin/scalars/tags")[run_name]  # type: ignore[index]
+    expected = {
+        "train/loss",
+        "val/loss",
+        "test/acc",
+        "train/lr-AdamW",
+        "train/grad_norm",
+        "val/generalization_gap",
+    }
+    assert expected <= set(tags)
+    images = request(port, "/data/plugin/images/tags")[run_name]  # type: ignore[index]
+    assert "val/confusion_matrix" in images
+    layout = request(port, "/data/plugin/custom_scalars/layout")
+    charts = {chart["title"]: chart for cat in layout["category"] for chart in cat["chart"]}  # type: ignore[index]
+    assert charts["loss"]["multiline"]["tag"] == ["^train/loss$", "^val/loss$"]
+
+    # the HParams table: this run's hyperparameters beside its real final metrics
+    groups = request(
+        port,
+        "/data/plugin/hparams/session_groups",
+        {
+            "experimentName": "",
+            "startIndex": 0,
+            "sliceSize": 10,
+            "includeMetrics": True,
+            "allowedStatuses": STATUSES,
+        },
+    )["sessionGroups"]  # type: ignore[index]
+    [group] = [g for g in groups if any(s["name"] == run_name for s in g["sessions"])]
+    assert [s["status"] for s in group["sessions"]] == ["STATUS_SUCCESS"]
+    assert group["hparams"]["model.optimizer.lr"] == pytest.approx(0.002)
+    assert group["hparams"]["trainer.max_epochs"] == 2
+    values = {m["name"]["tag"]: m["value"] for m in group["metricValues"]}
+    for tag in ("test/loss", "test/acc", "test/f1"):
+        assert values[tag] == pytest.approx(metrics[tag])
+    assert math.isfinite(values["val/loss"])
+    assert "hp_metric" not in values
+
+    # stopped by its pid, within a bounded time
+    os.kill(process.pid, signal.SIGTERM)
+    assert process.wait(timeout=STOP_TIMEOUT_S) is not None
