@@ -17,7 +17,7 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
-from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, ReduceLROnPlateau, StepLR
+from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, OneCycleLR, ReduceLROnPlateau, StepLR
 
 from src.data import TabularDataModule
 from src.loop import FitResult, fit
@@ -184,4 +184,20 @@ def test_parity_notices_a_small_difference() -> None:
     raw = run_raw(Case(accumulate=3, clip_val=0.5, scheduler=warmup, interval="step"), initial_model(case))
     trainer, module = run_trainer(case, initial_model(case), manual=False)
     with pytest.raises(AssertionError):
+        assert_same_training(raw, trainer, module)
+
+
+def test_a_schedule_over_the_whole_run_gets_the_optimizer_step_count_in_both_modules() -> None:
+    """OneCycleLR without total_steps: the task fills in optimizer steps (k=3: 3 per epoch), not batches.
+
+    Under manual optimization the Trainer's own count is of batches, so the manual module counts its
+    groups itself; both must match the raw loop given the true count by hand.
+    """
+    filled_in = partial(OneCycleLR, max_lr=0.05, total_steps=None, epochs=None)  # what the CLI builds
+    by_hand = partial(OneCycleLR, max_lr=0.05, total_steps=EPOCHS * -(-BATCHES_PER_EPOCH // 3))
+    model = initial_model(Case())
+    raw = run_raw(Case(accumulate=3, scheduler=by_hand, interval="step"), model)
+    for manual in (False, True):
+        trainer, module = run_trainer(Case(accumulate=3, scheduler=filled_in, interval="step"), model, manual)
+        assert trainer.lr_scheduler_configs[0].scheduler.total_steps == trainer.global_step == raw.steps == 6
         assert_same_training(raw, trainer, module)

@@ -1,5 +1,6 @@
 """The base task: one net, one shared step for train/val/test, injected optimizer and scheduler."""
 
+import functools
 from typing import Any, Literal
 
 import lightning as L
@@ -10,10 +11,13 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from torchmetrics import MeanMetric, MetricCollection
 from typing_extensions import override
 
+from src.errors import UserInputError
 from src.nets import MLP
+from src.nets.mlp import Activation
 
 Stage = Literal["train", "val", "test"]
 STAGES: tuple[Stage, ...] = ("train", "val", "test")
+DEFAULT_OPTIMIZER = functools.partial(torch.optim.AdamW, lr=1e-3)
 
 
 class BaseTask(L.LightningModule):
@@ -27,6 +31,8 @@ class BaseTask(L.LightningModule):
         dropout: Dropout after each hidden activation.
         batch_norm: BatchNorm after each hidden linear layer.
         optimizer: Builds the optimizer from the parameters; chosen in YAML (``class_path`` + ``init_args``).
+            ``None`` means ``AdamW(lr=1e-3)``. (No class default here on purpose: the parser would carry a
+            default class's ``init_args``, say AdamW's ``weight_decay``, over to the class a config names.)
         scheduler: Builds the LR scheduler from the optimizer; ``None`` keeps the LR constant.
         scheduler_interval: ``epoch`` or ``step``: when Lightning steps the scheduler. Per-step schedules
             (warmup, OneCycleLR) need ``step``; epoch schedules stepped per batch decay far too fast.
@@ -40,10 +46,10 @@ class BaseTask(L.LightningModule):
         in_features: int,
         out_features: int,
         hidden_sizes: list[int] | None = None,
-        activation: str = "relu",
+        activation: Activation = "relu",
         dropout: float = 0.0,
         batch_norm: bool = False,
-        optimizer: OptimizerCallable = torch.optim.AdamW,
+        optimizer: OptimizerCallable | None = None,
         scheduler: LRSchedulerCallable | None = None,
         scheduler_interval: Literal["epoch", "step"] = "epoch",
         scheduler_monitor: str = "val/loss",
@@ -54,6 +60,8 @@ class BaseTask(L.LightningModule):
         # primitives only, so checkpoints load with torch.load(weights_only=True); the optimizer and
         # scheduler are rebuilt from the config, which the CLI saves beside the checkpoints
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
+        if not 0.0 <= dropout < 1.0:
+            raise UserInputError(f"model.init_args.dropout={dropout} must lie in [0, 1).")
         self.check_shapes()
         self.optimizer = optimizer
         self.scheduler = scheduler
@@ -178,7 +186,7 @@ class BaseTask(L.LightningModule):
     def configure_optimizers(self) -> Any:
         # called by the Trainer after the model reached its device and dtype, so the optimizer holds
         # the parameters that will really be trained
-        optimizer = self.optimizer(self.parameters())
+        optimizer = (self.optimizer or DEFAULT_OPTIMIZER)(self.parameters())
         if self.scheduler is None:
             return optimizer
         scheduler = self._call_scheduler(optimizer)
@@ -187,6 +195,10 @@ class BaseTask(L.LightningModule):
             config["monitor"] = self.hparams.scheduler_monitor
         return {"optimizer": optimizer, "lr_scheduler": config}
 
+    def total_optimizer_steps(self) -> int:
+        """Optimizer steps in the whole run, for schedules that span it (the Trainer's estimate)."""
+        return int(self.trainer.estimated_stepping_batches)
+
     def _call_scheduler(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
         """Build the scheduler; one that needs the run's length (OneCycleLR) is given it here."""
         assert self.scheduler is not None
@@ -194,8 +206,9 @@ class BaseTask(L.LightningModule):
         keywords = getattr(self.scheduler, "keywords", {})
         if "total_steps" in keywords and keywords["total_steps"] is None and keywords.get("epochs") is None:
             if self.hparams.scheduler_interval != "step":
-                raise ValueError(
-                    "a scheduler that counts total_steps (OneCycleLR) needs model.scheduler_interval: step"
+                raise UserInputError(
+                    "a scheduler that counts total_steps (OneCycleLR, WarmupCosine) steps per optimizer "
+                    "step: set model.init_args.scheduler_interval: step."
                 )
-            return self.scheduler(optimizer, total_steps=int(self.trainer.estimated_stepping_batches))
+            return self.scheduler(optimizer, total_steps=self.total_optimizer_steps())
         return self.scheduler(optimizer)

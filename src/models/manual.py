@@ -6,6 +6,7 @@ loop in :mod:`src.loop` does (``tests/test_parity.py``); start from here when a 
 one optimizer call (GANs, several optimizers, a custom update).
 """
 
+import math
 from typing import Any, Literal
 
 import torch
@@ -61,17 +62,31 @@ class ManualClassifier(Classifier):
         # manual_backward applies what the precision plugin needs (loss scaling under 16-mixed)
         self.manual_backward(loss / k)
         if (batch_idx + 1) % k == 0 or last_of_epoch:
-            # after the group's last backward, before step: the base's hook logs train/grad_norm and
-            # train/grad_clipped, then calls self.clip_gradients(optimizer, value, algorithm)
-            self.configure_gradient_clipping(
-                optimizer, self.hparams.gradient_clip_val, self.hparams.gradient_clip_algorithm
-            )
+            # clipping happens inside step(), in on_before_optimizer_step below
             optimizer.step()
             self._step_scheduler("step")
         if last_of_epoch:
             # after the epoch's last optimizer step and before validation, where Lightning steps it
             self._step_scheduler("epoch")
         return loss.detach()
+
+    @override
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        # Lightning calls this inside optimizer.step(), after the group's last backward and after the
+        # precision plugin unscaled the gradients (16-mixed), before the update: where clipping belongs.
+        # The base's hook logs train/grad_norm and train/grad_clipped, then calls self.clip_gradients.
+        self.configure_gradient_clipping(
+            optimizer, self.hparams.gradient_clip_val, self.hparams.gradient_clip_algorithm
+        )
+
+    @override
+    def total_optimizer_steps(self) -> int:
+        # the Trainer's estimate counts batches here: its own accumulate_grad_batches is 1 under manual
+        # optimization, while this module steps once per group of k
+        super().total_optimizer_steps()  # makes the Trainer count the training batches
+        k = self.hparams.accumulate_grad_batches
+        steps = math.ceil(self.trainer.num_training_batches / k) * max(self.trainer.max_epochs or 1, 1)
+        return min(steps, self.trainer.max_steps) if self.trainer.max_steps != -1 else steps
 
     @override
     def configure_optimizers(self) -> Any:

@@ -34,8 +34,8 @@ class WarmupCosine(SequentialLR):
             raise ValueError("WarmupCosine needs total_steps; BaseTask fills it in from the Trainer.")
         if not 0 < warmup_steps < total_steps:
             raise UserInputError(
-                f"WarmupCosine warmup_steps={warmup_steps} must lie in (0, total_steps={total_steps}); "
-                "lower warmup_steps or train for more steps."
+                f"model.init_args.scheduler.init_args.warmup_steps={warmup_steps} must lie in (0, "
+                f"total_steps={total_steps}); lower it or train for more steps."
             )
         warmup = LinearLR(optimizer, start_factor=warmup_start_factor, total_iters=warmup_steps)
         cosine = CosineAnnealingLR(optimizer, T_max=total_steps - warmup_steps, eta_min=eta_min)

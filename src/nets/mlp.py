@@ -1,11 +1,13 @@
 """A multi-layer perceptron in plain PyTorch."""
 
 from collections.abc import Sequence
+from typing import Literal, get_args
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint_sequential
 
+Activation = Literal["relu", "gelu", "silu", "tanh", "leaky_relu"]
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "relu": nn.ReLU,
     "gelu": nn.GELU,
@@ -13,6 +15,7 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh,
     "leaky_relu": nn.LeakyReLU,
 }
+assert set(ACTIVATIONS) == set(get_args(Activation))
 
 
 class MLP(nn.Module):
@@ -35,7 +38,7 @@ class MLP(nn.Module):
         in_features: int,
         out_features: int,
         hidden_sizes: Sequence[int] = (128, 64),
-        activation: str = "relu",
+        activation: Activation = "relu",
         dropout: float = 0.0,
         batch_norm: bool = False,
         activation_checkpointing: bool = False,
