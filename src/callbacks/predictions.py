@@ -14,6 +14,7 @@ from typing_extensions import override
 class PredictionWriter(BasePredictionWriter):
     """Collects the ``predict_step`` dicts of one ``predict`` run into ``predictions.csv``.
 
+    The first column, ``row``, says which row of the data each prediction belongs to.
     A ``(B,)`` tensor becomes one column; a ``(B, K)`` tensor becomes columns ``name_0 .. name_{K-1}``.
     The file is written beside a temporary name and renamed, so a crash never leaves half a file.
 
@@ -43,8 +44,16 @@ class PredictionWriter(BasePredictionWriter):
     ) -> None:
         batches: list[dict[str, torch.Tensor]] = predictions
         columns: dict[str, Any] = {}
+        # batch_indices: per dataloader, per batch, the dataset positions; with the template's
+        # DataModule a position maps to the row of the source file (0-based, header not counted)
+        positions = [i for batch in (batch_indices[0] if batch_indices else []) for i in batch]
+        split_rows = getattr(trainer.datamodule, "split_rows", None)
+        if positions:
+            columns["row"] = split_rows["test"][positions] if split_rows is not None else positions
         for name in batches[0]:
-            values = torch.cat([b[name] for b in batches]).float().cpu().numpy()
+            tensor = torch.cat([b[name] for b in batches])
+            # class ids stay integers; bf16/fp16 outputs become float32, which numpy can hold
+            values = (tensor.float() if tensor.is_floating_point() else tensor).cpu().numpy()
             if values.ndim == 1:
                 columns[name] = values
             else:

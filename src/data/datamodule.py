@@ -118,10 +118,6 @@ class TabularDataModule(L.LightningDataModule):
         return sources.csv(hp.csv_path, hp.target_column, hp.task, hp.feature_columns, hp.num_classes)
 
     @property
-    def task(self) -> str:
-        return self.table.task
-
-    @property
     def in_features(self) -> int:
         """Feature count. Reading it loads and splits the data, so bad data fails before a run starts."""
         return int(self.split_table().features.shape[1])
@@ -134,7 +130,7 @@ class TabularDataModule(L.LightningDataModule):
 
     def split_table(self) -> sources.Table:
         """The table, after checking that it splits as configured."""
-        assert self.split_rows
+        self.split_rows  # noqa: B018  (computed and cached here; raises when the rows cannot be split)
         return self.table
 
     # -- splits ---------------------------------------------------------------------------------------

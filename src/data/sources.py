@@ -14,7 +14,6 @@ from sklearn import datasets
 from src.errors import UserInputError
 
 Task = Literal["classification", "regression"]
-SOURCES = ("digits", "diabetes", "spiral", "friedman", "csv")
 
 
 @dataclass(frozen=True)
