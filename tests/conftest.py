@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from src.cli import CLI, main
 
@@ -63,3 +64,15 @@ def write_csv(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+def plant_val_loss(run: CLI, script: list[float]) -> None:
+    """Make val/loss of epoch ``e`` exactly ``script[e]``; training keeps its real loss and gradients."""
+    real = run.model.loss
+
+    def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if run.model.training:
+            return real(output, target)
+        return torch.tensor(script[run.trainer.current_epoch])
+
+    run.model.loss = loss

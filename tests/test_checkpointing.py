@@ -11,7 +11,7 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from src.cli import CLI, main
-from tests.conftest import CONFIGS, QUIET
+from tests.conftest import CONFIGS, QUIET, plant_val_loss
 
 TRAINER = CONFIGS / "trainer"
 SPIRAL = [
@@ -22,18 +22,6 @@ SPIRAL = [
 
 def build(*args: str) -> CLI:
     return main([*SPIRAL, *args, *QUIET], run=False)
-
-
-def plant_val_loss(run: CLI, script: list[float]) -> None:
-    """Make val/loss of epoch ``e`` exactly ``script[e]``; training keeps its real loss and gradients."""
-    real = run.model.loss
-
-    def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        if run.model.training:
-            return real(output, target)
-        return torch.tensor(script[run.trainer.current_epoch])
-
-    run.model.loss = loss
 
 
 def weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -2,6 +2,7 @@
 sequence stepped by hand at the fragment's interval."""
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import lightning as L
@@ -20,7 +21,7 @@ from typing_extensions import override
 
 from src.cli import CLI, main
 from src.errors import UserInputError
-from tests.conftest import CONFIGS, QUIET
+from tests.conftest import CONFIGS, QUIET, plant_val_loss
 
 TRAINER = CONFIGS / "trainer"
 LR, EPOCHS, BATCHES = 0.01, 4, 3
@@ -121,19 +122,9 @@ def test_plateau_halves_the_rate_when_the_monitored_metric_stalls(workdir: Path)
     # a scripted val/loss per epoch: improves, stalls, improves; train/loss stays real
     script = [1.0, 0.5, 0.6, 0.6]
 
-    def scripted_val_loss(run: CLI) -> None:
-        real = run.model.loss
-
-        def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-            if run.model.training:
-                return real(output, target)
-            return torch.tensor(script[run.trainer.current_epoch])
-
-        run.model.loss = loss
-
     run, rates = fit_recording(
         "--config", str(TRAINER / "plateau.yaml"), "--model.init_args.scheduler.init_args.patience=0",
-        patch=scripted_val_loss,
+        patch=partial(plant_val_loss, script=script),
     )  # fmt: skip
     config = run.trainer.lr_scheduler_configs[0]
     assert (config.monitor, config.interval) == ("val/loss", "epoch")
