@@ -3,6 +3,7 @@
 from unittest import mock
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -50,34 +51,31 @@ def test_classification_splits_are_stratified() -> None:
 def test_scaling_statistics_come_from_the_training_split_only() -> None:
     dm = make(source="friedman", num_samples=400)
     train_rows = dm.split_rows["train"]
-    np.testing.assert_allclose(dm.scaler.mean_, dm.table.features[train_rows].mean(0), rtol=1e-5)
-    x_train = dm._splits["train"].tensors[0]
+    train_mean = dm.table.features.iloc[train_rows].to_numpy(np.float64).mean(0)
+    np.testing.assert_allclose([c.mean for c in dm.preprocessor.numeric], train_mean, rtol=1e-6)
+    x_train = dm.dataset("train").tensors[0]
     torch.testing.assert_close(x_train.mean(0), torch.zeros(10), atol=1e-5, rtol=0)
 
-    # perturb every val/test row wildly: the scaler and the training tensors must not move
-    perturbed = make(source="friedman", num_samples=400)
+    # perturb every val/test row wildly: the fitted numbers and the training tensors must not move
+    perturbed = TabularDataModule(source="friedman", num_samples=400)
     features = perturbed.table.features.copy()
     held_out = np.concatenate([perturbed.split_rows["val"], perturbed.split_rows["test"]])
-    features[held_out] = features[held_out] * 100 + 50
+    features.iloc[held_out] = features.iloc[held_out] * 100 + 50
     object.__setattr__(perturbed.table, "features", features)
-    del perturbed.scaler  # refit on the perturbed table
-    perturbed._splits = None
-    perturbed.setup("fit")
-    np.testing.assert_allclose(perturbed.scaler.mean_, dm.scaler.mean_)
-    np.testing.assert_allclose(perturbed.scaler.scale_, dm.scaler.scale_)
-    torch.testing.assert_close(perturbed._splits["train"].tensors[0], x_train)
-    assert not torch.allclose(perturbed._splits["test"].tensors[0], dm._splits["test"].tensors[0])
+    assert perturbed.preprocessor == dm.preprocessor
+    torch.testing.assert_close(perturbed.dataset("train").tensors[0], x_train)
+    assert not torch.allclose(perturbed.dataset("test").tensors[0], dm.dataset("test").tensors[0])
 
 
 def test_class_weights_and_target_stats_come_from_the_training_split() -> None:
     dm = make(source="digits")
-    y_train = dm.table.target[dm.split_rows["train"]]
+    y_train = dm.table.target.to_numpy()[dm.split_rows["train"]]
     counts = np.bincount(y_train, minlength=10)
     torch.testing.assert_close(
         dm.class_weights(), torch.tensor(len(y_train) / (10 * counts), dtype=torch.float32)
     )
     reg = make(source="diabetes")
-    y = reg.table.target[reg.split_rows["train"]].astype(np.float64)
+    y = reg.table.target.to_numpy(np.float64)[reg.split_rows["train"]]
     assert reg.target_stats() == pytest.approx((y.mean(), y.std()))
 
 
@@ -107,7 +105,7 @@ def test_training_shuffle_is_seeded_and_fresh_each_epoch() -> None:
     first, second = (torch.cat([x[:, 0] for x, _ in loader]) for _ in range(2))
     assert not torch.equal(first, second)
     val = torch.cat([x for x, _ in dm.val_dataloader()])
-    torch.testing.assert_close(val, dm._splits["val"].tensors[0])
+    torch.testing.assert_close(val, dm.dataset("val").tensors[0])
 
 
 def test_loader_options() -> None:
@@ -131,7 +129,7 @@ def test_shapes_for_the_model() -> None:
 
 def test_synthetic_sources_are_seeded_and_sized() -> None:
     a, b = sources.spiral(300, 0.2, seed=1), sources.spiral(300, 0.2, seed=1)
-    np.testing.assert_array_equal(a.features, b.features)
+    pd.testing.assert_frame_equal(a.features, b.features)
     assert a.features.shape == (300, 2)
     assert set(np.unique(a.target)) == {0, 1, 2}
     f = sources.friedman(500, 1.0, seed=0)
@@ -141,10 +139,10 @@ def test_synthetic_sources_are_seeded_and_sized() -> None:
 
 def test_csv_source_reads_features_and_target(write_csv) -> None:
     path = write_csv({"a": [1.0, 2.0, 3.0], "b": [0.5, 0.1, 0.2], "label": [0, 2, 1]})
-    table = sources.csv(path, "label", "classification")
-    np.testing.assert_array_equal(table.features, np.array([[1, 0.5], [2, 0.1], [3, 0.2]], np.float32))
+    location = sources.file_location(path, "csv")
+    table = sources.select(sources.read_file(path, "csv"), "label", "classification", location)
+    np.testing.assert_array_equal(table.features.to_numpy(), [[1, 0.5], [2, 0.1], [3, 0.2]])
     np.testing.assert_array_equal(table.target, [0, 2, 1])
-    assert table.num_classes == 3
-    only_a = sources.csv(path, "label", "regression", feature_columns=["a"])
-    assert only_a.features.shape == (3, 1)
-    assert only_a.num_classes is None
+    only_a = sources.select(sources.read_file(path, "csv"), "label", "regression", location, ["a"])
+    assert list(only_a.features.columns) == ["a"]
+    assert only_a.target.dtype == np.float32

@@ -18,11 +18,13 @@ def fails(cli, capsys, *args: str) -> str:
 
 
 def csv_args(path: Path | str, target: str = "label", task: str = "classification") -> list[str]:
+    # digits.yaml names its bundled source; a file's source is its format, or left to the suffix
+    source = {".csv": "csv", ".parquet": "parquet"}.get(Path(path).suffix, "null")
     return [
         "--config",
         str(CONFIGS / "digits.yaml"),
-        "--data.source=csv",
-        f"--data.csv_path={path}",
+        f"--data.source={source}",
+        f"--data.path={path}",
         f"--data.target_column={target}",
         f"--data.task={task}",
     ]
@@ -32,13 +34,13 @@ def csv_args(path: Path | str, target: str = "label", task: str = "classificatio
 def nothing_written(workdir: Path):
     """Whatever fails must leave no run folder, checkpoint or half-written file behind."""
     yield
-    assert [p.name for p in workdir.rglob("*") if p.suffix != ".csv"] == []
+    assert [p.name for p in workdir.rglob("*") if p.suffix not in (".csv", ".parquet")] == []
 
 
 def test_missing_csv_file(cli, capsys, nothing_written) -> None:
     line = fails(cli, capsys, *csv_args("nowhere/data.csv"))
     assert "'nowhere/data.csv' does not exist" in line
-    assert "data.csv_path" in line
+    assert "data.path" in line
 
 
 def test_missing_target_column(cli, capsys, write_csv, nothing_written) -> None:
@@ -49,37 +51,88 @@ def test_missing_target_column(cli, capsys, write_csv, nothing_written) -> None:
     assert "['a', 'b']" in line
 
 
-def test_non_numeric_cell(cli, capsys, write_csv, nothing_written) -> None:
-    path = write_csv({"a": [1, 2, 3], "b": ["0.5", "oops", "1"], "label": [0, 1, 0]})
+def test_text_in_a_column_named_numeric(cli, capsys, write_csv, nothing_written) -> None:
+    path = write_csv({"a": [1, 2, 3] * 5, "b": ["0.5", "oops", "1"] * 5, "label": [0, 1, 0] * 5})
+    line = fails(cli, capsys, *csv_args(path), "--data.numeric_columns=[b]")
+    assert "column 'b', line 3 holds 'oops', which is not a number" in line
+    assert "data.na_values" in line
+
+
+def test_value_too_large_for_float32(cli, capsys, write_csv, nothing_written) -> None:
+    path = write_csv({"a": [1.0, 1e39, 3.0, 4.0] * 5, "label": [0, 1] * 10})
     line = fails(cli, capsys, *csv_args(path))
-    assert "column 'b', line 3" in line
-    assert "'oops'" in line
+    assert "column 'a', line 3 holds 1e+39, which is infinite or too large for float32" in line
 
 
-def test_empty_cell(cli, capsys, write_csv, nothing_written) -> None:
-    path = write_csv({"a": [1.0, None, 3.0], "label": [0, 1, 0]})
+def test_non_numeric_regression_target(cli, capsys, write_csv, nothing_written) -> None:
+    path = write_csv({"a": [1.0, 2.0, 3.0] * 5, "y": ["1.5", "much", "2"] * 5})
+    args = csv_args(path, "y", "regression")
+    args[1] = str(CONFIGS / "diabetes.yaml")
+    line = fails(cli, capsys, *args)
+    assert "column 'y', line 3 holds 'much', which is not a number" in line
+
+
+def test_target_among_the_features(cli, capsys, write_csv, nothing_written) -> None:
+    path = write_csv({"a": [1.0, 2.0, 3.0, 4.0] * 5, "label": [0, 1] * 10})
+    line = fails(cli, capsys, *csv_args(path), "--data.feature_columns=[a, label]")
+    assert "data.feature_columns lists the target 'label'" in line
+
+
+def test_a_copy_of_the_target_under_another_name(cli, capsys, write_csv, nothing_written) -> None:
+    labels = ["cat", "dog", "cat", "bird"] * 5
+    path = write_csv(
+        {"a": range(20), "copy": [{"cat": 7, "dog": 3, "bird": 1}[v] for v in labels], "label": labels}
+    )
     line = fails(cli, capsys, *csv_args(path))
-    assert "column 'a', line 3 holds an empty cell" in line
+    assert "column 'copy' is a copy of the target 'label'" in line
+    assert "data.drop_columns" in line
 
 
-def test_label_outside_the_classes(cli, capsys, write_csv, nothing_written) -> None:
-    path = write_csv({"a": [1.0, 2.0, 3.0], "label": [0, -1, 1]})
-    line = fails(cli, capsys, *csv_args(path))
-    assert "column 'label', line 3 holds the label -1" in line
-    path = write_csv({"a": [1.0, 2.0, 3.0], "label": [0, 5, 1]}, name="five.csv")
-    line = fails(cli, capsys, *csv_args(path), "--data.num_classes=3")
-    assert "label 5, outside the class ids 0..2" in line
-
-
-def test_fractional_label(cli, capsys, write_csv, nothing_written) -> None:
-    path = write_csv({"a": [1.0, 2.0, 3.0], "label": [0, 1.5, 1]})
-    assert "the label 1.5" in fails(cli, capsys, *csv_args(path))
+def test_every_target_cell_empty(cli, capsys, write_csv, nothing_written) -> None:
+    path = write_csv({"a": [1.0, 2.0, 3.0], "label": [None, None, None]})
+    assert "every cell of the target column 'label' is empty" in fails(cli, capsys, *csv_args(path))
 
 
 def test_header_without_rows(cli, capsys, tmp_path: Path, nothing_written) -> None:
     path = tmp_path / "empty.csv"
     path.write_text("a,label\n")
-    assert "has a header but no rows" in fails(cli, capsys, *csv_args(path))
+    assert "has no data rows" in fails(cli, capsys, *csv_args(path))
+
+
+def test_file_that_is_not_a_table(cli, capsys, tmp_path: Path, nothing_written) -> None:
+    path = tmp_path / "broken.parquet"
+    path.write_bytes(b"not parquet at all")
+    line = fails(cli, capsys, *csv_args(path))
+    assert f"Parquet file '{path}' could not be read" in line
+
+
+def test_unknown_file_suffix(cli, capsys, tmp_path: Path, nothing_written) -> None:
+    line = fails(cli, capsys, *csv_args(tmp_path / "data.xlsx"))
+    assert "has the suffix '.xlsx'; name a .csv or .parquet file" in line
+
+
+def test_a_path_with_a_bundled_source(cli, capsys, write_csv, nothing_written) -> None:
+    path = write_csv({"a": [1.0, 2.0], "label": [0, 1]})
+    line = fails(cli, capsys, "--config", "digits.yaml", f"--data.path={path}")
+    assert f"data.path={str(path)!r} is set, but data.source='digits' reads bundled data" in line
+
+
+def test_unknown_column_names(cli, capsys, write_csv, nothing_written) -> None:
+    path = write_csv({"a": [1.0, 2.0], "label": [0, 1]})
+    line = fails(cli, capsys, *csv_args(path), "--data.drop_columns=[b]")
+    assert "has no column(s) ['b']; fix data.drop_columns" in line
+
+
+def test_a_column_both_numeric_and_categorical(cli, capsys, nothing_written) -> None:
+    line = fails(
+        cli,
+        capsys,
+        "--config",
+        "digits.yaml",
+        "--data.numeric_columns=[a]",
+        "--data.categorical_columns=[a, b]",
+    )
+    assert "both name ['a']" in line
 
 
 @pytest.mark.parametrize(("val", "test"), [(0.5, 0.5), (0.0, 0.2), (0.1, 1.2), (-0.1, 0.3)])
@@ -93,12 +146,12 @@ def test_split_fractions_that_do_not_fit(cli, capsys, val: float, test: float, n
 def test_too_few_rows_to_split(cli, capsys, write_csv, nothing_written) -> None:
     path = write_csv({"a": [1.0, 2.0, 3.0, 4.0], "label": [0, 1, 0, 1]})
     line = fails(cli, capsys, *csv_args(path))
-    assert "The 4 rows of source 'csv' cannot be split" in line
+    assert f"The 4 rows of CSV file '{path}' cannot be split" in line
 
 
 def test_csv_needs_its_arguments(cli, capsys, nothing_written) -> None:
     line = fails(cli, capsys, "--config", "digits.yaml", "--data.source=csv")
-    assert "needs data.csv_path, data.target_column and data.task" in line
+    assert "needs data.path, data.target_column and data.task" in line
 
 
 def test_model_and_data_task_mismatch(cli, capsys, nothing_written) -> None:

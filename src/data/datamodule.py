@@ -1,21 +1,26 @@
-"""The DataModule: source → seeded split → scaling fitted on train only → in-memory tensors → loaders."""
+"""The DataModule: source → seeded split → preprocessing fitted on train only → tensors → loaders."""
 
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal, get_args
 
 import lightning as L
 import numpy as np
+import pandas as pd
 import torch
 from lightning.pytorch.accelerators import CUDAAccelerator
+from sklearn.compose import ColumnTransformer
 from sklearn.model_selection import train_test_split
-from sklearn.preprocessing import StandardScaler
 from sklearn.utils.class_weight import compute_class_weight
 from torch.utils.data import DataLoader, Dataset
 
+from src.checkpoints import load_checkpoint
 from src.data import sources
+from src.data.preprocessing import Label, Options, Preprocessor, fit_preprocessor, infer_kinds, label_values
 from src.errors import UserInputError
 
-Stage = Literal["train", "val", "test"]
+Stage = Literal["train", "val", "test", "predict"]
+Source = Literal["digits", "diabetes", "spiral", "friedman", "penguins", "csv", "parquet"]
+BUNDLED = ("digits", "diabetes", "spiral", "friedman", "penguins")
 _DEFAULT_NOISE = {"spiral": 0.2, "friedman": 1.0}
 
 
@@ -48,22 +53,42 @@ def keep_batch(batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
 
 
 class TabularDataModule(L.LightningDataModule):
-    """Rows of numeric features with a class id or a value to predict.
+    """Rows of a table with a class or a value to predict: bundled data, synthetic data, or your file.
+
+    Columns come as they are: numbers, text, booleans, empty cells. Which columns are numeric and which
+    categorical is read from the data and can be overridden; everything learnt from the data (fill
+    values, scaling, category lists, label names) is fitted on the training split only and saved in
+    every checkpoint, so a checkpoint alone predicts on new rows as the run did.
 
     Args:
-        source: ``digits`` and ``diabetes`` (real data bundled with scikit-learn), ``spiral`` and
-            ``friedman`` (synthetic, any size), or ``csv`` (your file; see the ``csv_*`` arguments).
-        csv_path: The CSV file, when ``source`` is ``csv``.
-        target_column: The column to predict, when ``source`` is ``csv``.
-        task: ``classification`` or ``regression``, when ``source`` is ``csv``.
-        feature_columns: The CSV columns to use as features; all but the target when left out.
-        num_classes: Class count of a CSV classification file; largest label plus one when left out.
+        source: ``digits``, ``diabetes`` (real data bundled with scikit-learn), ``penguins`` (a real,
+            messy table bundled with palmerpenguins), ``spiral``, ``friedman`` (synthetic, any size),
+            ``csv`` or ``parquet`` (your file, ``path``). Left out: the format of ``path`` by its suffix
+            when ``path`` is set, else ``digits``.
+        path: Your CSV or Parquet file.
+        target_column: The column to predict (your file).
+        task: ``classification`` or ``regression`` (your file).
+        feature_columns: The columns to read as features; all but the target when left out.
+        drop_columns: Columns to leave out (IDs, free-text notes, anything known only after the fact).
+        categorical_columns: Columns to one-hot encode even if they hold numbers (say, codes 1, 2, 3).
+        numeric_columns: Columns to read as numbers; a cell that is not one is then an error.
+        na_values: Further texts that mean "missing" in your file (empty cells and ``NA``, ``NaN``,
+            ``null`` already do), say ``["?", "-"]``.
+        impute_strategy: What fills a missing numeric cell: the training ``median`` or ``mean``.
+        missing_indicator: Add a 0/1 column per numeric column that had missing cells in training.
+        max_categories: One-hot columns per categorical column at most: its ``max_categories - 1`` most
+            frequent training values, and one column for the rest and for values never seen in training.
+        min_category_frequency: Training values rarer than this share the "rest" column.
+        predict_path: A CSV or Parquet file to predict (``predict``): every row, in order; a target
+            column in it is ignored. Left out, ``predict`` uses the validation split (never the test split).
+        preprocessing_from: A checkpoint whose fitted preprocessing to use instead of fitting one;
+            the CLI sets it to ``--ckpt_path``.
         num_samples: Row count of a synthetic source.
         noise: Noise of a synthetic source (spiral: angle jitter; friedman: target std).
         val_fraction: Share of all rows held out for validation.
         test_fraction: Share of all rows held out for the final test; touched only by ``test``.
         seed: Seeds the split, the synthetic data and the training shuffle.
-        standardize: Scale features to zero mean and unit variance, with statistics of the train split.
+        standardize: Scale numeric features to zero mean and unit variance (training statistics).
         batch_size: Rows per batch, per process.
         num_workers: Loader worker processes; 0 loads in the main process (best for in-memory data).
         drop_last: Drop the last, smaller training batch of each epoch.
@@ -71,12 +96,21 @@ class TabularDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        source: Literal["digits", "diabetes", "spiral", "friedman", "csv"] = "digits",
-        csv_path: str | None = None,
+        source: Source | None = None,
+        path: str | None = None,
         target_column: str | None = None,
         task: Literal["classification", "regression"] | None = None,
         feature_columns: list[str] | None = None,
-        num_classes: int | None = None,
+        drop_columns: list[str] | None = None,
+        categorical_columns: list[str] | None = None,
+        numeric_columns: list[str] | None = None,
+        na_values: list[str] | None = None,
+        impute_strategy: Literal["median", "mean"] = "median",
+        missing_indicator: bool = False,
+        max_categories: int = 50,
+        min_category_frequency: int = 1,
+        predict_path: str | None = None,
+        preprocessing_from: str | None = None,
         num_samples: int = 3000,
         noise: float | None = None,
         val_fraction: float = 0.1,
@@ -93,88 +127,137 @@ class TabularDataModule(L.LightningDataModule):
                 f"data.val_fraction={val_fraction} and data.test_fraction={test_fraction} do not fit: each "
                 "must lie in (0, 1) and together they must stay below 1, leaving rows to train on."
             )
-        if source == "csv" and (csv_path is None or target_column is None or task is None):
-            raise UserInputError("data.source=csv needs data.csv_path, data.target_column and data.task.")
         if batch_size < 1:
             raise UserInputError(f"data.batch_size={batch_size} must be at least 1.")
+        if source is None:
+            source = sources.file_format(path) if path is not None else "digits"
+        if source in BUNDLED and path is not None:
+            raise UserInputError(
+                f"data.path={path!r} is set, but data.source={source!r} reads bundled data; set "
+                "data.source to csv or parquet (or leave it out) to read the file."
+            )
+        if source not in BUNDLED and (path is None or target_column is None or task is None):
+            raise UserInputError(f"data.source={source} needs data.path, data.target_column and data.task.")
+        overlap = set(categorical_columns or []) & set(numeric_columns or [])
+        if overlap:
+            raise UserInputError(
+                f"data.categorical_columns and data.numeric_columns both name {sorted(overlap)}; pick one."
+            )
+        self.source: Source = source
         self.save_hyperparameters()
-        self._splits: dict[Stage, TensorBatches] | None = None
+        self._datasets: dict[Stage, TensorBatches] = {}
+        self._shuffle = torch.Generator().manual_seed(seed)
 
-    # -- what the model needs to know, linked into it by the CLI --------------------------------------
+    # -- the rows -------------------------------------------------------------------------------------
 
     @cached_property
     def table(self) -> sources.Table:
-        """The whole source, loaded once (the CLI reads it at instantiation to link the shapes)."""
+        """The whole source, loaded once: feature columns as read, and the target."""
         hp = self.hparams
-        noise = hp.noise if hp.noise is not None else _DEFAULT_NOISE.get(hp.source, 0.0)
-        if hp.source == "digits":
+        noise = hp.noise if hp.noise is not None else _DEFAULT_NOISE.get(self.source, 0.0)
+        if self.source == "digits":
             return sources.digits()
-        if hp.source == "diabetes":
+        if self.source == "diabetes":
             return sources.diabetes()
-        if hp.source == "spiral":
+        if self.source == "spiral":
             return sources.spiral(hp.num_samples, noise, hp.seed)
-        if hp.source == "friedman":
+        if self.source == "friedman":
             return sources.friedman(hp.num_samples, noise, hp.seed)
-        return sources.csv(hp.csv_path, hp.target_column, hp.task, hp.feature_columns, hp.num_classes)
-
-    @property
-    def in_features(self) -> int:
-        """Feature count. Reading it loads and splits the data, so bad data fails before a run starts."""
-        return int(self.split_table().features.shape[1])
-
-    @property
-    def out_features(self) -> int:
-        """Class count for classification, 1 for regression: the width of the net's head."""
-        table = self.split_table()
-        return table.num_classes if table.num_classes is not None else 1
-
-    def split_table(self) -> sources.Table:
-        """The table, after checking that it splits as configured."""
-        self.split_rows  # noqa: B018  (computed and cached here; raises when the rows cannot be split)
-        return self.table
-
-    # -- splits ---------------------------------------------------------------------------------------
+        if self.source == "penguins":
+            return sources.penguins()
+        location = sources.file_location(hp.path, self.source)
+        frame = sources.read_file(hp.path, self.source, hp.na_values or [])
+        return sources.select(
+            frame, hp.target_column, hp.task, location, hp.feature_columns, hp.drop_columns or []
+        )
 
     @cached_property
-    def split_rows(self) -> dict[Stage, np.ndarray]:
-        """Disjoint row indices per split, seeded; stratified by class for classification."""
+    def split_rows(self) -> dict[str, np.ndarray]:
+        """Disjoint positions into :attr:`table` per split, seeded; stratified by class for classification."""
         table, hp = self.table, self.hparams
         rows = np.arange(len(table.target))
-        stratify = table.target if table.task == "classification" else None
+        stratify = label_values(table.target) if table.task == "classification" else None
         try:
             rest, test = train_test_split(
                 rows, test_size=hp.test_fraction, random_state=hp.seed, stratify=stratify
             )
-            rest_stratify = stratify[rest] if stratify is not None else None
             train, val = train_test_split(
                 rest,
                 test_size=hp.val_fraction / (1 - hp.test_fraction),
                 random_state=hp.seed,
-                stratify=rest_stratify,
+                stratify=stratify[rest] if stratify is not None else None,
             )
         except ValueError as err:
             raise UserInputError(
-                f"The {len(rows)} rows of source {hp.source!r} cannot be split with "
+                f"The {len(rows)} rows of {table.location.what} cannot be split with "
                 f"val_fraction={hp.val_fraction} and test_fraction={hp.test_fraction} ({err}); "
-                "use more rows or other fractions."
+                "use more rows, other fractions, or drop the rarest classes."
             ) from err
         return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
 
+    # -- what is fitted on the training rows ----------------------------------------------------------
+
     @cached_property
-    def scaler(self) -> StandardScaler | None:
-        """Feature scaling fitted on the training rows alone, so val/test statistics never leak in."""
-        if not self.hparams.standardize:
-            return None
-        return StandardScaler().fit(self.table.features[self.split_rows["train"]])
+    def preprocessor(self) -> Preprocessor:
+        """The fitted preprocessing: ``preprocessing_from``'s checkpoint's, or fitted on the train split."""
+        if self.hparams.preprocessing_from is not None:
+            return preprocessing_of(
+                load_checkpoint(self.hparams.preprocessing_from), self.hparams.preprocessing_from
+            )
+        return self._fit()[0]
+
+    def fitted_column_transformer(self) -> ColumnTransformer:
+        """The scikit-learn pipeline the preprocessing's numbers come from (for inspection and tests)."""
+        return self._fit()[1]
+
+    def _fit(self) -> tuple[Preprocessor, ColumnTransformer]:
+        table, hp = self.table, self.hparams
+        train = self.split_rows["train"]
+        kinds = infer_kinds(
+            table.features, table.location, hp.categorical_columns or [], hp.numeric_columns or []
+        )
+        options = Options(
+            categorical_columns=hp.categorical_columns or [],
+            numeric_columns=hp.numeric_columns or [],
+            standardize=hp.standardize,
+            impute_strategy=hp.impute_strategy,
+            missing_indicator=hp.missing_indicator,
+            max_categories=hp.max_categories,
+            min_category_frequency=hp.min_category_frequency,
+        )
+        return fit_preprocessor(
+            table.features.iloc[train],
+            kinds,
+            table.task,
+            table.target.name,
+            table.target.iloc[train],
+            options,
+            table.location,
+        )
+
+    @property
+    def in_features(self) -> int:
+        """Encoded feature count. Reading it loads, splits and fits, so bad data fails before a run starts."""
+        return len(self.preprocessor.feature_names)
+
+    @property
+    def out_features(self) -> int:
+        """Class count for classification, 1 for regression: the width of the net's head."""
+        return self.preprocessor.num_classes or 1
+
+    @property
+    def label_names(self) -> list[Label] | None:
+        """Class labels as the data writes them, in class-id order; ``None`` for regression."""
+        return self.preprocessor.labels
 
     def train_targets(self) -> np.ndarray:
-        return self.table.target[self.split_rows["train"]]
+        return self._targets(self.split_rows["train"])
 
     def class_weights(self) -> torch.Tensor:
         """Balanced class weights (``n / (k * count_c)``) from the training split."""
-        if self.table.num_classes is None:
+        if self.preprocessor.num_classes is None:
             raise ValueError("class weights exist only for classification data")
-        classes = np.arange(self.table.num_classes)
+        classes = np.arange(self.preprocessor.num_classes)
         weights = compute_class_weight("balanced", classes=classes, y=self.train_targets())
         return torch.as_tensor(weights, dtype=torch.float32)
 
@@ -183,30 +266,69 @@ class TabularDataModule(L.LightningDataModule):
         y = self.train_targets().astype(np.float64)
         return float(y.mean()), float(y.std()) or 1.0
 
-    def _tensors(self, stage: Stage) -> TensorBatches:
-        rows = self.split_rows[stage]
-        x = self.table.features[rows]
-        if self.scaler is not None:
-            x = self.scaler.transform(x)
-        return TensorBatches(
-            torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(self.table.target[rows])
-        )
+    # -- tensors --------------------------------------------------------------------------------------
 
-    def setup(self, stage: str) -> None:
-        if self._splits is None:
-            self._splits = {s: self._tensors(s) for s in ("train", "val", "test")}
-            # one generator for the whole fit: each epoch draws a new order, the same on every run
-            self._shuffle = torch.Generator().manual_seed(self.hparams.seed)
+    def _targets(self, rows: np.ndarray) -> np.ndarray:
+        target = self.table.target.iloc[rows]
+        if self.preprocessor.task == "classification":
+            return self.preprocessor.encode_labels(target, self.table.location)
+        return target.to_numpy(np.float32, copy=True)
+
+    @cached_property
+    def predict_frame(self) -> pd.DataFrame:
+        """The rows to predict: ``predict_path`` as read, or the validation split's feature columns."""
+        hp = self.hparams
+        if hp.predict_path is None:
+            return self.table.features.iloc[self.split_rows["val"]]
+        return sources.read_file(hp.predict_path, sources.file_format(hp.predict_path), hp.na_values or [])
+
+    def predict_row_ids(self) -> np.ndarray:
+        """Which row of its file (0-based, header not counted) each predicted row is."""
+        return self.predict_frame.index.to_numpy()
+
+    def dataset(self, stage: Stage) -> TensorBatches:
+        """The tensors of one split (built once): ``(x, y)``, or ``(x,)`` for ``predict``."""
+        if stage not in self._datasets:
+            if stage == "predict":
+                location = (
+                    self.table.location
+                    if self.hparams.predict_path is None
+                    else (
+                        sources.file_location(
+                            self.hparams.predict_path, sources.file_format(self.hparams.predict_path)
+                        )
+                    )
+                )
+                x = self.preprocessor.transform(self.predict_frame, location)
+                self._datasets[stage] = TensorBatches(torch.from_numpy(x))
+            else:
+                rows = self.split_rows[stage]
+                x = self.preprocessor.transform(self.table.features.iloc[rows], self.table.location)
+                self._datasets[stage] = TensorBatches(
+                    torch.from_numpy(x), torch.from_numpy(self._targets(rows))
+                )
+        return self._datasets[stage]
+
+    # -- checkpoints ----------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Saved in every checkpoint (Lightning calls it): the fitted preprocessing, as plain data."""
+        return {"preprocessing": self.preprocessor.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """A checkpoint's preprocessing wins over one fitted anew (say, on a file that changed since)."""
+        restored = Preprocessor.from_state(state_dict["preprocessing"])
+        if restored != self.preprocessor:
+            self.__dict__["preprocessor"] = restored
+            self._datasets.clear()
 
     # -- loaders --------------------------------------------------------------------------------------
 
     def _loader(self, stage: Stage, train: bool = False) -> DataLoader:
-        if self._splits is None:
-            raise RuntimeError("call setup() before asking for a dataloader")
         workers = self.hparams.num_workers
         on_cuda = self.trainer is not None and isinstance(self.trainer.accelerator, CUDAAccelerator)
         return DataLoader(
-            self._splits[stage],
+            self.dataset(stage),
             batch_size=self.hparams.batch_size,
             shuffle=train,
             generator=self._shuffle if train else None,
@@ -227,4 +349,19 @@ class TabularDataModule(L.LightningDataModule):
         return self._loader("test")
 
     def predict_dataloader(self) -> DataLoader:
-        return self._loader("test")
+        return self._loader("predict")
+
+
+assert set(BUNDLED) < set(get_args(Source))
+
+
+def preprocessing_of(checkpoint: dict[str, Any], path: str) -> Preprocessor:
+    """The fitted preprocessing a checkpoint carries (under its DataModule's entry, where Lightning puts
+    ``state_dict()``)."""
+    for value in checkpoint.values():
+        if isinstance(value, dict) and isinstance(value.get("preprocessing"), dict):
+            return Preprocessor.from_state(value["preprocessing"])
+    raise UserInputError(
+        f"checkpoint {path!r} carries no fitted preprocessing (it was not written by a run of this "
+        "project's DataModule); train a new one."
+    )

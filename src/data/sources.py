@@ -1,49 +1,53 @@
-"""Where rows come from: scikit-learn's bundled real data, seeded synthetic data, or the user's CSV file.
+"""Where rows come from: real tables bundled with installed packages, seeded synthetic data, or your file.
 
-Every source returns a :class:`Table` of float32 features and a target vector; nothing is downloaded.
+Every source gives a :class:`Table`: the feature columns as they were read (numbers, text, empty cells),
+the target column, and the task. Nothing is downloaded. Turning columns into numbers is the job of
+:mod:`src.data.preprocessing`, fitted on the training rows only.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import pandas as pd
+from lightning.pytorch.utilities import rank_zero_info
 from sklearn import datasets
 
+from src.data.preprocessing import Location, Task, numeric_values
 from src.errors import UserInputError
 
-Task = Literal["classification", "regression"]
+FileFormat = Literal["csv", "parquet"]
+SUFFIXES: dict[str, FileFormat] = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
 
 @dataclass(frozen=True)
 class Table:
-    """Features ``(N, F)`` float32, target ``(N,)`` (int64 class ids or float32 values), and the task."""
+    """Feature columns as read, the target (rows without one already dropped), the task, and where the
+    rows came from (for error messages)."""
 
-    features: np.ndarray
-    target: np.ndarray
+    features: pd.DataFrame
+    target: pd.Series
     task: Task
-    num_classes: int | None = None
+    location: Location
 
 
-def _classification(features: np.ndarray, target: np.ndarray, num_classes: int) -> Table:
-    return Table(features.astype(np.float32), target.astype(np.int64), "classification", num_classes)
-
-
-def _regression(features: np.ndarray, target: np.ndarray) -> Table:
-    return Table(features.astype(np.float32), target.astype(np.float32), "regression")
+def _bundled(features: pd.DataFrame, target: pd.Series, task: Task, what: str) -> Table:
+    return Table(features.reset_index(drop=True), target.reset_index(drop=True), task, Location(what))
 
 
 def digits() -> Table:
     """8x8 handwritten digits (1797 rows, 64 pixel features, 10 classes), bundled with scikit-learn."""
-    x, y = datasets.load_digits(return_X_y=True)
-    return _classification(x, y, 10)
+    bunch = datasets.load_digits(as_frame=True)
+    return _bundled(bunch.data, bunch.target, "classification", "the digits data")
 
 
 def diabetes() -> Table:
     """Diabetes progression (442 rows, 10 features, one continuous target), bundled with scikit-learn."""
-    x, y = datasets.load_diabetes(return_X_y=True)
-    return _regression(x, y)
+    bunch = datasets.load_diabetes(as_frame=True)
+    return _bundled(bunch.data, bunch.target.astype(np.float32), "regression", "the diabetes data")
 
 
 def spiral(num_samples: int, noise: float, seed: int, num_classes: int = 3) -> Table:
@@ -53,79 +57,156 @@ def spiral(num_samples: int, noise: float, seed: int, num_classes: int = 3) -> T
     radius = np.tile(np.linspace(0.05, 1.0, per_class), num_classes)
     label = np.repeat(np.arange(num_classes), per_class)
     angle = radius * 4.0 + label * (2 * np.pi / num_classes) + rng.normal(0.0, noise, radius.shape)
-    xy = np.stack([radius * np.sin(angle), radius * np.cos(angle)], axis=1)
-    return _classification(xy, label, num_classes)
+    xy = pd.DataFrame({"x": radius * np.sin(angle), "y": radius * np.cos(angle)}, dtype=np.float32)
+    return _bundled(xy, pd.Series(label, name="arm"), "classification", "the spiral data")
 
 
 def friedman(num_samples: int, noise: float, seed: int) -> Table:
     """Friedman #1: ``10 sin(pi x0 x1) + 20 (x2 - 0.5)^2 + 10 x3 + 5 x4 + noise`` over 10 uniform inputs."""
     x, y = datasets.make_friedman1(n_samples=num_samples, n_features=10, noise=noise, random_state=seed)
-    return _regression(x, y)
+    frame = pd.DataFrame(x.astype(np.float32), columns=[f"x{i}" for i in range(10)])
+    return _bundled(frame, pd.Series(y.astype(np.float32), name="y"), "regression", "the friedman data")
 
 
-def csv(
-    path: str | Path,
+PENGUINS_DROP = ["studyName", "Sample Number", "Individual ID", "Date Egg", "Comments"]
+
+
+def penguins_path() -> Path:
+    """``penguins-raw.csv`` as the palmerpenguins package ships it: 344 penguins of 3 species, with text
+    columns (island, sex, "Yes"/"No"), empty cells, and species named in full."""
+    return Path(str(resources.files("palmerpenguins") / "data" / "penguins-raw.csv"))
+
+
+def penguins() -> Table:
+    """A penguin's sex (``MALE``/``FEMALE``; 11 penguins without one are left out) from its species,
+    island, measurements and clutch completion: a real, messy table, read exactly as a user's CSV file
+    is (its record-keeping columns, such as IDs and dates, are dropped)."""
+    path = penguins_path()
+    return select(
+        read_file(path, "csv"),
+        "Sex",
+        "classification",
+        location=file_location(path, "csv"),
+        drop_columns=PENGUINS_DROP,
+    )
+
+
+# -- your file ----------------------------------------------------------------------------------------
+
+
+def file_format(path: str | Path) -> FileFormat:
+    """``csv`` or ``parquet`` from the file's suffix."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in SUFFIXES:
+        raise UserInputError(
+            f"data file {str(path)!r} has the suffix {suffix!r}; name a .csv or .parquet file, or set "
+            "data.source to csv or parquet."
+        )
+    return SUFFIXES[suffix]
+
+
+def file_location(path: str | Path, fmt: FileFormat) -> Location:
+    # CSV: +2 turns a row index into a line number (the header is line 1); Parquet has no lines
+    return Location(
+        f"{fmt.upper() if fmt == 'csv' else 'Parquet'} file {str(path)!r}", 2 if fmt == "csv" else None
+    )
+
+
+def read_file(path: str | Path, fmt: FileFormat, na_values: Sequence[str] = ()) -> pd.DataFrame:
+    """The whole file as pandas reads it (CSV by pandas, Parquet through pyarrow), every column kept."""
+    path = Path(path)
+    what = file_location(path, fmt).what
+    if not path.is_file():
+        raise UserInputError(f"{what} does not exist; set data.path to an existing file.")
+    try:
+        if fmt == "csv":
+            # low_memory=False: one type per column, not one per chunk of a large file
+            frame = pd.read_csv(path, na_values=list(na_values), skipinitialspace=True, low_memory=False)
+        else:
+            frame = pd.read_parquet(path)
+            if na_values:
+                frame = frame.replace(list(na_values), np.nan)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, ValueError) as err:
+        raise UserInputError(f"{what} could not be read ({str(err).strip()}); fix the file.") from err
+    if frame.empty:
+        raise UserInputError(f"{what} has no data rows; add rows.")
+    duplicated = frame.columns[frame.columns.duplicated()].tolist()
+    if duplicated:
+        raise UserInputError(f"{what} has the column name(s) {duplicated} more than once; rename them.")
+    frame.columns = [str(c) for c in frame.columns]
+    return frame
+
+
+def select(
+    frame: pd.DataFrame,
     target_column: str,
     task: Task,
-    feature_columns: list[str] | None = None,
-    num_classes: int | None = None,
+    location: Location,
+    feature_columns: Sequence[str] | None = None,
+    drop_columns: Sequence[str] = (),
 ) -> Table:
-    """Read a CSV file whose columns are numeric features and one target column.
+    """The feature columns and the target of a file; rows without a target are dropped with a notice.
 
-    Classification targets must be integer class ids in ``[0, num_classes)``; ``num_classes`` defaults to
-    the largest id plus one. Every problem is reported with the file, the column and the first bad row.
+    Refuses what would make a run meaningless: a column named twice or not at all, the target among the
+    features, a feature that is a copy of the target, or no rows left.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise UserInputError(f"CSV file {str(path)!r} does not exist; set data.csv_path to an existing file.")
-    try:
-        frame = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise UserInputError(f"CSV file {str(path)!r} could not be parsed ({err}); fix the file.") from err
-    if target_column not in frame.columns:
+    columns = list(frame.columns)
+    if target_column not in columns:
         raise UserInputError(
-            f"CSV file {str(path)!r} has no column {target_column!r}; set data.target_column to one of "
-            f"{list(frame.columns)}."
+            f"{location.what} has no column {target_column!r}; set data.target_column to one of {columns}."
         )
-    features = feature_columns or [c for c in frame.columns if c != target_column]
-    missing = [c for c in features if c not in frame.columns]
-    if missing:
-        raise UserInputError(f"CSV file {str(path)!r} has no column(s) {missing}; fix data.feature_columns.")
+    named = {"data.feature_columns": feature_columns or [], "data.drop_columns": drop_columns}
+    for key, names in named.items():
+        unknown = [c for c in names if c not in columns]
+        if unknown:
+            raise UserInputError(f"{location.what} has no column(s) {unknown}; fix {key}.")
+    if feature_columns and target_column in feature_columns:
+        raise UserInputError(
+            f"data.feature_columns lists the target {target_column!r}: the model would read the answer; "
+            "remove it."
+        )
+    features = [c for c in (feature_columns or columns) if c != target_column and c not in drop_columns]
     if not features:
-        raise UserInputError(f"CSV file {str(path)!r} has no feature column besides {target_column!r}.")
-    if frame.empty:
-        raise UserInputError(f"CSV file {str(path)!r} has a header but no rows; add data rows.")
-    for column in [*features, target_column]:
-        _check_numeric(path, frame[column])
-    x = frame[features].to_numpy(np.float32)
-    y = frame[target_column].to_numpy(np.float64)
+        raise UserInputError(f"{location.what} has no feature column besides {target_column!r}.")
+
+    target = frame[target_column]
+    missing = target.isna().to_numpy()
+    if missing.all():
+        raise UserInputError(f"{location.what}: every cell of the target column {target_column!r} is empty.")
+    if missing.any():
+        rank_zero_info(
+            f"{location.what}: {int(missing.sum())} of {len(target)} rows have no {target_column!r} and are "
+            "left out."
+        )
+        frame, target = frame[~missing], target[~missing]
     if task == "regression":
-        return _regression(x, y)
-    count = num_classes if num_classes is not None else int(y.max()) + 1
-    return _classification(x, _check_labels(path, target_column, y, count), count)
-
-
-def _check_numeric(path: Path, column: pd.Series) -> None:
-    # pandas reads a column with any non-number as strings, and empty cells as NaN
-    numbers = pd.to_numeric(column, errors="coerce")
-    bad = numbers.isna() | ~np.isfinite(numbers.to_numpy(np.float64, na_value=np.nan))
-    if bad.any():
-        row = int(np.flatnonzero(bad.to_numpy())[0])
-        value = column.iloc[row]
-        what = "an empty cell" if pd.isna(value) else f"the non-numeric value {value!r}"
-        # +2: one for the header line, one because files count lines from 1
-        raise UserInputError(
-            f"CSV file {str(path)!r}, column {column.name!r}, line {row + 2} holds {what}; "
-            "every feature and target cell must be a finite number."
+        target = pd.Series(
+            numeric_values(target, location).astype(np.float32), index=target.index, name=target_column
         )
 
+    empty = [c for c in features if frame[c].isna().all()]
+    if empty:
+        rank_zero_info(f"{location.what}: the column(s) {empty} have no values and are left out.")
+        features = [c for c in features if c not in empty]
+    for column in features:
+        if _same_as_target(frame[column], target, task):
+            raise UserInputError(
+                f"{location.what}: column {column!r} is a copy of the target {target_column!r}, so the model "
+                "would read the answer; drop it with data.drop_columns."
+            )
+    return Table(frame[features], target, task, location)
 
-def _check_labels(path: Path, column: str, y: np.ndarray, count: int) -> np.ndarray:
-    bad = (y != np.round(y)) | (y < 0) | (y >= count)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise UserInputError(
-            f"CSV file {str(path)!r}, column {column!r}, line {row + 2} holds the label {y[row]:g}, outside "
-            f"the class ids 0..{count - 1}; labels must be integers in [0, num_classes)."
-        )
-    return y.astype(np.int64)
+
+def _same_as_target(column: pd.Series, target: pd.Series, task: Task) -> bool:
+    """Whether a feature is the target again: equal values (regression), or classes renamed one to one."""
+    if column.isna().any():
+        return False
+    if task == "regression":
+        values = pd.to_numeric(column, errors="coerce").to_numpy(np.float64)
+        return bool(np.array_equal(values, target.to_numpy(np.float64)))
+    classes = target.nunique()
+    # cheap test first; with one row per class every distinct column would pair up, proving nothing
+    if column.nunique() != classes or classes == len(target):
+        return False
+    pairs = pd.DataFrame({"feature": column.to_numpy(), "target": target.to_numpy()}).drop_duplicates()
+    return len(pairs) == classes

@@ -1,0 +1,403 @@
+"""Raw table columns → the float matrix the net reads, fitted on the training rows, kept as plain data.
+
+scikit-learn fits everything here (``SimpleImputer``, ``StandardScaler``, ``MissingIndicator`` and
+``OneHotEncoder`` inside a ``ColumnTransformer``; ``LabelEncoder`` for class labels). What they learn
+is then read out into a :class:`Preprocessor` of strings, numbers and lists, because a checkpoint must
+load with ``torch.load(weights_only=True)``: a pickled scikit-learn object would be code, not data.
+:meth:`Preprocessor.transform` applies those numbers, the same way for training, validation, test,
+``predict`` on a new file, the Python API and the server; ``tests/test_preprocessing.py`` proves it
+equal to the fitted ``ColumnTransformer`` itself, unseen categories and missing cells included.
+
+The encoded matrix ``(N, F)`` holds, in order: each numeric column (missing cells filled with the
+training median or mean, then standardized), one 0/1 column per numeric column that had missing cells
+in training (when ``missing_indicator`` is on), and a one-hot block per categorical column (its
+``max_categories - 1`` most frequent training values, then one column for everything rarer or unseen).
+"""
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+from lightning.pytorch.utilities import rank_zero_info
+from sklearn.compose import ColumnTransformer
+from sklearn.impute import MissingIndicator, SimpleImputer
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import LabelEncoder, OneHotEncoder, StandardScaler
+
+from src.errors import UserInputError
+
+Task = Literal["classification", "regression"]
+Label = int | str
+#: what a missing categorical cell becomes: a category of its own, learnt like any other
+MISSING = "(missing)"
+#: a column counts as numeric when at least this share of its filled cells are numbers; the other
+#: cells (say "?" or "n/a") are then read as missing, with a notice naming them
+NUMERIC_SHARE = 0.95
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class NumericColumn:
+    """One numeric input column: how to fill, shift and scale it."""
+
+    name: str
+    fill: float  #: the training median (or mean) that replaces a missing cell
+    mean: float  #: subtracted after filling (0 without standardizing)
+    scale: float  #: divides after subtracting (1 without standardizing, or for a constant column)
+    indicator: bool  #: whether a 0/1 "was missing" column follows the numeric block
+    missing_tokens: list[str] = field(default_factory=list)  #: texts read as missing (say "?")
+
+
+@dataclass(frozen=True)
+class CategoricalColumn:
+    """One categorical input column: the values that get a one-hot column of their own."""
+
+    name: str
+    categories: list[str]  #: one output column each, in this order
+    other: bool  #: whether a last column collects rarer training values and values never seen
+
+
+@dataclass(frozen=True)
+class Location:
+    """Names a cell in an error: ``file 'x.csv', column 'a', line 7`` or ``the rows, column 'a', row 5``."""
+
+    what: str  #: "CSV file 'x.csv'", "the request", ...
+    line_offset: int | None = None  #: added to a row's index to give its line in the file (2 for CSV)
+
+    def cell(self, column: str, index: Any) -> str:
+        where = f"line {index + self.line_offset}" if self.line_offset is not None else f"row {index}"
+        return f"{self.what}, column {column!r}, {where}"
+
+
+# -- reading cells ------------------------------------------------------------------------------------
+
+
+def _canonical(value: Any) -> str:
+    """One spelling per value: 3, 3.0 and "3" are the same category, and so are True and "True"."""
+    if isinstance(value, bool | np.bool_):
+        return str(bool(value))
+    if isinstance(value, int | np.integer):
+        return str(int(value))
+    if isinstance(value, float | np.floating):
+        return str(int(value)) if float(value).is_integer() else repr(float(value))
+    return str(value).strip()
+
+
+def category_strings(column: pd.Series) -> np.ndarray:
+    """``(N,)`` object array of canonical strings; missing (or blank) cells become :data:`MISSING`."""
+    codes, uniques = pd.factorize(column, use_na_sentinel=True)
+    spelled = np.array([_canonical(v) for v in uniques] + [MISSING], dtype=object)
+    spelled[spelled == ""] = MISSING
+    return spelled[codes]  # code -1 (a missing cell) picks the MISSING appended last
+
+
+def _parse_numbers(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, unparsed)``: float64 values (NaN where missing or not a number) and where a filled cell
+    was not a number."""
+    if pd.api.types.is_bool_dtype(column) or pd.api.types.is_numeric_dtype(column):
+        values = column.to_numpy(np.float64, na_value=np.nan)
+        return values, np.zeros(len(values), dtype=bool)
+    text = column.astype(object)
+    filled = ~pd.isna(text).to_numpy()
+    stripped = text.map(lambda v: v.strip() if isinstance(v, str) else v)
+    filled &= (stripped != "").to_numpy()
+    values = pd.to_numeric(stripped, errors="coerce").to_numpy(np.float64, na_value=np.nan)
+    return values, filled & np.isnan(values)
+
+
+def numeric_values(column: pd.Series, location: Location, missing_tokens: Sequence[str] = ()) -> np.ndarray:
+    """``(N,)`` float64 of a numeric column, NaN for missing cells and for ``missing_tokens``.
+
+    Any other text, an infinite value or one too large for float32 stops with one sentence naming the
+    cell.
+    """
+    values, unparsed = _parse_numbers(column)
+    if unparsed.any():
+        tokens = column[unparsed].astype(str).str.strip()
+        known = tokens.isin(list(missing_tokens)).to_numpy()
+        if not known.all():
+            first = int(np.flatnonzero(unparsed)[~known][0])
+            raise UserInputError(
+                f"{location.cell(str(column.name), column.index[first])} holds {column.iloc[first]!r}, "
+                "which is not a number; fix the cell, or list the text in data.na_values if it means missing."
+            )
+    too_large = np.abs(np.nan_to_num(values, nan=0.0)) > FLOAT32_MAX
+    if too_large.any():
+        first = int(np.flatnonzero(too_large)[0])
+        raise UserInputError(
+            f"{location.cell(str(column.name), column.index[first])} holds {float(values[first])!r}, "
+            "which is "
+            "infinite or too large for float32; fix the cell or rescale the column."
+        )
+    return values
+
+
+def infer_kinds(
+    frame: pd.DataFrame,
+    location: Location,
+    categorical: Sequence[str] = (),
+    numeric: Sequence[str] = (),
+) -> tuple[list[str], list[str], dict[str, list[str]]]:
+    """``(numeric columns, categorical columns, missing tokens per numeric column)`` of ``frame``.
+
+    Booleans and text are categorical, numbers numeric; a text column whose filled cells are at least
+    :data:`NUMERIC_SHARE` numbers is numeric, its other texts read as missing. ``categorical`` and
+    ``numeric`` name columns whose kind is not to be guessed.
+    """
+    numeric_columns, categorical_columns, tokens = [], [], {}
+    for name in frame.columns:
+        column = frame[name]
+        if name in categorical or (name not in numeric and pd.api.types.is_bool_dtype(column)):
+            categorical_columns.append(name)
+            continue
+        values, unparsed = _parse_numbers(column)
+        parsed = int((~np.isnan(values)).sum())
+        if name in numeric or (parsed and parsed >= NUMERIC_SHARE * (parsed + unparsed.sum())):
+            found = sorted(set(column[unparsed].astype(str).str.strip()))
+            if found and name not in numeric:
+                rank_zero_info(
+                    f"Column {name!r}: {int(unparsed.sum())} cell(s) holding {found[:5]} are read as missing "
+                    "(the rest are numbers); list them in data.na_values to say so, or name the column in "
+                    "data.categorical_columns."
+                )
+            if found:
+                tokens[name] = found
+            numeric_columns.append(name)
+        else:
+            categorical_columns.append(name)
+    for name in numeric_columns:  # a forced numeric column still refuses texts it was not told about
+        if name in numeric:
+            tokens.pop(name, None)
+            numeric_values(frame[name], location)
+    return numeric_columns, categorical_columns, tokens
+
+
+# -- labels -------------------------------------------------------------------------------------------
+
+
+def label_values(target: pd.Series) -> np.ndarray:
+    """Class labels as they are written: integers stay integers, everything else becomes its text."""
+    if pd.api.types.is_numeric_dtype(target) and not pd.api.types.is_bool_dtype(target):
+        values = target.to_numpy(np.float64)
+        if np.all(values == np.round(values)):
+            return values.astype(np.int64)
+    return category_strings(target)
+
+
+# -- the fitted preprocessing -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Preprocessor:
+    """Everything fitted on the training rows, as plain data: what a checkpoint carries.
+
+    Build one with :func:`fit_preprocessor`; save it with :meth:`state_dict`, rebuild it with
+    :meth:`from_state`.
+    """
+
+    task: Task
+    target: str | None  #: the target column's name (ignored in a file to predict)
+    numeric: list[NumericColumn]
+    categorical: list[CategoricalColumn]
+    labels: list[Label] | None = None  #: class labels, in class-id order (classification)
+
+    @property
+    def columns(self) -> list[str]:
+        """The raw input columns, in the order they are encoded."""
+        return [c.name for c in self.numeric] + [c.name for c in self.categorical]
+
+    @property
+    def feature_names(self) -> list[str]:
+        """One name per column of the encoded matrix."""
+        names = [c.name for c in self.numeric]
+        names += [f"{c.name} (missing)" for c in self.numeric if c.indicator]
+        for column in self.categorical:
+            names += [f"{column.name}={value}" for value in column.categories]
+            names += [f"{column.name}=(other)"] if column.other else []
+        return names
+
+    @property
+    def num_classes(self) -> int | None:
+        return len(self.labels) if self.labels is not None else None
+
+    def check_columns(self, frame: pd.DataFrame, location: Location) -> None:
+        missing = [c for c in self.columns if c not in frame.columns]
+        if missing:
+            raise UserInputError(
+                f"{location.what} lacks the column(s) {missing} that the model was trained on; add them "
+                "(empty cells are fine)."
+            )
+
+    def transform(self, frame: pd.DataFrame, location: Location) -> np.ndarray:
+        """Raw rows → ``(N, F)`` float32. Extra columns are ignored; missing columns are an error."""
+        self.check_columns(frame, location)
+        blocks: list[np.ndarray] = []
+        indicators: list[np.ndarray] = []
+        for column in self.numeric:
+            values = numeric_values(frame[column.name], location, column.missing_tokens)
+            missing = np.isnan(values)
+            values = np.where(missing, column.fill, values)
+            blocks.append((values - column.mean) / column.scale)
+            if column.indicator:
+                indicators.append(missing.astype(np.float64))
+        out = [np.stack(blocks + indicators, axis=1)] if blocks or indicators else []
+        for cat in self.categorical:
+            out.append(_one_hot(category_strings(frame[cat.name]), cat))
+        if not out:
+            return np.zeros((len(frame), 0), np.float32)
+        return np.concatenate(out, axis=1).astype(np.float32)
+
+    def encode_labels(self, target: pd.Series, location: Location) -> np.ndarray:
+        """Labels → ``(N,)`` int64 class ids; a label the training rows never had is an error."""
+        assert self.labels is not None
+        values = label_values(target)
+        ids = pd.Index(self.labels).get_indexer(values)
+        if (ids < 0).any():
+            first = int(np.flatnonzero(ids < 0)[0])
+            raise UserInputError(
+                f"{location.cell(str(target.name), target.index[first])} holds the label {values[first]!r}, "
+                f"which no training row has (labels: {self.labels}); give that class more rows."
+            )
+        return ids.astype(np.int64)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Strings, numbers, lists and dicts only: ``torch.load(weights_only=True)`` reads them back."""
+        return {"version": STATE_VERSION, **asdict(self)}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "Preprocessor":
+        if state.get("version") != STATE_VERSION:
+            raise UserInputError(
+                f"the checkpoint's preprocessing has version {state.get('version')!r}, this code reads "
+                f"version {STATE_VERSION}; use the code the checkpoint was made with."
+            )
+        return cls(
+            task=state["task"],
+            target=state["target"],
+            numeric=[NumericColumn(**c) for c in state["numeric"]],
+            categorical=[CategoricalColumn(**c) for c in state["categorical"]],
+            labels=state["labels"],
+        )
+
+
+def _one_hot(values: np.ndarray, column: CategoricalColumn) -> np.ndarray:
+    """``(N,)`` canonical strings → ``(N, K)`` one-hot, the last column for rare and unseen values."""
+    width = len(column.categories) + int(column.other)
+    codes = pd.Index(column.categories).get_indexer(values)
+    if column.other:
+        codes = np.where(codes < 0, width - 1, codes)
+    out = np.zeros((len(values), width))
+    known = codes >= 0  # without an "other" column an unseen value is all zeros, as in scikit-learn
+    out[np.flatnonzero(known), codes[known]] = 1.0
+    return out
+
+
+@dataclass(frozen=True)
+class Options:
+    """How :func:`fit_preprocessor` treats the columns (the DataModule's ``data.*`` arguments)."""
+
+    categorical_columns: Sequence[str] = ()
+    numeric_columns: Sequence[str] = ()
+    standardize: bool = True
+    impute_strategy: Literal["median", "mean"] = "median"
+    missing_indicator: bool = False
+    max_categories: int = 50
+    min_category_frequency: int = 1
+
+
+def column_transformer(numeric: list[str], categorical: list[str], options: Options) -> ColumnTransformer:
+    """The scikit-learn pipeline whose fitted numbers a :class:`Preprocessor` carries."""
+    scale = StandardScaler() if options.standardize else "passthrough"
+    encoder = OneHotEncoder(
+        handle_unknown="infrequent_if_exist",  # an unseen value lands in the "other" column, if any
+        max_categories=options.max_categories,
+        min_frequency=options.min_category_frequency,
+        sparse_output=False,
+    )
+    parts: list[tuple[str, Any, list[str]]] = [
+        (
+            "numeric",
+            Pipeline([("impute", SimpleImputer(strategy=options.impute_strategy)), ("scale", scale)]),
+            numeric,
+        ),
+    ]
+    if options.missing_indicator:
+        parts.append(("missing", MissingIndicator(features="missing-only"), numeric))
+    parts.append(("categorical", encoder, categorical))
+    return ColumnTransformer(parts, remainder="drop")
+
+
+def encoder_input(
+    frame: pd.DataFrame,
+    numeric: list[str],
+    categorical: list[str],
+    location: Location,
+    tokens: dict[str, list[str]],
+) -> pd.DataFrame:
+    """The frame as the ``ColumnTransformer`` reads it: numbers as float64 (NaN = missing), categories as
+    canonical strings."""
+    columns = {name: numeric_values(frame[name], location, tokens.get(name, ())) for name in numeric}
+    columns.update({name: category_strings(frame[name]) for name in categorical})
+    return pd.DataFrame(columns, index=frame.index)[numeric + categorical]
+
+
+def fit_preprocessor(
+    train: pd.DataFrame,
+    kinds: tuple[list[str], list[str], dict[str, list[str]]],
+    task: Task,
+    target: str | None,
+    train_target: pd.Series | None,
+    options: Options,
+    location: Location,
+) -> tuple[Preprocessor, ColumnTransformer]:
+    """Fit on the training rows alone; returns the plain-data result and the scikit-learn pipeline it
+    came from (kept for tests and inspection, never saved)."""
+    numeric, categorical, tokens = kinds
+    if options.max_categories < 2 or options.min_category_frequency < 1:
+        raise UserInputError(
+            f"data.max_categories={options.max_categories} must be at least 2 and "
+            f"data.min_category_frequency={options.min_category_frequency} at least 1."
+        )
+    fitted = column_transformer(numeric, categorical, options)
+    fitted.fit(encoder_input(train, numeric, categorical, location, tokens))
+    steps = fitted.named_transformers_
+    numeric_columns: list[NumericColumn] = []
+    if numeric:
+        imputer: SimpleImputer = steps["numeric"].named_steps["impute"]
+        scaler = steps["numeric"].named_steps["scale"]
+        with_indicator = set(steps["missing"].features_.tolist()) if options.missing_indicator else set()
+        for i, name in enumerate(numeric):
+            numeric_columns.append(
+                NumericColumn(
+                    name=name,
+                    fill=float(imputer.statistics_[i]),
+                    mean=float(scaler.mean_[i]) if options.standardize else 0.0,
+                    scale=float(scaler.scale_[i]) if options.standardize else 1.0,
+                    indicator=i in with_indicator,
+                    missing_tokens=tokens.get(name, []),
+                )
+            )
+    categorical_columns: list[CategoricalColumn] = []
+    if categorical:
+        encoder: OneHotEncoder = steps["categorical"]
+        for name, values, rare in zip(
+            categorical, encoder.categories_, encoder.infrequent_categories_, strict=True
+        ):
+            rare_set = set(rare.tolist()) if rare is not None else set()
+            categorical_columns.append(
+                CategoricalColumn(
+                    name=name,
+                    categories=[str(v) for v in values if v not in rare_set],
+                    other=bool(rare_set),
+                )
+            )
+    labels: list[Label] | None = None
+    if task == "classification":
+        assert train_target is not None
+        classes = LabelEncoder().fit(label_values(train_target)).classes_
+        labels = [int(v) if isinstance(v, np.integer) else str(v) for v in classes]
+    result = Preprocessor(task, target, numeric_columns, categorical_columns, labels)
+    return result, fitted

@@ -1,0 +1,196 @@
+"""Columns as they come: kinds inferred, fitted on training rows only, applied as scikit-learn would."""
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from src.data import TabularDataModule
+from src.data.preprocessing import MISSING, Location, Preprocessor, encoder_input, infer_kinds
+from src.errors import UserInputError
+
+
+def messy_frame(n: int = 200, seed: int = 0) -> pd.DataFrame:
+    """What real tables hold: text categories, yes/no as words, booleans, empty cells, a "?" among
+    numbers, a many-valued text column, and class labels written as names that depend on the rest."""
+    rng = np.random.default_rng(seed)
+    income = rng.normal(50, 10, n).round(2)
+    region = rng.choice(["north", "south", "east", "west"], n, p=[0.4, 0.3, 0.2, 0.1])
+    member = rng.choice(["yes", "no"], n)
+    age = rng.integers(18, 80, n).astype(object)
+    age[[5, 77]] = "?"
+    frame = pd.DataFrame(
+        {
+            "income": np.where(np.arange(n) % 9 == 0, np.nan, income),
+            "region": np.where(np.arange(n) % 13 == 0, None, region),
+            "member": member,
+            "age": age,
+            "verified": rng.choice([True, False], n),
+            "city": [f"city{k}" for k in rng.integers(0, 30, n)],
+        }
+    )
+    score = np.nan_to_num(income - 50) / 10 + (region == "north") - (member == "no")
+    frame["label"] = np.where(score > 0.5, "high", np.where(score < -0.5, "low", "mid"))
+    return frame
+
+
+@pytest.fixture
+def messy_csv(tmp_path: Path) -> Path:
+    path = tmp_path / "messy.csv"
+    messy_frame().to_csv(path, index=False)
+    return path
+
+
+def data(path: Path, **kwargs) -> TabularDataModule:
+    options = {"target_column": "label", "task": "classification", "max_categories": 4} | kwargs
+    return TabularDataModule(path=str(path), **options)
+
+
+def test_column_kinds_are_read_from_the_data_and_can_be_named(messy_csv: Path, caplog) -> None:
+    frame = pd.read_csv(messy_csv).drop(columns="label")
+    with caplog.at_level(logging.INFO):
+        numeric, categorical, tokens = infer_kinds(frame, Location("messy.csv", 2))
+    assert numeric == ["income", "age"]
+    assert categorical == ["region", "member", "verified", "city"]
+    # "?" among the ages is read as missing, and the user is told so, naming the column and the text
+    assert tokens == {"age": ["?"]}
+    assert "Column 'age': 2 cell(s) holding ['?'] are read as missing" in caplog.text
+    numeric, categorical, _ = infer_kinds(frame, Location("messy.csv", 2), categorical=["age"])
+    assert "age" in categorical
+    assert "age" not in numeric
+
+
+def test_transform_equals_the_fitted_scikit_learn_column_transformer(messy_csv: Path) -> None:
+    dm = data(messy_csv, missing_indicator=True)
+    fitted = dm.fitted_column_transformer()
+    table, prep = dm.table, dm.preprocessor
+    kinds = infer_kinds(table.features, table.location)
+    for stage in ("train", "val", "test"):
+        rows = table.features.iloc[dm.split_rows[stage]]
+        expected = fitted.transform(encoder_input(rows, kinds[0], kinds[1], table.location, kinds[2]))
+        torch.testing.assert_close(dm.dataset(stage).tensors[0], torch.tensor(expected, dtype=torch.float32))
+    # rows the training split never saw: unknown categories, empty cells, a "?", another column order
+    new = pd.DataFrame(
+        {
+            "city": ["city999", "city1", None],
+            "age": ["?", 30, 41],
+            "verified": [True, None, False],
+            "member": ["maybe", "yes", "no"],
+            "region": ["atlantis", None, "north"],
+            "income": [None, 1e6, 49.5],
+            "ignored": [1, 2, 3],
+        }
+    )
+    expected = fitted.transform(encoder_input(new, kinds[0], kinds[1], table.location, kinds[2]))
+    np.testing.assert_allclose(prep.transform(new, Location("new rows")), expected, rtol=1e-6, atol=1e-6)
+    # and the encoded layout is what the names say
+    assert prep.feature_names[:4] == ["income", "age", "income (missing)", "age (missing)"]
+    assert "region=(other)" in prep.feature_names  # max_categories=4: the rarest region shares a column
+
+
+def test_unseen_values_land_in_the_other_column_or_nowhere(messy_csv: Path) -> None:
+    prep = data(messy_csv).preprocessor
+    member = next(c for c in prep.categorical if c.name == "member")
+    assert (member.categories, member.other) == (["no", "yes"], False)
+    region = next(c for c in prep.categorical if c.name == "region")
+    assert region.other  # 5 values (4 regions and MISSING) for 4 columns: the rarest share one
+    x = prep.transform(
+        pd.DataFrame(
+            {
+                "income": [50.0],
+                "age": [30],
+                "region": ["atlantis"],
+                "member": ["maybe"],
+                "verified": [True],
+                "city": ["city1"],
+            }
+        ),
+        Location("one row"),
+    )
+    names = prep.feature_names
+    assert x[0, names.index("region=(other)")] == 1.0
+    assert x[0, [i for i, n in enumerate(names) if n.startswith("member=")]].sum() == 0.0
+
+
+def test_everything_is_fitted_on_the_training_rows_only(messy_csv: Path) -> None:
+    dm = data(messy_csv, missing_indicator=True)
+    frame = pd.read_csv(messy_csv)
+    held_out = np.concatenate([dm.split_rows["val"], dm.split_rows["test"]])
+    frame.loc[held_out, "income"] = frame.loc[held_out, "income"] * 100 + 50
+    frame.loc[held_out, "region"] = "moved away"
+    frame.loc[held_out, "age"] = np.nan
+    path = messy_csv.with_name("perturbed.csv")
+    frame.to_csv(path, index=False)
+    perturbed = data(path, missing_indicator=True)
+    np.testing.assert_array_equal(perturbed.split_rows["train"], dm.split_rows["train"])
+    assert perturbed.preprocessor == dm.preprocessor
+    torch.testing.assert_close(perturbed.dataset("train").tensors[0], dm.dataset("train").tensors[0])
+    assert not torch.equal(perturbed.dataset("val").tensors[0], dm.dataset("val").tensors[0])
+    income = next(c for c in dm.preprocessor.numeric if c.name == "income")
+    train_income = pd.read_csv(messy_csv).loc[dm.split_rows["train"], "income"]
+    assert income.fill == pytest.approx(train_income.median())
+    assert income.mean == pytest.approx(train_income.fillna(train_income.median()).mean())
+
+
+def test_labels_as_they_come(messy_csv: Path, tmp_path: Path, caplog) -> None:
+    dm = data(messy_csv)
+    assert dm.label_names == ["high", "low", "mid"]
+    frame = pd.read_csv(messy_csv)
+    expected = pd.Index(["high", "low", "mid"]).get_indexer(frame["label"].iloc[dm.split_rows["train"]])
+    np.testing.assert_array_equal(dm.dataset("train").tensors[1].numpy(), expected)
+    # integer labels stay integers (not "0", "1"); rows without a label are left out, with a notice
+    frame["label"] = frame["label"].map({"low": 10, "mid": 20, "high": 30}).astype(float)
+    frame.loc[[3, 4, 5], "label"] = np.nan
+    path = tmp_path / "numbered.csv"
+    frame.to_csv(path, index=False)
+    with caplog.at_level(logging.INFO):
+        numbered = data(path)
+        assert numbered.label_names == [10, 20, 30]
+    assert f"CSV file '{path}': 3 of 200 rows have no 'label' and are left out." in caplog.text
+    assert not {3, 4, 5} & set(numbered.table.features.index)
+
+
+def test_a_label_the_training_rows_never_had_is_named(messy_csv: Path) -> None:
+    prep = data(messy_csv).preprocessor
+    with pytest.raises(UserInputError, match=r"the rows, column 'label', row 1 holds the label 'huge'"):
+        prep.encode_labels(pd.Series(["low", "huge"], name="label"), Location("the rows"))
+
+
+def test_the_fitted_state_is_plain_data(messy_csv: Path, tmp_path: Path) -> None:
+    prep = data(messy_csv, missing_indicator=True).preprocessor
+    torch.save(prep.state_dict(), tmp_path / "state.pt")
+    loaded = torch.load(tmp_path / "state.pt", weights_only=True)  # no pickled objects
+    assert Preprocessor.from_state(loaded) == prep
+
+
+def test_a_missing_category_cell_is_a_category_of_its_own(messy_csv: Path) -> None:
+    prep = data(messy_csv, max_categories=50).preprocessor
+    region = next(c for c in prep.categorical if c.name == "region")
+    assert region.categories == sorted([MISSING, "east", "north", "south", "west"])
+    x = prep.transform(messy_frame().iloc[[0, 1]], Location("rows"))  # row 0 has no region
+    assert x[0, prep.feature_names.index(f"region={MISSING}")] == 1.0
+    assert x[1, prep.feature_names.index(f"region={MISSING}")] == 0.0
+
+
+def test_parquet_reads_the_same_as_the_csv(messy_csv: Path) -> None:
+    parquet = messy_csv.with_suffix(".parquet")
+    pd.read_csv(messy_csv).to_parquet(parquet)
+    from_csv, from_parquet = data(messy_csv), data(parquet)
+    assert from_parquet.source == "parquet"
+    assert from_parquet.preprocessor == from_csv.preprocessor
+    for stage in ("train", "val", "test"):
+        for a, b in zip(from_csv.dataset(stage).tensors, from_parquet.dataset(stage).tensors, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_numeric_sources_keep_their_standardization() -> None:
+    dm = TabularDataModule(source="digits")
+    x = dm.dataset("train").tensors[0]
+    train = dm.table.features.iloc[dm.split_rows["train"]].to_numpy(np.float64)
+    scale = train.std(0)
+    expected = (train - train.mean(0)) / np.where(scale == 0, 1.0, scale)
+    torch.testing.assert_close(x, torch.tensor(expected, dtype=torch.float32), rtol=1e-5, atol=1e-5)
+    assert dm.in_features == 64
