@@ -2,6 +2,11 @@
 
 ``configs/defaults.yaml`` is read first by every subcommand; each ``--config`` after it overrides it,
 and the later of several ``--config`` wins. ``--print_config`` shows the merged result.
+
+A checkpoint carries its run's model and data settings and the fitted preprocessing, so
+``validate``, ``test`` and ``predict`` need nothing but ``--ckpt_path`` (a ``--config`` still wins):
+
+    python -m src.cli predict --ckpt_path CKPT --data.predict_path new.csv --output predictions.csv
 """
 
 import os
@@ -12,16 +17,41 @@ from pathlib import Path
 # for Lightning's maintainers and only adds noise to every run here.
 os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
+from typing import Any
+
+import lightning as L
+import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from typing_extensions import override
 
+from src.callbacks import PredictionWriter
+from src.checkpoints import load_checkpoint
 from src.data import TabularDataModule
 from src.errors import UserInputError
 from src.models import BaseTask
 
 DEFAULTS = Path(__file__).resolve().parent.parent / "configs" / "defaults.yaml"
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
+#: the sections of a run's config that a checkpoint carries: what it takes to rebuild model and data
+CARRIED = ("seed_everything", "model", "data")
+#: data settings that belong to one invocation, not to the run that made the checkpoint
+PER_INVOCATION = ("predict_path", "preprocessing_from")
+
+
+class SaveConfig(SaveConfigCallback):
+    """Writes ``config.yaml`` beside the run, and the model and data sections into every checkpoint."""
+
+    @override
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        # plain YAML data (strings, numbers, lists), so torch.load(weights_only=True) still reads it
+        dumped = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
+        carried = {key: dumped[key] for key in CARRIED if key in dumped}
+        for key in PER_INVOCATION:
+            carried.get("data", {}).pop(key, None)
+        checkpoint["config"] = carried
 
 
 class CLI(LightningCLI):
@@ -38,6 +68,35 @@ class CLI(LightningCLI):
             default=False,
             help="After fit, run test on the best checkpoint and print the test metrics (fit only).",
         )
+        parser.add_argument(
+            "--output",
+            type=str | None,
+            default=None,
+            help="Where predict writes its CSV file (predict only); left out, predictions.csv beside the "
+            "checkpoint's run.",
+        )
+
+    @override
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand]
+        if config.get("output") is not None and self.subcommand != "predict":
+            raise UserInputError(f"--output belongs to predict, not to {self.subcommand}.")
+        if config.get("test_after_fit") and self.subcommand != "fit":
+            raise UserInputError(f"--test_after_fit belongs to fit, not to {self.subcommand}.")
+
+    @override
+    def after_instantiate_classes(self) -> None:
+        if self.subcommand != "predict":
+            return
+        output = self.config[self.subcommand].get("output")
+        for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
+            if isinstance(callback, PredictionWriter) and output is not None:
+                callback.output_path = output
+
+    def after_predict(self) -> None:
+        for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
+            if isinstance(callback, PredictionWriter) and callback.written is not None:
+                print(f"Predictions for {callback.rows_written} rows written to {callback.written}")
 
     def after_fit(self) -> None:
         if not self.config_init[self.subcommand].get("test_after_fit"):
@@ -51,12 +110,51 @@ class CLI(LightningCLI):
         self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
 
 
+def _value(words: list[str], key: str) -> str | None:
+    """The value given to ``--key`` as ``--key value`` or ``--key=value``, the last one winning."""
+    found = None
+    for i, word in enumerate(words):
+        if word == key and i + 1 < len(words):
+            found = words[i + 1]
+        elif word.startswith(key + "="):
+            found = word[len(key) + 1 :]
+    return found
+
+
+def with_checkpoint_settings(words: list[str]) -> list[str]:
+    """The words, completed from ``--ckpt_path``'s checkpoint when it is a file.
+
+    The data reuses the checkpoint's fitted preprocessing (``--data.preprocessing_from``), and
+    ``validate``/``test``/``predict`` without any ``--config`` or ``--model`` take the run's own model and
+    data settings from the checkpoint, as a first ``--config`` that later words override.
+    """
+    if not words or words[0] not in SUBCOMMANDS:
+        return words
+    ckpt_path = _value(words, "--ckpt_path")
+    if ckpt_path is None or ckpt_path in ("last", "best", "hpc", "registry") or "://" in ckpt_path:
+        return words
+    checkpoint = load_checkpoint(ckpt_path)  # one sentence for a missing, broken or unsafe file
+    extra: list[str] = []
+    configured = any(w in ("--config", "-c") or w.startswith(("--config=", "--model")) for w in words)
+    if words[0] != "fit" and not configured and "config" in checkpoint:
+        extra = ["--config", yaml.safe_dump(checkpoint["config"])]
+    if _value(words, "--data.preprocessing_from") is None:
+        words = [*words, f"--data.preprocessing_from={ckpt_path}"]
+    return [words[0], *extra, *words[1:]]
+
+
 def main(args: list[str] | None = None, run: bool = True) -> CLI:
     """Run the CLI as a user would; tests call ``main([...])`` with the same words.
 
     Bad input (a missing file, column or value) ends with one sentence on stderr and exit status 2.
     """
     try:
+        if run:
+            if args is None:
+                # completed in place, so that processes Lightning launches (DDP) read the same words
+                sys.argv[1:] = with_checkpoint_settings(sys.argv[1:])
+            else:
+                args = with_checkpoint_settings(list(args))
         return CLI(
             model_class=BaseTask,
             subclass_mode_model=True,
@@ -66,6 +164,7 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
             parser_kwargs={name: {"default_config_files": [str(DEFAULTS)]} for name in SUBCOMMANDS}
             if run
             else {"default_config_files": [str(DEFAULTS)]},
+            save_config_callback=SaveConfig,
             save_config_kwargs={"overwrite": True},
         )
     except Exception as err:

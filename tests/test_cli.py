@@ -76,12 +76,17 @@ def test_fit_test_predict_round_trip(cli, workdir: Path) -> None:
 
     predict = cli("predict", "--config", "spiral.yaml", "--data.num_samples=600", "--ckpt_path", best)
     written = next(c for c in predict.trainer.callbacks if hasattr(c, "written")).written
+    # beside the run the checkpoint came from, not in a new version folder
+    assert written == Path(fit.trainer.log_dir).resolve() / "predictions.csv"
     frame = pd.read_csv(written)
-    assert list(frame.columns) == ["row", "probs_0", "probs_1", "probs_2", "preds"]
-    # one line per test row, naming it, with an integer class id
-    assert frame["row"].tolist() == predict.datamodule.split_rows["test"].tolist()
-    assert frame["preds"].dtype.kind == "i"
-    assert (frame["preds"] == frame[["probs_0", "probs_1", "probs_2"]].to_numpy().argmax(1)).all()
+    labels = ["probability(0)", "probability(1)", "probability(2)"]
+    assert list(frame.columns) == ["row", "prediction", *labels]
+    # without data.predict_path: one line per validation row (never the test split), naming it
+    rows = predict.datamodule.split_rows
+    assert frame["row"].tolist() == rows["val"].tolist()
+    assert not set(frame["row"]) & set(rows["test"].tolist())
+    assert frame["prediction"].dtype.kind == "i"
+    assert (frame["prediction"] == frame[labels].to_numpy().argmax(1)).all()
     assert not list(written.parent.glob("*.partial"))
 
 

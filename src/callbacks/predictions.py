@@ -1,35 +1,49 @@
-"""Write what ``predict`` returns to a CSV file, atomically."""
+"""Write what ``predict`` returns to a CSV file, atomically, with each class named by its label."""
 
 import os
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-import pandas as pd
+import numpy as np
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from typing_extensions import override
 
+from src.data import TabularDataModule
+from src.predict import prediction_frame
+
 
 class PredictionWriter(BasePredictionWriter):
-    """Collects the ``predict_step`` dicts of one ``predict`` run into ``predictions.csv``.
+    """Collects the ``predict_step`` outputs of one ``predict`` run into a CSV file.
 
-    The first column, ``row``, says which row of the data each prediction belongs to.
-    A ``(B,)`` tensor becomes one column; a ``(B, K)`` tensor becomes columns ``name_0 .. name_{K-1}``.
-    The file is written beside a temporary name and renamed, so a crash never leaves half a file.
+    One line per predicted row, in order: ``row`` (the row of the file it came from, 0-based, header
+    not counted), ``prediction`` (the label as the data wrote it, or the value in the target's units)
+    and, for classification, one ``probability(<label>)`` column per class
+    (:func:`src.predict.prediction_frame`).
+    The file is written under a temporary name and renamed, so a crash never leaves half a file.
 
     Args:
-        output_path: Where to write; ``<log_dir>/predictions.csv`` of the run when left out. Under
-            several processes each rank writes ``predictions.rank<N>.csv``.
+        output_path: Where to write (the CLI's ``--output``); left out, ``predictions.csv`` in the run
+            folder of the checkpoint predicted from, else in this run's log folder. Under several
+            processes each rank writes ``<name>.rank<N>.csv``.
     """
 
     def __init__(self, output_path: str | None = None) -> None:
         super().__init__(write_interval="epoch")
         self.output_path = output_path
         self.written: Path | None = None
+        self.rows_written = 0
 
     def _path(self, trainer: L.Trainer) -> Path:
-        path = Path(self.output_path or Path(trainer.log_dir or trainer.default_root_dir) / "predictions.csv")
+        if self.output_path is not None:
+            path = Path(self.output_path)
+        elif trainer.ckpt_path and Path(trainer.ckpt_path).is_file():
+            # beside the run the checkpoint belongs to: <run>/checkpoints/x.ckpt → <run>/predictions.csv
+            folder = Path(trainer.ckpt_path).resolve().parent
+            path = (folder.parent if folder.name == "checkpoints" else folder) / "predictions.csv"
+        else:
+            path = Path(trainer.log_dir or trainer.default_root_dir) / "predictions.csv"
         if trainer.world_size > 1:
             path = path.with_name(f"{path.stem}.rank{trainer.global_rank}{path.suffix}")
         return path
@@ -43,24 +57,20 @@ class PredictionWriter(BasePredictionWriter):
         batch_indices: Any,
     ) -> None:
         batches: list[dict[str, torch.Tensor]] = predictions
-        columns: dict[str, Any] = {}
-        # batch_indices: per dataloader, per batch, the dataset positions; with the template's
-        # DataModule a position maps to the row of the source file (0-based, header not counted)
-        positions = [i for batch in (batch_indices[0] if batch_indices else []) for i in batch]
-        split_rows = getattr(trainer.datamodule, "split_rows", None)
-        if positions:
-            columns["row"] = split_rows["test"][positions] if split_rows is not None else positions
-        for name in batches[0]:
-            tensor = torch.cat([b[name] for b in batches])
-            # class ids stay integers; bf16/fp16 outputs become float32, which numpy can hold
-            values = (tensor.float() if tensor.is_floating_point() else tensor).cpu().numpy()
-            if values.ndim == 1:
-                columns[name] = values
-            else:
-                columns.update({f"{name}_{k}": values[:, k] for k in range(values.shape[1])})
+        outputs = {name: torch.cat([b[name] for b in batches]) for name in batches[0]}
+        # batch_indices: per dataloader, per batch, the dataset positions (in order without a sampler
+        # that shuffles; under DDP each rank holds its share)
+        positions = np.array([i for batch in (batch_indices[0] if batch_indices else []) for i in batch])
+        datamodule = trainer.datamodule
+        if not isinstance(datamodule, TabularDataModule):
+            raise TypeError("PredictionWriter needs the TabularDataModule, which knows the labels and rows")
+        count = len(next(iter(outputs.values())))
+        rows = datamodule.predict_row_ids()[positions] if len(positions) else np.arange(count)
+        frame = prediction_frame(outputs, datamodule.preprocessor, rows)
         path = self._path(trainer)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(path.name + ".partial")
-        pd.DataFrame(columns).to_csv(partial, index=False)
+        frame.to_csv(partial, index=False)
         os.replace(partial, path)
         self.written = path
+        self.rows_written = len(frame)

@@ -1,0 +1,118 @@
+"""Predictions on raw rows from a checkpoint alone: the path that ``predict``, Python and serving share.
+
+```python
+from src.predict import Predictor
+
+predictor = Predictor.from_checkpoint("logs/penguins/version_0/checkpoints/last.ckpt")
+predictor.predict(pandas.read_csv("new_penguins.csv"))  # a DataFrame: row, prediction, probabilities
+```
+
+Raw rows go through the checkpoint's own fitted preprocessing (:mod:`src.data.preprocessing`), then
+the model's ``predict_step``, then :func:`prediction_frame`, which names each class by its label.
+``python -m src.cli predict`` runs the same three pieces under the Trainer.
+"""
+
+import importlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from src.checkpoints import load_checkpoint
+from src.data.datamodule import preprocessing_of
+from src.data.preprocessing import Location, Preprocessor
+from src.errors import UserInputError
+from src.models import BaseTask
+
+#: model classes a checkpoint may name by itself; any other must be passed in by the caller
+TRUSTED_MODULES = ("src.",)
+
+
+def prediction_frame(
+    outputs: dict[str, torch.Tensor], preprocessor: Preprocessor, rows: Sequence[Any] | np.ndarray
+) -> pd.DataFrame:
+    """``predict_step`` outputs of all rows → one line per row.
+
+    Columns: ``row`` (which row of the input it is), ``prediction`` (the class label as the data wrote
+    it, or the value in the target's units), and for classification one ``probability(<label>)``
+    column per class.
+    """
+    frame = pd.DataFrame({"row": np.asarray(rows)})
+    if preprocessor.labels is None:
+        frame["prediction"] = outputs["preds"].float().cpu().numpy()
+        return frame
+    probs = outputs["probs"].float().cpu().numpy()  # (N, K)
+    labels = np.asarray(preprocessor.labels, dtype=object)
+    frame["prediction"] = labels[probs.argmax(axis=1)]
+    for k, label in enumerate(preprocessor.labels):
+        frame[f"probability({label})"] = probs[:, k]
+    return frame
+
+
+class Predictor:
+    """A trained model with its fitted preprocessing: raw rows in, labelled predictions out.
+
+    Args:
+        model: The trained task (any :class:`src.models.BaseTask`).
+        preprocessor: The preprocessing fitted in the same run.
+        batch_size: Rows per forward pass.
+    """
+
+    def __init__(self, model: BaseTask, preprocessor: Preprocessor, batch_size: int = 8192) -> None:
+        self.model = model.eval()
+        self.preprocessor = preprocessor
+        self.batch_size = batch_size
+
+    @classmethod
+    def from_checkpoint(
+        cls, path: str | Path, model_class: type[BaseTask] | None = None, batch_size: int = 8192
+    ) -> "Predictor":
+        """Load a checkpoint as data (``weights_only=True``) and rebuild its model on the CPU.
+
+        ``model_class`` is read from the checkpoint when left out, for the project's own classes; a
+        class of yours must be passed in, so that a checkpoint never chooses what code to import.
+        """
+        checkpoint = load_checkpoint(path)
+        hparams = dict(checkpoint.get("hyper_parameters", {}))
+        model_class = model_class or _trusted_class(hparams.get("_class_path"), str(path))
+        init = {k: v for k, v in hparams.items() if not k.startswith("_")}
+        init["compile_net"] = False  # compiling pays off in training, not in a forward pass per request
+        model = model_class(**init)
+        model.load_state_dict(checkpoint["state_dict"])
+        return cls(model, preprocessing_of(checkpoint, str(path)), batch_size)
+
+    def encode(self, frame: pd.DataFrame, source: str = "the rows") -> torch.Tensor:
+        """Raw rows → the ``(N, F)`` float32 matrix the net reads."""
+        return torch.from_numpy(self.preprocessor.transform(frame, Location(source)))
+
+    @torch.inference_mode()
+    def predict(self, frame: pd.DataFrame, source: str = "the rows") -> pd.DataFrame:
+        """One line per row of ``frame``, in order (see :func:`prediction_frame`); ``row`` is its index."""
+        x = self.encode(frame, source)
+        batches = x.split(self.batch_size) or (x,)  # an empty frame still gives its (empty) columns
+        outputs = [self.model.predict_step((batch,), i) for i, batch in enumerate(batches)]
+        merged = {key: torch.cat([o[key] for o in outputs]) for key in outputs[0]}
+        return prediction_frame(merged, self.preprocessor, frame.index.to_numpy())
+
+
+def _trusted_class(class_path: Any, path: str) -> type[BaseTask]:
+    if not isinstance(class_path, str):
+        raise UserInputError(
+            f"checkpoint {path!r} does not name its model class; pass model_class=YourTask to "
+            "from_checkpoint."
+        )
+    if not class_path.startswith(TRUSTED_MODULES):
+        raise UserInputError(
+            f"checkpoint {path!r} names the model class {class_path!r}, outside this project; import it "
+            "yourself and pass it as model_class, if you trust it."
+        )
+    module_name, _, name = class_path.rpartition(".")
+    found = getattr(importlib.import_module(module_name), name, None)
+    if not (isinstance(found, type) and issubclass(found, BaseTask)):
+        raise UserInputError(
+            f"checkpoint {path!r} names {class_path!r}, which is not a task of this project."
+        )
+    return found

@@ -1,0 +1,209 @@
+"""From a messy file to predictions you can trust: a checkpoint alone predicts on new rows as the run did."""
+
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from src.cli import main
+from src.data.preprocessing import Location, NumericColumn, Preprocessor
+from src.errors import UserInputError
+from src.predict import Predictor
+from tests.conftest import CONFIGS, QUIET
+from tests.test_preprocessing import messy_frame
+
+TINY = ["--trainer.max_epochs=3", "--trainer.limit_val_batches=2"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory):
+    """One fit on a messy CSV (text, yes/no words, booleans, empty cells, "?", named classes)."""
+    folder = tmp_path_factory.mktemp("messy")
+    frame = messy_frame(n=300)
+    frame.to_csv(folder / "train.csv", index=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        patch.setattr(sys, "argv", ["src.cli"])
+        run = main(
+            [
+                "fit",
+                "--config",
+                str(CONFIGS / "digits.yaml"),
+                "--data.source=csv",
+                "--data.path=train.csv",
+                "--data.target_column=label",
+                "--data.task=classification",
+                "--data.max_categories=4",
+                "--data.missing_indicator=true",
+                f"--trainer.logger.init_args.save_dir={folder / 'logs'}",
+                *TINY,
+                *QUIET,
+            ]
+        )
+    return run, folder, frame
+
+
+def in_run_probabilities(run, x: torch.Tensor) -> np.ndarray:
+    """What the trained model of the run itself gives for encoded rows (in eval mode, without a graph)."""
+    run.model.eval()
+    with torch.inference_mode():
+        return run.model(x).softmax(-1).numpy()
+
+
+def test_a_messy_csv_trains_end_to_end(trained) -> None:
+    run, _, _ = trained
+    assert run.trainer.state.finished
+    assert np.isfinite(run.trainer.callback_metrics["train/loss"].item())
+    assert run.datamodule.label_names == ["high", "low", "mid"]
+    assert run.model.hparams.in_features == len(run.datamodule.preprocessor.feature_names)
+
+
+def test_a_moved_checkpoint_predicts_a_new_file_as_the_run_did(trained, tmp_path: Path, monkeypatch, capsys):
+    run, folder, frame = trained
+    # the checkpoint alone, in another folder, with the training file gone
+    moved = tmp_path / "elsewhere" / "model.ckpt"
+    moved.parent.mkdir()
+    shutil.copy(Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt", moved)
+    training_file = tmp_path / "gone.csv"
+    shutil.move(folder / "train.csv", training_file)
+    try:
+        # new rows without the target, columns in another order, one column the model never saw
+        rows = frame.iloc[run.datamodule.split_rows["val"]].drop(columns="label")
+        new = rows[rows.columns[::-1]].assign(notes="ignored").reset_index(drop=True)
+        new.to_csv(tmp_path / "new.csv", index=False)
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(sys, "argv", ["src.cli"])
+        main(
+            ["predict", "--ckpt_path", str(moved), "--data.predict_path=new.csv", "--output=out.csv", *QUIET]
+        )
+    finally:
+        shutil.move(training_file, folder / "train.csv")
+    assert f"Predictions for {len(new)} rows written to out.csv" in capsys.readouterr().out
+    written = pd.read_csv(tmp_path / "out.csv")
+    labels = ["high", "low", "mid"]
+    assert list(written.columns) == ["row", "prediction", *(f"probability({label})" for label in labels)]
+    assert written["row"].tolist() == list(range(len(new)))  # every row, in order
+    expected = in_run_probabilities(run, run.datamodule.dataset("val").tensors[0])
+    probabilities = written[[f"probability({label})" for label in labels]].to_numpy(np.float32)
+    torch.testing.assert_close(torch.from_numpy(probabilities), torch.from_numpy(expected))
+    assert written["prediction"].tolist() == [labels[k] for k in expected.argmax(1)]
+    # the Python API is the same path: the same table from the same checkpoint
+    api = Predictor.from_checkpoint(moved).predict(pd.read_csv(tmp_path / "new.csv"))
+    pd.testing.assert_frame_equal(api, written, check_dtype=False, rtol=1e-6)
+
+
+def test_each_predicted_line_is_the_row_it_names(trained, tmp_path: Path, monkeypatch) -> None:
+    """Without a file to predict: the validation rows, each line checked against its own source row."""
+    run, folder, frame = trained
+    best = run.trainer.checkpoint_callback.best_model_path
+    monkeypatch.chdir(folder)
+    monkeypatch.setattr(sys, "argv", ["src.cli"])
+    predict = main(["predict", "--ckpt_path", best, f"--output={tmp_path / 'val.csv'}", *QUIET])
+    written = pd.read_csv(tmp_path / "val.csv")
+    assert sorted(written["row"]) == sorted(run.datamodule.split_rows["val"].tolist())
+    assert not set(written["row"]) & set(predict.datamodule.split_rows["test"].tolist())
+    predictor = Predictor.from_checkpoint(best)
+    probability_columns = [c for c in written.columns if c.startswith("probability(")]
+    for _, line in written.sample(8, random_state=0).iterrows():
+        source_row = frame.drop(columns="label").iloc[[int(line["row"])]]
+        alone = predictor.predict(source_row)
+        np.testing.assert_allclose(
+            line[probability_columns].to_numpy(np.float64),
+            alone[probability_columns].to_numpy()[0],
+            rtol=1e-5,
+        )
+        assert line["prediction"] == alone["prediction"].iloc[0]
+
+
+def test_test_needs_only_the_checkpoint(trained, monkeypatch) -> None:
+    run, folder, _ = trained
+    best = run.trainer.checkpoint_callback.best_model_path
+    monkeypatch.chdir(folder)
+    monkeypatch.setattr(sys, "argv", ["src.cli"])
+    alone = main(["test", "--ckpt_path", best, *QUIET]).trainer.callback_metrics
+    configured = main(
+        ["test", "--config", str(Path(run.trainer.log_dir) / "config.yaml"), "--ckpt_path", best, *QUIET]
+    ).trainer.callback_metrics
+    assert alone.keys() == configured.keys() >= {"test/acc", "test/loss"}
+    for key in alone:
+        torch.testing.assert_close(alone[key], configured[key], rtol=0, atol=0)
+
+
+def test_unseen_categories_and_empty_cells_predict(trained) -> None:
+    run, _, _ = trained
+    predictor = Predictor.from_checkpoint(run.trainer.checkpoint_callback.best_model_path)
+    new = pd.DataFrame(
+        {
+            "income": [None, 61.0],
+            "region": ["atlantis", None],
+            "member": ["maybe", "yes"],
+            "age": ["?", None],
+            "verified": [None, True],
+            "city": ["nowhere", "city3"],
+        }
+    )
+    out = predictor.predict(new)
+    probabilities = out.filter(like="probability(").to_numpy()
+    np.testing.assert_allclose(probabilities.sum(1), 1.0, rtol=1e-5)
+    assert set(out["prediction"]) <= {"high", "low", "mid"}
+
+
+def test_a_missing_column_is_one_sentence(trained, tmp_path: Path, monkeypatch, capsys) -> None:
+    run, _, frame = trained
+    frame.drop(columns=["label", "region", "age"]).head(5).to_csv(tmp_path / "partial.csv", index=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["src.cli"])
+    best = run.trainer.checkpoint_callback.best_model_path
+    with pytest.raises(SystemExit) as exit_:
+        main(["predict", "--ckpt_path", best, "--data.predict_path=partial.csv", "--output=out.csv", *QUIET])
+    assert exit_.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert errors == [
+        "error: CSV file 'partial.csv' lacks the column(s) ['age', 'region'] that the model was trained on; "
+        "add them (empty cells are fine)."
+    ]
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_the_checkpoint_is_plain_data_and_self_contained(trained) -> None:
+    run, _, _ = trained
+    checkpoint = torch.load(run.trainer.checkpoint_callback.best_model_path, weights_only=True)
+    state = checkpoint["TabularDataModule"]["preprocessing"]
+    assert state["labels"] == ["high", "low", "mid"]
+    assert [c["name"] for c in state["numeric"]] == ["income", "age"]
+    assert checkpoint["config"]["data"]["target_column"] == "label"
+    assert checkpoint["config"]["model"]["class_path"] == "src.models.Classifier"
+
+
+def test_regression_predictions_are_in_the_targets_units(cli) -> None:
+    run = cli("fit", "--config", "friedman.yaml", "--data.num_samples=400", *TINY)
+    dm = run.datamodule
+    predictor = Predictor.from_checkpoint(Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt")
+    out = predictor.predict(dm.table.features.iloc[dm.split_rows["val"]])
+    assert list(out.columns) == ["row", "prediction"]
+    run.model.eval()
+    with torch.inference_mode():
+        expected = run.model.predict_step((dm.dataset("val").tensors[0],), 0)["preds"]
+    torch.testing.assert_close(torch.tensor(out["prediction"].to_numpy(), dtype=torch.float32), expected)
+    assert out["row"].tolist() == dm.split_rows["val"].tolist()
+
+
+def test_a_checkpoint_does_not_choose_what_code_to_import(trained, tmp_path: Path) -> None:
+    run, _, _ = trained
+    checkpoint = torch.load(run.trainer.checkpoint_callback.best_model_path, weights_only=True)
+    checkpoint["hyper_parameters"]["_class_path"] = "planted_module_that_must_not_load.Model"
+    torch.save(checkpoint, tmp_path / "foreign.ckpt")
+    with pytest.raises(UserInputError, match="outside this project; import it yourself"):
+        Predictor.from_checkpoint(tmp_path / "foreign.ckpt")
+    assert "planted_module_that_must_not_load" not in sys.modules
+
+
+def test_text_in_a_numeric_column_names_the_cell() -> None:
+    prep = Preprocessor("regression", "y", [NumericColumn("income", 0.0, 0.0, 1.0, False)], [])
+    rows = pd.DataFrame({"income": [3.0, "lots"]})
+    with pytest.raises(UserInputError, match=r"the request, column 'income', row 1 holds 'lots'"):
+        prep.transform(rows, Location("the request"))
