@@ -10,11 +10,13 @@ import math
 from typing import Any, Literal
 
 import torch
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 from typing_extensions import override
 
 from src.errors import UserInputError
 from src.models.classifier import Classifier
+from src.nets.mlp import Activation
 
 
 class ManualClassifier(Classifier):
@@ -24,26 +26,57 @@ class ManualClassifier(Classifier):
     ``accumulate_grad_batches`` stays 1, its ``gradient_clip_val`` stays unset, and the same settings
     are given to the model instead.
 
+    The arguments before ``accumulate_grad_batches`` are :class:`Classifier`'s and :class:`BaseTask`'s
+    and documented there (``--help`` shows their descriptions too); ``tests/test_models.py`` holds the
+    signatures equal.
+
     Args:
         accumulate_grad_batches: Micro-batches whose gradients add up to one optimizer step.
         gradient_clip_val: Clip threshold after the group's last backward; ``None`` or 0 does not clip.
         gradient_clip_algorithm: ``norm`` (global L2 norm of all gradients) or ``value`` (each element).
-        **Classifier and BaseTask arguments.
     """
 
     def __init__(
         self,
-        *args: Any,
+        in_features: int,
+        out_features: int,
+        hidden_sizes: list[int] | None = None,
+        activation: Activation = "relu",
+        dropout: float = 0.0,
+        batch_norm: bool = False,
+        optimizer: OptimizerCallable | None = None,
+        scheduler: LRSchedulerCallable | None = None,
+        scheduler_interval: Literal["epoch", "step"] = "epoch",
+        scheduler_monitor: str = "val/loss",
+        compile_net: bool = False,
+        activation_checkpointing: bool = False,
+        *,
+        label_smoothing: float = 0.0,
+        class_weights: bool = False,
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
-        **kwargs: Any,
     ) -> None:
         if accumulate_grad_batches < 1:
             raise UserInputError(
                 f"model.init_args.accumulate_grad_batches={accumulate_grad_batches} must be at least 1."
             )
-        super().__init__(*args, **kwargs)
+        super().__init__(
+            in_features=in_features,
+            out_features=out_features,
+            hidden_sizes=hidden_sizes,
+            activation=activation,
+            dropout=dropout,
+            batch_norm=batch_norm,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            scheduler_interval=scheduler_interval,
+            scheduler_monitor=scheduler_monitor,
+            compile_net=compile_net,
+            activation_checkpointing=activation_checkpointing,
+            label_smoothing=label_smoothing,
+            class_weights=class_weights,
+        )
         self.automatic_optimization = False
 
     @override
