@@ -202,3 +202,41 @@ def test_help_describes_every_argument(task: type[BaseTask], capsys, workdir: Pa
     for name in inspect.signature(task).parameters:
         assert f"--model.{name}" in shown
         assert "".join(docs[name].split()) in shown, name
+
+
+# -- BaseTask's required hooks are abstract: leaving one out fails at construction, not mid-training --
+
+REQUIRED_HOOKS = ["build_metrics", "loss", "metric_inputs", "predict_step"]
+
+
+def task_without(hook: str) -> type[BaseTask]:
+    """A BaseTask subclass that defines every required hook except ``hook`` (borrowed from Classifier)."""
+    body = {name: getattr(Classifier, name) for name in REQUIRED_HOOKS if name != hook}
+    return type(f"No_{hook}", (BaseTask,), body)
+
+
+def test_the_required_hooks_are_exactly_the_abstract_ones() -> None:
+    assert BaseTask.__abstractmethods__ == frozenset(REQUIRED_HOOKS)
+    assert not Classifier.__abstractmethods__
+    assert not Regressor.__abstractmethods__
+    assert not ManualClassifier.__abstractmethods__
+
+
+@pytest.mark.parametrize("hook", REQUIRED_HOOKS)
+def test_a_task_missing_a_required_hook_cannot_be_built(hook: str) -> None:
+    task = task_without(hook)
+    with pytest.raises(TypeError, match=f"abstract method '?{hook}'?"):
+        task(in_features=4, out_features=3)
+    # the same class with the hook put back builds: nothing else was missing
+    type("Complete", (task,), {hook: getattr(Classifier, hook)})(in_features=4, out_features=3)
+
+
+WithoutLoss = task_without("loss")  # importable, so the CLI can be pointed at it
+
+
+def test_the_cli_refuses_a_task_missing_a_required_hook(cli, capsys) -> None:
+    model = f"{__name__}.WithoutLoss"
+    with pytest.raises(SystemExit) as exit_:
+        cli("fit", "--config", "spiral.yaml", "--trainer.fast_dev_run=1", "--model", model)
+    assert exit_.value.code != 0
+    assert "Expected an instantiatable class, but is abstract" in capsys.readouterr().err

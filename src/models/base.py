@@ -1,6 +1,7 @@
 """The base task: one net, one shared step for train/val/test, injected optimizer and scheduler."""
 
 import functools
+from abc import ABC, abstractmethod
 from typing import Any, Literal
 
 import lightning as L
@@ -20,8 +21,11 @@ STAGES: tuple[Stage, ...] = ("train", "val", "test")
 DEFAULT_OPTIMIZER = functools.partial(torch.optim.AdamW, lr=1e-3)
 
 
-class BaseTask(L.LightningModule):
+class BaseTask(L.LightningModule, ABC):
     """What the classifier and the regressor share; subclasses define the loss, metrics and predictions.
+
+    ``build_metrics``, ``loss``, ``metric_inputs`` and ``predict_step`` are abstract: a subclass that
+    leaves one out cannot be instantiated (``TypeError`` naming the missing hooks).
 
     Args:
         in_features: Input width; linked from the DataModule by the CLI, never typed by hand.
@@ -95,15 +99,25 @@ class BaseTask(L.LightningModule):
     def check_shapes(self) -> None:
         """Refuse shapes the task cannot serve (say, regression data linked into a classifier)."""
 
+    @abstractmethod
     def build_metrics(self) -> MetricCollection:
-        raise NotImplementedError
+        """The metrics of one stage, unprefixed; ``__init__`` clones them per stage."""
 
+    @abstractmethod
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """The scalar loss of a batch, from the net's raw ``output`` and the batch's ``target``."""
 
+    @abstractmethod
     def metric_inputs(self, output: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(preds, target)`` as the metrics expect them."""
-        raise NotImplementedError
+
+    @override
+    @abstractmethod
+    def predict_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> dict[str, torch.Tensor]:
+        """Named ``(B,)`` or ``(B, K)`` tensors per batch; ``PredictionWriter`` makes them CSV columns.
+
+        Lightning's own default would call the net on the whole ``(x, y)`` batch tuple.
+        """
 
     # -- the loop -------------------------------------------------------------------------------------
 
