@@ -87,13 +87,13 @@ class BaseTask(L.LightningModule, ABC):
         """The plain PyTorch net; override to bring your own (it receives ``(B, in_features)``)."""
         hp = self.hparams
         return MLP(
-            hp.in_features,
-            hp.out_features,
-            hidden_sizes=hp.hidden_sizes if hp.hidden_sizes is not None else [128, 64],
-            activation=hp.activation,
-            dropout=hp.dropout,
-            batch_norm=hp.batch_norm,
-            activation_checkpointing=hp.activation_checkpointing,
+            hp["in_features"],
+            hp["out_features"],
+            hidden_sizes=hp["hidden_sizes"] if hp["hidden_sizes"] is not None else [128, 64],
+            activation=hp["activation"],
+            dropout=hp["dropout"],
+            batch_norm=hp["batch_norm"],
+            activation_checkpointing=hp["activation_checkpointing"],
         )
 
     def check_shapes(self) -> None:
@@ -204,9 +204,9 @@ class BaseTask(L.LightningModule, ABC):
         if self.scheduler is None:
             return optimizer
         scheduler = self._call_scheduler(optimizer)
-        config = {"scheduler": scheduler, "interval": self.hparams.scheduler_interval, "frequency": 1}
+        config = {"scheduler": scheduler, "interval": self.hparams["scheduler_interval"], "frequency": 1}
         if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-            config["monitor"] = self.hparams.scheduler_monitor
+            config["monitor"] = self.hparams["scheduler_monitor"]
         return {"optimizer": optimizer, "lr_scheduler": config}
 
     def total_optimizer_steps(self) -> int:
@@ -215,14 +215,20 @@ class BaseTask(L.LightningModule, ABC):
 
     def _call_scheduler(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
         """Build the scheduler; one that needs the run's length (OneCycleLR) is given it here."""
-        assert self.scheduler is not None
+        scheduler = self.scheduler
+        assert scheduler is not None
         # the CLI builds a functools.partial whose keywords hold every init argument, unset ones as None
-        keywords = getattr(self.scheduler, "keywords", {})
-        if "total_steps" in keywords and keywords["total_steps"] is None and keywords.get("epochs") is None:
-            if self.hparams.scheduler_interval != "step":
-                raise UserInputError(
-                    "a scheduler that counts total_steps (OneCycleLR, WarmupCosine) steps per optimizer "
-                    "step: set model.init_args.scheduler_interval: step."
-                )
-            return self.scheduler(optimizer, total_steps=self.total_optimizer_steps())
-        return self.scheduler(optimizer)
+        if isinstance(scheduler, functools.partial):
+            keywords = scheduler.keywords
+            if (
+                "total_steps" in keywords
+                and keywords["total_steps"] is None
+                and keywords.get("epochs") is None
+            ):
+                if self.hparams["scheduler_interval"] != "step":
+                    raise UserInputError(
+                        "a scheduler that counts total_steps (OneCycleLR, WarmupCosine) steps per optimizer "
+                        "step: set model.init_args.scheduler_interval: step."
+                    )
+                return scheduler(optimizer, total_steps=self.total_optimizer_steps())
+        return scheduler(optimizer)

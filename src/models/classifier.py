@@ -25,6 +25,9 @@ class Classifier(BaseTask):
         class_weights: Weigh the loss by balanced class weights computed on the training split.
     """
 
+    #: (K,) loss weight per class, a buffer registered in ``__init__`` (declared here for type checkers)
+    class_weight: torch.Tensor
+
     def __init__(
         self,
         in_features: int,
@@ -58,27 +61,29 @@ class Classifier(BaseTask):
             activation_checkpointing=activation_checkpointing,
         )
         # filled from the training split in setup(); a buffer, so the checkpoint carries it
-        self.register_buffer("class_weight", torch.ones(self.hparams.out_features))
+        self.register_buffer("class_weight", torch.ones(self.hparams["out_features"]))
 
     @override
     def check_shapes(self) -> None:
-        if self.hparams.out_features < 2:
+        if (k := self.hparams["out_features"]) < 2:
             raise UserInputError(
-                f"model Classifier needs at least 2 classes but the data gives out_features="
-                f"{self.hparams.out_features}; regression data goes to src.models.Regressor."
+                f"model Classifier needs at least 2 classes but the data gives out_features={k}; "
+                "regression data goes to src.models.Regressor."
             )
 
     @override
     def build_metrics(self) -> MetricCollection:
-        k = self.hparams.out_features
+        k = self.hparams["out_features"]
         return MetricCollection(
             {"acc": MulticlassAccuracy(k, average="micro"), "f1": MulticlassF1Score(k, average="macro")}
         )
 
     @override
     def setup(self, stage: str) -> None:
-        datamodule = self.trainer.datamodule
-        if stage == "fit" and self.hparams.class_weights and datamodule is not None:
+        # Trainer.datamodule is public and documented, but Lightning assigns it in its data connector
+        # without declaring it on the class, so mypy cannot see it
+        datamodule = self.trainer.datamodule  # type: ignore[attr-defined]
+        if stage == "fit" and self.hparams["class_weights"] and datamodule is not None:
             self.class_weight.copy_(datamodule.class_weights())
 
     @override
@@ -87,8 +92,8 @@ class Classifier(BaseTask):
         return F.cross_entropy(
             output,
             target,
-            weight=self.class_weight if self.hparams.class_weights else None,
-            label_smoothing=self.hparams.label_smoothing,
+            weight=self.class_weight if self.hparams["class_weights"] else None,
+            label_smoothing=self.hparams["label_smoothing"],
         )
 
     @override

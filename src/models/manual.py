@@ -82,7 +82,9 @@ class ManualClassifier(Classifier):
     @override
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         optimizer = self.optimizers()
-        k = self.hparams.accumulate_grad_batches
+        # a list only when configure_optimizers returns several; the base returns one
+        assert not isinstance(optimizer, list)
+        k = self.hparams["accumulate_grad_batches"]
         # Groups of k micro-batches, counted from the start of each epoch (batch_idx restarts at 0);
         # the last batch of the epoch closes a group even when it holds fewer than k, as in Lightning.
         last_of_epoch = batch_idx + 1 == self.trainer.num_training_batches
@@ -109,7 +111,7 @@ class ManualClassifier(Classifier):
         # precision plugin unscaled the gradients (16-mixed), before the update: where clipping belongs.
         # The base's hook logs train/grad_norm and train/grad_clipped, then calls self.clip_gradients.
         self.configure_gradient_clipping(
-            optimizer, self.hparams.gradient_clip_val, self.hparams.gradient_clip_algorithm
+            optimizer, self.hparams["gradient_clip_val"], self.hparams["gradient_clip_algorithm"]
         )
 
     @override
@@ -117,7 +119,7 @@ class ManualClassifier(Classifier):
         # the Trainer's estimate counts batches here: its own accumulate_grad_batches is 1 under manual
         # optimization, while this module steps once per group of k
         super().total_optimizer_steps()  # makes the Trainer count the training batches
-        k = self.hparams.accumulate_grad_batches
+        k = self.hparams["accumulate_grad_batches"]
         steps = math.ceil(self.trainer.num_training_batches / k) * max(self.trainer.max_epochs or 1, 1)
         return min(steps, self.trainer.max_steps) if self.trainer.max_steps != -1 else steps
 
@@ -135,7 +137,7 @@ class ManualClassifier(Classifier):
         scheduler = self.lr_schedulers()
         if isinstance(scheduler, ReduceLROnPlateau):
             # after validation: it watches this epoch's validation metric
-            monitor = self.hparams.scheduler_monitor
+            monitor = self.hparams["scheduler_monitor"]
             if monitor not in self.trainer.callback_metrics:
                 raise UserInputError(
                     f"ReduceLROnPlateau watches model.init_args.scheduler_monitor={monitor!r}, which was not "
@@ -147,5 +149,6 @@ class ManualClassifier(Classifier):
         scheduler = self.lr_schedulers()
         if scheduler is None or isinstance(scheduler, ReduceLROnPlateau):
             return
-        if self.hparams.scheduler_interval == interval:
+        assert not isinstance(scheduler, list)  # the base configures at most one scheduler
+        if self.hparams["scheduler_interval"] == interval:
             scheduler.step()

@@ -27,6 +27,10 @@ class Regressor(BaseTask):
             and predictions are always in original units.
     """
 
+    #: the training split's target mean and std, scalar buffers registered in ``__init__``
+    target_mean: torch.Tensor
+    target_std: torch.Tensor
+
     def __init__(
         self,
         in_features: int,
@@ -66,10 +70,10 @@ class Regressor(BaseTask):
 
     @override
     def check_shapes(self) -> None:
-        if self.hparams.out_features != 1:
+        if (k := self.hparams["out_features"]) != 1:
             raise UserInputError(
-                f"model Regressor predicts one value but the data gives out_features="
-                f"{self.hparams.out_features} (classes?); classification data goes to src.models.Classifier."
+                f"model Regressor predicts one value but the data gives out_features={k} (classes?); "
+                "classification data goes to src.models.Classifier."
             )
 
     @override
@@ -80,8 +84,10 @@ class Regressor(BaseTask):
 
     @override
     def setup(self, stage: str) -> None:
-        datamodule = self.trainer.datamodule
-        if stage == "fit" and self.hparams.standardize_target and datamodule is not None:
+        # Trainer.datamodule is public and documented, but Lightning assigns it in its data connector
+        # without declaring it on the class, so mypy cannot see it
+        datamodule = self.trainer.datamodule  # type: ignore[attr-defined]
+        if stage == "fit" and self.hparams["standardize_target"] and datamodule is not None:
             mean, std = datamodule.target_stats()
             self.target_mean.fill_(mean)
             self.target_std.fill_(std)
@@ -90,8 +96,8 @@ class Regressor(BaseTask):
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         # output: (B, 1) in standardized units; target: (B,) in original units
         scaled = (target - self.target_mean) / self.target_std
-        if self.hparams.loss_fn == "huber":
-            return F.huber_loss(output.squeeze(-1), scaled, delta=self.hparams.huber_delta)
+        if self.hparams["loss_fn"] == "huber":
+            return F.huber_loss(output.squeeze(-1), scaled, delta=self.hparams["huber_delta"])
         return F.mse_loss(output.squeeze(-1), scaled)
 
     def to_original_units(self, output: torch.Tensor) -> torch.Tensor:
