@@ -32,9 +32,10 @@ test: $(STAMP) ## run the test suite without the slow tests
 test-full: $(STAMP) ## run every test, the slow ones too
 	$(PY) -m pytest --nbmake tests notebooks $(PYTEST_ARGS)
 
-lint: $(STAMP) ## ruff lint and format check
+lint: $(STAMP) ## ruff lint and format check, mypy type check of src/ and benchmarks/
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy src benchmarks
 
 format: $(STAMP) ## ruff fix and format in place
 	$(VENV)/bin/ruff check --fix .
@@ -53,5 +54,5 @@ lock: $(STAMP) ## rewrite requirements.lock from what .venv holds
 	@mv requirements.lock.tmp requirements.lock
 
 clean: ## remove logs, caches and .venv
-	rm -rf logs lightning_logs .pytest_cache .ruff_cache $(VENV)
+	rm -rf logs lightning_logs .pytest_cache .ruff_cache .mypy_cache $(VENV)
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

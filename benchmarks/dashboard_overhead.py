@@ -84,9 +84,13 @@ def fit_once(folder: Path, name: str, callbacks: list[dict], epochs: int) -> tup
         run=False,
     )  # fmt: skip
     clock = FitClock()
-    cli.trainer.callbacks.append(clock)
+    # Trainer.callbacks is public and documented, but Lightning assigns it in its callback connector
+    # without declaring it on the class, so mypy cannot see it
+    cli.trainer.callbacks.append(clock)  # type: ignore[attr-defined]
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    events = sum(p.stat().st_size for p in Path(cli.trainer.log_dir).glob("events.out.tfevents.*"))
+    log_dir = cli.trainer.log_dir
+    assert log_dir is not None  # None only without a logger; digits.yaml and defaults.yaml set one
+    events = sum(p.stat().st_size for p in Path(log_dir).glob("events.out.tfevents.*"))
     return clock, cli.trainer.global_step, events
 
 

@@ -137,7 +137,7 @@ def fit(
             sched.step()
         if val_loader is not None:
             history.val_loss.append(evaluate(net, val_loader, loss_fn, precision=precision, device=device))
-        if plateau:
+        if isinstance(sched, ReduceLROnPlateau):  # not `if plateau:`, so that the type narrows too
             # after validation, since it watches this epoch's validation loss
             sched.step(history.val_loss[-1])
         history.lr.append(opt.param_groups[0]["lr"])

@@ -1,12 +1,19 @@
 """The tasks' steps, losses, metrics and predictions, checked against direct computations."""
 
+import functools
+import inspect
+from pathlib import Path
+from typing import Any
+
+import docstring_parser
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from sklearn.metrics import f1_score, mean_absolute_error, r2_score
 
-from src.models import Classifier, Regressor
+from src.cli import main
+from src.models import BaseTask, Classifier, ManualClassifier, Regressor
 from src.nets import MLP
 
 # these tests call the steps directly, without a Trainer, so self.log() has nowhere to go and says so
@@ -108,3 +115,128 @@ def test_hyperparameters_are_primitives() -> None:
         "label_smoothing": 0.1,
         "class_weights": False,
     }
+
+
+# -- the subclasses' signatures: BaseTask's arguments written out, so the CLI and --help can read them --
+
+TASKS = [Classifier, Regressor, ManualClassifier]
+
+
+def base_parameters() -> list[inspect.Parameter]:
+    return list(inspect.signature(BaseTask).parameters.values())
+
+
+@pytest.mark.parametrize("task", TASKS, ids=lambda t: t.__name__)
+def test_subclass_signature_repeats_every_base_task_argument(task: type[BaseTask]) -> None:
+    own = list(inspect.signature(task).parameters.values())
+    base = base_parameters()
+    # same names, order, kind (positional or keyword), default and annotation
+    assert own[: len(base)] == base
+    # what the subclass adds comes after, keyword-only, so positional calls mean what they meant
+    assert own[len(base) :]
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in own[len(base) :])
+    assert not any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in own)
+
+
+def non_default_base_arguments(out_features: int) -> dict[str, Any]:
+    return {
+        "in_features": 5,
+        "out_features": out_features,
+        "hidden_sizes": [7],
+        "activation": "tanh",
+        "dropout": 0.25,
+        "batch_norm": True,
+        "optimizer": functools.partial(torch.optim.SGD, lr=0.1),
+        "scheduler": functools.partial(torch.optim.lr_scheduler.StepLR, step_size=2),
+        "scheduler_interval": "step",
+        "scheduler_monitor": "val/acc",
+        "compile_net": True,
+        "activation_checkpointing": True,
+    }
+
+
+@pytest.mark.parametrize("task", TASKS, ids=lambda t: t.__name__)
+def test_subclass_hands_every_base_task_argument_on(task: type[BaseTask], monkeypatch) -> None:
+    """A value given to the subclass reaches BaseTask, not its default.
+
+    Checked at BaseTask's door: the saved hyperparameters would not notice a dropped argument, since
+    save_hyperparameters also reads the subclass's own frame.
+    """
+    arguments = non_default_base_arguments(out_features=1 if task is Regressor else 3)
+    defaults = {p.name: p.default for p in base_parameters()}
+    assert arguments.keys() == defaults.keys()
+    assert all(arguments[name] != defaults[name] for name in arguments)
+    received: dict[str, Any] = {}
+    real_init = BaseTask.__init__
+
+    # wraps: save_hyperparameters reads BaseTask.__init__'s signature, which must stay the real one
+    @functools.wraps(real_init)
+    def spy(self: BaseTask, **kwargs: Any) -> None:  # keyword-only: a positional pass-on fails here
+        received.update(kwargs)
+        real_init(self, **kwargs)
+
+    monkeypatch.setattr(BaseTask, "__init__", spy)
+    task(**arguments)
+    assert received == arguments
+
+
+def documented_arguments(task: type[BaseTask]) -> dict[str, str]:
+    """Each argument's description, the subclass's own over its bases' (as jsonargparse reads them)."""
+    docs: dict[str, str] = {}
+    for cls in reversed(task.__mro__[: task.__mro__.index(BaseTask) + 1]):
+        # parse() raises on a malformed Args section, which would otherwise drop every description
+        parsed = docstring_parser.parse(cls.__doc__ or "", style=docstring_parser.DocstringStyle.GOOGLE)
+        docs.update({p.arg_name: p.description or "" for p in parsed.params})
+    return docs
+
+
+@pytest.mark.parametrize("task", TASKS, ids=lambda t: t.__name__)
+def test_help_describes_every_argument(task: type[BaseTask], capsys, workdir: Path) -> None:
+    docs = documented_arguments(task)
+    assert set(inspect.signature(task).parameters) <= {name for name, text in docs.items() if text}
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--model.help", f"{task.__module__}.{task.__name__}"])
+    assert exit_.value.code == 0
+    # argparse wraps lines (at hyphens too), so compare with all whitespace removed
+    shown = "".join(capsys.readouterr().out.split())
+    for name in inspect.signature(task).parameters:
+        assert f"--model.{name}" in shown
+        assert "".join(docs[name].split()) in shown, name
+
+
+# -- BaseTask's required hooks are abstract: leaving one out fails at construction, not mid-training --
+
+REQUIRED_HOOKS = ["build_metrics", "loss", "metric_inputs", "predict_step"]
+
+
+def task_without(hook: str) -> type[BaseTask]:
+    """A BaseTask subclass that defines every required hook except ``hook`` (borrowed from Classifier)."""
+    body = {name: getattr(Classifier, name) for name in REQUIRED_HOOKS if name != hook}
+    return type(f"No_{hook}", (BaseTask,), body)
+
+
+def test_the_required_hooks_are_exactly_the_abstract_ones() -> None:
+    assert BaseTask.__abstractmethods__ == frozenset(REQUIRED_HOOKS)
+    assert not Classifier.__abstractmethods__
+    assert not Regressor.__abstractmethods__
+    assert not ManualClassifier.__abstractmethods__
+
+
+@pytest.mark.parametrize("hook", REQUIRED_HOOKS)
+def test_a_task_missing_a_required_hook_cannot_be_built(hook: str) -> None:
+    task = task_without(hook)
+    with pytest.raises(TypeError, match=f"abstract method '?{hook}'?"):
+        task(in_features=4, out_features=3)
+    # the same class with the hook put back builds: nothing else was missing
+    type("Complete", (task,), {hook: getattr(Classifier, hook)})(in_features=4, out_features=3)
+
+
+WithoutLoss = task_without("loss")  # importable, so the CLI can be pointed at it
+
+
+def test_the_cli_refuses_a_task_missing_a_required_hook(cli, capsys) -> None:
+    model = f"{__name__}.WithoutLoss"
+    with pytest.raises(SystemExit) as exit_:
+        cli("fit", "--config", "spiral.yaml", "--trainer.fast_dev_run=1", "--model", model)
+    assert exit_.value.code != 0
+    assert "Expected an instantiatable class, but is abstract" in capsys.readouterr().err

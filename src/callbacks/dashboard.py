@@ -234,7 +234,9 @@ class Dashboard(Callback):
 def scalars_layout(pl_module: L.LightningModule) -> dict[str, dict[str, list[Any]]]:
     """The custom-scalars layout: each metric's train and val curves on one chart (tags are regexes)."""
     collection = getattr(pl_module, "val_metrics", None)
-    names = ["loss", *(collection.keys(keep_base=True) if isinstance(collection, MetricCollection) else [])]
+    # keys() is typed Hashable (a ModuleDict's keys); a collection's keys are its metrics' str names
+    keys = collection.keys(keep_base=True) if isinstance(collection, MetricCollection) else []
+    names = ["loss", *map(str, keys)]
 
     def chart(*tags: str) -> list[Any]:
         return ["Multiline", [f"^{tag}$" for tag in tags]]
@@ -362,7 +364,10 @@ def _qualname(obj: object) -> str:
 
 def _cli_config(trainer: L.Trainer) -> SaveConfigCallback | None:
     """The CLI's config saver, which holds the resolved config and its parser; None outside the CLI."""
-    return next((c for c in trainer.callbacks if isinstance(c, SaveConfigCallback)), None)
+    # Trainer.callbacks is public and documented, but Lightning assigns it in its callback connector
+    # without declaring it on the class, so mypy cannot see it
+    callbacks = trainer.callbacks  # type: ignore[attr-defined]
+    return next((c for c in callbacks if isinstance(c, SaveConfigCallback)), None)
 
 
 def tensorboard_writer(trainer: L.Trainer) -> SummaryWriter | None:

@@ -1,6 +1,7 @@
 """The base task: one net, one shared step for train/val/test, injected optimizer and scheduler."""
 
 import functools
+from abc import ABC, abstractmethod
 from typing import Any, Literal
 
 import lightning as L
@@ -20,8 +21,11 @@ STAGES: tuple[Stage, ...] = ("train", "val", "test")
 DEFAULT_OPTIMIZER = functools.partial(torch.optim.AdamW, lr=1e-3)
 
 
-class BaseTask(L.LightningModule):
+class BaseTask(L.LightningModule, ABC):
     """What the classifier and the regressor share; subclasses define the loss, metrics and predictions.
+
+    ``build_metrics``, ``loss``, ``metric_inputs`` and ``predict_step`` are abstract: a subclass that
+    leaves one out cannot be instantiated (``TypeError`` naming the missing hooks).
 
     Args:
         in_features: Input width; linked from the DataModule by the CLI, never typed by hand.
@@ -83,27 +87,37 @@ class BaseTask(L.LightningModule):
         """The plain PyTorch net; override to bring your own (it receives ``(B, in_features)``)."""
         hp = self.hparams
         return MLP(
-            hp.in_features,
-            hp.out_features,
-            hidden_sizes=hp.hidden_sizes if hp.hidden_sizes is not None else [128, 64],
-            activation=hp.activation,
-            dropout=hp.dropout,
-            batch_norm=hp.batch_norm,
-            activation_checkpointing=hp.activation_checkpointing,
+            hp["in_features"],
+            hp["out_features"],
+            hidden_sizes=hp["hidden_sizes"] if hp["hidden_sizes"] is not None else [128, 64],
+            activation=hp["activation"],
+            dropout=hp["dropout"],
+            batch_norm=hp["batch_norm"],
+            activation_checkpointing=hp["activation_checkpointing"],
         )
 
     def check_shapes(self) -> None:
         """Refuse shapes the task cannot serve (say, regression data linked into a classifier)."""
 
+    @abstractmethod
     def build_metrics(self) -> MetricCollection:
-        raise NotImplementedError
+        """The metrics of one stage, unprefixed; ``__init__`` clones them per stage."""
 
+    @abstractmethod
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """The scalar loss of a batch, from the net's raw ``output`` and the batch's ``target``."""
 
+    @abstractmethod
     def metric_inputs(self, output: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(preds, target)`` as the metrics expect them."""
-        raise NotImplementedError
+
+    @override
+    @abstractmethod
+    def predict_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> dict[str, torch.Tensor]:
+        """Named ``(B,)`` or ``(B, K)`` tensors per batch; ``PredictionWriter`` makes them CSV columns.
+
+        Lightning's own default would call the net on the whole ``(x, y)`` batch tuple.
+        """
 
     # -- the loop -------------------------------------------------------------------------------------
 
@@ -190,9 +204,9 @@ class BaseTask(L.LightningModule):
         if self.scheduler is None:
             return optimizer
         scheduler = self._call_scheduler(optimizer)
-        config = {"scheduler": scheduler, "interval": self.hparams.scheduler_interval, "frequency": 1}
+        config = {"scheduler": scheduler, "interval": self.hparams["scheduler_interval"], "frequency": 1}
         if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-            config["monitor"] = self.hparams.scheduler_monitor
+            config["monitor"] = self.hparams["scheduler_monitor"]
         return {"optimizer": optimizer, "lr_scheduler": config}
 
     def total_optimizer_steps(self) -> int:
@@ -201,14 +215,20 @@ class BaseTask(L.LightningModule):
 
     def _call_scheduler(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
         """Build the scheduler; one that needs the run's length (OneCycleLR) is given it here."""
-        assert self.scheduler is not None
+        scheduler = self.scheduler
+        assert scheduler is not None
         # the CLI builds a functools.partial whose keywords hold every init argument, unset ones as None
-        keywords = getattr(self.scheduler, "keywords", {})
-        if "total_steps" in keywords and keywords["total_steps"] is None and keywords.get("epochs") is None:
-            if self.hparams.scheduler_interval != "step":
-                raise UserInputError(
-                    "a scheduler that counts total_steps (OneCycleLR, WarmupCosine) steps per optimizer "
-                    "step: set model.init_args.scheduler_interval: step."
-                )
-            return self.scheduler(optimizer, total_steps=self.total_optimizer_steps())
-        return self.scheduler(optimizer)
+        if isinstance(scheduler, functools.partial):
+            keywords = scheduler.keywords
+            if (
+                "total_steps" in keywords
+                and keywords["total_steps"] is None
+                and keywords.get("epochs") is None
+            ):
+                if self.hparams["scheduler_interval"] != "step":
+                    raise UserInputError(
+                        "a scheduler that counts total_steps (OneCycleLR, WarmupCosine) steps per optimizer "
+                        "step: set model.init_args.scheduler_interval: step."
+                    )
+                return scheduler(optimizer, total_steps=self.total_optimizer_steps())
+        return scheduler(optimizer)

@@ -1,56 +1,89 @@
 """Classification: raw logits into cross-entropy; accuracy and macro F1 per stage."""
 
-from typing import Any
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 from typing_extensions import override
 
 from src.errors import UserInputError
 from src.models.base import BaseTask
+from src.nets.mlp import Activation
 
 
 class Classifier(BaseTask):
     """Predicts one of ``out_features`` classes.
 
+    The arguments before ``label_smoothing`` are :class:`BaseTask`'s and documented there (``--help``
+    shows their descriptions too); ``tests/test_models.py`` holds the two signatures equal.
+
     Args:
         label_smoothing: Mass moved from the true class to all classes in the loss (0 turns it off).
         class_weights: Weigh the loss by balanced class weights computed on the training split.
-        **BaseTask arguments.
     """
+
+    #: (K,) loss weight per class, a buffer registered in ``__init__`` (declared here for type checkers)
+    class_weight: torch.Tensor
 
     def __init__(
         self,
-        *args: Any,
+        in_features: int,
+        out_features: int,
+        hidden_sizes: list[int] | None = None,
+        activation: Activation = "relu",
+        dropout: float = 0.0,
+        batch_norm: bool = False,
+        optimizer: OptimizerCallable | None = None,
+        scheduler: LRSchedulerCallable | None = None,
+        scheduler_interval: Literal["epoch", "step"] = "epoch",
+        scheduler_monitor: str = "val/loss",
+        compile_net: bool = False,
+        activation_checkpointing: bool = False,
+        *,
         label_smoothing: float = 0.0,
         class_weights: bool = False,
-        **kwargs: Any,
     ) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(
+            in_features=in_features,
+            out_features=out_features,
+            hidden_sizes=hidden_sizes,
+            activation=activation,
+            dropout=dropout,
+            batch_norm=batch_norm,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            scheduler_interval=scheduler_interval,
+            scheduler_monitor=scheduler_monitor,
+            compile_net=compile_net,
+            activation_checkpointing=activation_checkpointing,
+        )
         # filled from the training split in setup(); a buffer, so the checkpoint carries it
-        self.register_buffer("class_weight", torch.ones(self.hparams.out_features))
+        self.register_buffer("class_weight", torch.ones(self.hparams["out_features"]))
 
     @override
     def check_shapes(self) -> None:
-        if self.hparams.out_features < 2:
+        if (k := self.hparams["out_features"]) < 2:
             raise UserInputError(
-                f"model Classifier needs at least 2 classes but the data gives out_features="
-                f"{self.hparams.out_features}; regression data goes to src.models.Regressor."
+                f"model Classifier needs at least 2 classes but the data gives out_features={k}; "
+                "regression data goes to src.models.Regressor."
             )
 
     @override
     def build_metrics(self) -> MetricCollection:
-        k = self.hparams.out_features
+        k = self.hparams["out_features"]
         return MetricCollection(
             {"acc": MulticlassAccuracy(k, average="micro"), "f1": MulticlassF1Score(k, average="macro")}
         )
 
     @override
     def setup(self, stage: str) -> None:
-        datamodule = self.trainer.datamodule
-        if stage == "fit" and self.hparams.class_weights and datamodule is not None:
+        # Trainer.datamodule is public and documented, but Lightning assigns it in its data connector
+        # without declaring it on the class, so mypy cannot see it
+        datamodule = self.trainer.datamodule  # type: ignore[attr-defined]
+        if stage == "fit" and self.hparams["class_weights"] and datamodule is not None:
             self.class_weight.copy_(datamodule.class_weights())
 
     @override
@@ -59,8 +92,8 @@ class Classifier(BaseTask):
         return F.cross_entropy(
             output,
             target,
-            weight=self.class_weight if self.hparams.class_weights else None,
-            label_smoothing=self.hparams.label_smoothing,
+            weight=self.class_weight if self.hparams["class_weights"] else None,
+            label_smoothing=self.hparams["label_smoothing"],
         )
 
     @override

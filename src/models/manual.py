@@ -10,11 +10,13 @@ import math
 from typing import Any, Literal
 
 import torch
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 from typing_extensions import override
 
 from src.errors import UserInputError
 from src.models.classifier import Classifier
+from src.nets.mlp import Activation
 
 
 class ManualClassifier(Classifier):
@@ -24,32 +26,65 @@ class ManualClassifier(Classifier):
     ``accumulate_grad_batches`` stays 1, its ``gradient_clip_val`` stays unset, and the same settings
     are given to the model instead.
 
+    The arguments before ``accumulate_grad_batches`` are :class:`Classifier`'s and :class:`BaseTask`'s
+    and documented there (``--help`` shows their descriptions too); ``tests/test_models.py`` holds the
+    signatures equal.
+
     Args:
         accumulate_grad_batches: Micro-batches whose gradients add up to one optimizer step.
         gradient_clip_val: Clip threshold after the group's last backward; ``None`` or 0 does not clip.
         gradient_clip_algorithm: ``norm`` (global L2 norm of all gradients) or ``value`` (each element).
-        **Classifier and BaseTask arguments.
     """
 
     def __init__(
         self,
-        *args: Any,
+        in_features: int,
+        out_features: int,
+        hidden_sizes: list[int] | None = None,
+        activation: Activation = "relu",
+        dropout: float = 0.0,
+        batch_norm: bool = False,
+        optimizer: OptimizerCallable | None = None,
+        scheduler: LRSchedulerCallable | None = None,
+        scheduler_interval: Literal["epoch", "step"] = "epoch",
+        scheduler_monitor: str = "val/loss",
+        compile_net: bool = False,
+        activation_checkpointing: bool = False,
+        *,
+        label_smoothing: float = 0.0,
+        class_weights: bool = False,
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
-        **kwargs: Any,
     ) -> None:
         if accumulate_grad_batches < 1:
             raise UserInputError(
                 f"model.init_args.accumulate_grad_batches={accumulate_grad_batches} must be at least 1."
             )
-        super().__init__(*args, **kwargs)
+        super().__init__(
+            in_features=in_features,
+            out_features=out_features,
+            hidden_sizes=hidden_sizes,
+            activation=activation,
+            dropout=dropout,
+            batch_norm=batch_norm,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            scheduler_interval=scheduler_interval,
+            scheduler_monitor=scheduler_monitor,
+            compile_net=compile_net,
+            activation_checkpointing=activation_checkpointing,
+            label_smoothing=label_smoothing,
+            class_weights=class_weights,
+        )
         self.automatic_optimization = False
 
     @override
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         optimizer = self.optimizers()
-        k = self.hparams.accumulate_grad_batches
+        # a list only when configure_optimizers returns several; the base returns one
+        assert not isinstance(optimizer, list)
+        k = self.hparams["accumulate_grad_batches"]
         # Groups of k micro-batches, counted from the start of each epoch (batch_idx restarts at 0);
         # the last batch of the epoch closes a group even when it holds fewer than k, as in Lightning.
         last_of_epoch = batch_idx + 1 == self.trainer.num_training_batches
@@ -76,7 +111,7 @@ class ManualClassifier(Classifier):
         # precision plugin unscaled the gradients (16-mixed), before the update: where clipping belongs.
         # The base's hook logs train/grad_norm and train/grad_clipped, then calls self.clip_gradients.
         self.configure_gradient_clipping(
-            optimizer, self.hparams.gradient_clip_val, self.hparams.gradient_clip_algorithm
+            optimizer, self.hparams["gradient_clip_val"], self.hparams["gradient_clip_algorithm"]
         )
 
     @override
@@ -84,7 +119,7 @@ class ManualClassifier(Classifier):
         # the Trainer's estimate counts batches here: its own accumulate_grad_batches is 1 under manual
         # optimization, while this module steps once per group of k
         super().total_optimizer_steps()  # makes the Trainer count the training batches
-        k = self.hparams.accumulate_grad_batches
+        k = self.hparams["accumulate_grad_batches"]
         steps = math.ceil(self.trainer.num_training_batches / k) * max(self.trainer.max_epochs or 1, 1)
         return min(steps, self.trainer.max_steps) if self.trainer.max_steps != -1 else steps
 
@@ -102,7 +137,7 @@ class ManualClassifier(Classifier):
         scheduler = self.lr_schedulers()
         if isinstance(scheduler, ReduceLROnPlateau):
             # after validation: it watches this epoch's validation metric
-            monitor = self.hparams.scheduler_monitor
+            monitor = self.hparams["scheduler_monitor"]
             if monitor not in self.trainer.callback_metrics:
                 raise UserInputError(
                     f"ReduceLROnPlateau watches model.init_args.scheduler_monitor={monitor!r}, which was not "
@@ -114,5 +149,6 @@ class ManualClassifier(Classifier):
         scheduler = self.lr_schedulers()
         if scheduler is None or isinstance(scheduler, ReduceLROnPlateau):
             return
-        if self.hparams.scheduler_interval == interval:
+        assert not isinstance(scheduler, list)  # the base configures at most one scheduler
+        if self.hparams["scheduler_interval"] == interval:
             scheduler.step()

@@ -1,18 +1,23 @@
 """Regression: MSE or Huber on optionally standardized targets; MAE, RMSE and R² in original units."""
 
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torchmetrics import MeanAbsoluteError, MeanSquaredError, MetricCollection, R2Score
 from typing_extensions import override
 
 from src.errors import UserInputError
 from src.models.base import BaseTask
+from src.nets.mlp import Activation
 
 
 class Regressor(BaseTask):
     """Predicts one continuous value.
+
+    The arguments before ``loss_fn`` are :class:`BaseTask`'s and documented there (``--help`` shows
+    their descriptions too); ``tests/test_models.py`` holds the two signatures equal.
 
     Args:
         loss_fn: ``mse`` or ``huber``.
@@ -20,28 +25,55 @@ class Regressor(BaseTask):
             ``standardize_target`` is on).
         standardize_target: Train on ``(y - mean) / std`` with the training split's statistics; metrics
             and predictions are always in original units.
-        **BaseTask arguments.
     """
+
+    #: the training split's target mean and std, scalar buffers registered in ``__init__``
+    target_mean: torch.Tensor
+    target_std: torch.Tensor
 
     def __init__(
         self,
-        *args: Any,
+        in_features: int,
+        out_features: int,
+        hidden_sizes: list[int] | None = None,
+        activation: Activation = "relu",
+        dropout: float = 0.0,
+        batch_norm: bool = False,
+        optimizer: OptimizerCallable | None = None,
+        scheduler: LRSchedulerCallable | None = None,
+        scheduler_interval: Literal["epoch", "step"] = "epoch",
+        scheduler_monitor: str = "val/loss",
+        compile_net: bool = False,
+        activation_checkpointing: bool = False,
+        *,
         loss_fn: Literal["mse", "huber"] = "mse",
         huber_delta: float = 1.0,
         standardize_target: bool = True,
-        **kwargs: Any,
     ) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(
+            in_features=in_features,
+            out_features=out_features,
+            hidden_sizes=hidden_sizes,
+            activation=activation,
+            dropout=dropout,
+            batch_norm=batch_norm,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            scheduler_interval=scheduler_interval,
+            scheduler_monitor=scheduler_monitor,
+            compile_net=compile_net,
+            activation_checkpointing=activation_checkpointing,
+        )
         # identity until setup() fits them on the training split; buffers, so checkpoints carry them
         self.register_buffer("target_mean", torch.tensor(0.0))
         self.register_buffer("target_std", torch.tensor(1.0))
 
     @override
     def check_shapes(self) -> None:
-        if self.hparams.out_features != 1:
+        if (k := self.hparams["out_features"]) != 1:
             raise UserInputError(
-                f"model Regressor predicts one value but the data gives out_features="
-                f"{self.hparams.out_features} (classes?); classification data goes to src.models.Classifier."
+                f"model Regressor predicts one value but the data gives out_features={k} (classes?); "
+                "classification data goes to src.models.Classifier."
             )
 
     @override
@@ -52,8 +84,10 @@ class Regressor(BaseTask):
 
     @override
     def setup(self, stage: str) -> None:
-        datamodule = self.trainer.datamodule
-        if stage == "fit" and self.hparams.standardize_target and datamodule is not None:
+        # Trainer.datamodule is public and documented, but Lightning assigns it in its data connector
+        # without declaring it on the class, so mypy cannot see it
+        datamodule = self.trainer.datamodule  # type: ignore[attr-defined]
+        if stage == "fit" and self.hparams["standardize_target"] and datamodule is not None:
             mean, std = datamodule.target_stats()
             self.target_mean.fill_(mean)
             self.target_std.fill_(std)
@@ -62,8 +96,8 @@ class Regressor(BaseTask):
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         # output: (B, 1) in standardized units; target: (B,) in original units
         scaled = (target - self.target_mean) / self.target_std
-        if self.hparams.loss_fn == "huber":
-            return F.huber_loss(output.squeeze(-1), scaled, delta=self.hparams.huber_delta)
+        if self.hparams["loss_fn"] == "huber":
+            return F.huber_loss(output.squeeze(-1), scaled, delta=self.hparams["huber_delta"])
         return F.mse_loss(output.squeeze(-1), scaled)
 
     def to_original_units(self, output: torch.Tensor) -> torch.Tensor:
