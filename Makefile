@@ -46,8 +46,9 @@ tensorboard: $(STAMP) ## serve logs/ on localhost (PORT=6006)
 	@echo "TensorBoard: http://127.0.0.1:$(PORT)/"
 	$(VENV)/bin/tensorboard --logdir logs --host 127.0.0.1 --port $(PORT)
 
-bench: $(STAMP) ## measure what the dashboard costs per step, side by side with a bare run
+bench: $(STAMP) ## measure the dashboard's cost per step and predict's rows per second
 	$(PY) -m benchmarks.dashboard_overhead
+	$(PY) -m benchmarks.predict_throughput
 
 lock: $(STAMP) ## rewrite requirements.lock from what .venv holds
 	@{ sed -n '/^#/p' requirements.lock; $(PY) -m pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/'; } > requirements.lock.tmp

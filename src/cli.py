@@ -49,6 +49,8 @@ class SaveConfig(SaveConfigCallback):
         # plain YAML data (strings, numbers, lists), so torch.load(weights_only=True) still reads it
         dumped = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
         carried = {key: dumped[key] for key in CARRIED if key in dumped}
+        # the logger too, so that evaluations of this checkpoint log under the run's own name
+        carried["trainer"] = {"logger": dumped.get("trainer", {}).get("logger")}
         for key in PER_INVOCATION:
             carried.get("data", {}).pop(key, None)
         checkpoint["config"] = carried
@@ -78,6 +80,8 @@ class CLI(LightningCLI):
 
     @override
     def before_instantiate_classes(self) -> None:
+        if self.subcommand is None:  # main(run=False): the classes alone, no subcommand to check
+            return
         config = self.config[self.subcommand]
         if config.get("output") is not None and self.subcommand != "predict":
             raise UserInputError(f"--output belongs to predict, not to {self.subcommand}.")

@@ -239,6 +239,6 @@ def test_fsdp2_shards_checkpoints_resumes_and_consolidates(tmp_path: Path, cli, 
             torch.testing.assert_close(tensor, consolidated[name])
     predicted = cli("predict", *base)
     probs = torch.cat([batch["probs"] for batch in predicted.trainer.predict_loop.predictions])
-    x_test = predicted.datamodule.test_dataloader().dataset.tensors[0]
+    x_predicted = predicted.datamodule.dataset("predict").tensors[0]  # the validation rows
     with torch.no_grad():
-        torch.testing.assert_close(probs, tested.model(x_test).softmax(-1))
+        torch.testing.assert_close(probs, tested.model(x_predicted).softmax(-1))

@@ -14,6 +14,7 @@ from src.data.preprocessing import Location, NumericColumn, Preprocessor
 from src.errors import UserInputError
 from src.predict import Predictor
 from tests.conftest import CONFIGS, QUIET
+from tests.test_dashboard import Run, parse_counts, read_events
 from tests.test_preprocessing import messy_frame
 
 TINY = ["--trainer.max_epochs=3", "--trainer.limit_val_batches=2"]
@@ -207,3 +208,13 @@ def test_text_in_a_numeric_column_names_the_cell() -> None:
     rows = pd.DataFrame({"income": [3.0, "lots"]})
     with pytest.raises(UserInputError, match=r"the request, column 'income', row 1 holds 'lots'"):
         prep.transform(rows, Location("the request"))
+
+
+def test_the_confusion_matrix_names_the_classes(trained) -> None:
+    run, _, _ = trained
+    log_dir = Path(run.trainer.log_dir)
+    texts = Run(run, log_dir, read_events(log_dir)).texts("val/confusion_counts")
+    header = texts[-1][1].splitlines()[0]
+    assert header == "| true \\ predicted | high | low | mid |"
+    counts = parse_counts(texts[-1][1])
+    assert counts.sum() == len(run.datamodule.split_rows["val"])

@@ -13,6 +13,7 @@ from torchmetrics.classification import MulticlassConfusionMatrix
 from typing_extensions import override
 
 from src.callbacks.dashboard import logging_step, tensorboard_writer
+from src.data import TabularDataModule
 from src.errors import UserInputError
 
 DPI = 100
@@ -100,8 +101,11 @@ class ValidationFigures(Callback):
         if counts is not None:
             # scikit-learn's display takes the counts as numpy (torchmetrics' own plot hands matplotlib a
             # tensor, which numpy 2 warns about); it writes each count into its cell
-            ConfusionMatrixDisplay(counts.cpu().numpy()).plot(ax=ax, colorbar=False)
-            writer.add_text("val/confusion_counts", _markdown_table(counts), step)
+            labels = _label_names(trainer, len(counts))
+            ConfusionMatrixDisplay(counts.cpu().numpy(), display_labels=labels).plot(
+                ax=ax, colorbar=False, xticks_rotation="vertical" if len(labels) > 6 else "horizontal"
+            )
+            writer.add_text("val/confusion_counts", _markdown_table(counts, labels), step)
             tag = "val/confusion_matrix"
         else:
             _scatter(ax, target, preds)
@@ -126,10 +130,22 @@ def _scatter(ax: Any, target: torch.Tensor, preds: torch.Tensor) -> None:
     ax.legend(loc="upper left")
 
 
-def _markdown_table(counts: torch.Tensor) -> str:
+def _label_names(trainer: L.Trainer, count: int) -> list[str]:
+    """The class labels as the data writes them (``MALE``, ``Gentoo``), or class ids when unknown."""
+    datamodule = trainer.datamodule  # type: ignore[attr-defined]  # set by Lightning at run time
+    labels = datamodule.label_names if isinstance(datamodule, TabularDataModule) else None
+    if labels is None or len(labels) != count:
+        return [str(k) for k in range(count)]
+    return [str(label) for label in labels]
+
+
+def _markdown_table(counts: torch.Tensor, labels: list[str]) -> str:
     """(K, K) counts as a Markdown table, true class per row, predicted class per column."""
     rows = counts.cpu().tolist()
-    header = "| true \\ predicted | " + " | ".join(str(k) for k in range(len(rows))) + " |"
+    header = "| true \\ predicted | " + " | ".join(labels) + " |"
     rule = "|---" * (len(rows) + 1) + "|"
-    body = [f"| {k} | " + " | ".join(str(n) for n in row) + " |" for k, row in enumerate(rows)]
+    body = [
+        f"| {label} | " + " | ".join(str(n) for n in row) + " |"
+        for label, row in zip(labels, rows, strict=True)
+    ]
     return "\n".join([header, rule, *body])

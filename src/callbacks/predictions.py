@@ -61,7 +61,7 @@ class PredictionWriter(BasePredictionWriter):
         # batch_indices: per dataloader, per batch, the dataset positions (in order without a sampler
         # that shuffles; under DDP each rank holds its share)
         positions = np.array([i for batch in (batch_indices[0] if batch_indices else []) for i in batch])
-        datamodule = trainer.datamodule
+        datamodule = trainer.datamodule  # type: ignore[attr-defined]  # set by Lightning at run time
         if not isinstance(datamodule, TabularDataModule):
             raise TypeError("PredictionWriter needs the TabularDataModule, which knows the labels and rows")
         count = len(next(iter(outputs.values())))

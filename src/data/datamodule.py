@@ -1,13 +1,14 @@
 """The DataModule: source → seeded split → preprocessing fitted on train only → tensors → loaders."""
 
 from functools import cached_property
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 import lightning as L
 import numpy as np
 import pandas as pd
 import torch
 from lightning.pytorch.accelerators import CUDAAccelerator
+from lightning.pytorch.utilities import AttributeDict
 from sklearn.compose import ColumnTransformer
 from sklearn.model_selection import train_test_split
 from sklearn.utils.class_weight import compute_class_weight
@@ -47,7 +48,7 @@ class TensorBatches(Dataset[tuple[torch.Tensor, ...]]):
         return tuple(t[index] for t in self.tensors)
 
 
-def keep_batch(batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+def keep_batch(batch: Any) -> Any:
     """The collate function for :class:`TensorBatches`: the batch is already stacked."""
     return batch
 
@@ -148,12 +149,17 @@ class TabularDataModule(L.LightningDataModule):
         self._datasets: dict[Stage, TensorBatches] = {}
         self._shuffle = torch.Generator().manual_seed(seed)
 
+    @property
+    def settings(self) -> AttributeDict:
+        """The ``__init__`` arguments, as saved by ``save_hyperparameters`` (typed for attribute access)."""
+        return cast(AttributeDict, self.hparams)
+
     # -- the rows -------------------------------------------------------------------------------------
 
     @cached_property
     def table(self) -> sources.Table:
         """The whole source, loaded once: feature columns as read, and the target."""
-        hp = self.hparams
+        hp = self.settings
         noise = hp.noise if hp.noise is not None else _DEFAULT_NOISE.get(self.source, 0.0)
         if self.source == "digits":
             return sources.digits()
@@ -174,7 +180,7 @@ class TabularDataModule(L.LightningDataModule):
     @cached_property
     def split_rows(self) -> dict[str, np.ndarray]:
         """Disjoint positions into :attr:`table` per split, seeded; stratified by class for classification."""
-        table, hp = self.table, self.hparams
+        table, hp = self.table, self.settings
         rows = np.arange(len(table.target))
         stratify = label_values(table.target) if table.task == "classification" else None
         try:
@@ -200,9 +206,9 @@ class TabularDataModule(L.LightningDataModule):
     @cached_property
     def preprocessor(self) -> Preprocessor:
         """The fitted preprocessing: ``preprocessing_from``'s checkpoint's, or fitted on the train split."""
-        if self.hparams.preprocessing_from is not None:
+        if self.settings.preprocessing_from is not None:
             return preprocessing_of(
-                load_checkpoint(self.hparams.preprocessing_from), self.hparams.preprocessing_from
+                load_checkpoint(self.settings.preprocessing_from), self.settings.preprocessing_from
             )
         return self._fit()[0]
 
@@ -211,7 +217,7 @@ class TabularDataModule(L.LightningDataModule):
         return self._fit()[1]
 
     def _fit(self) -> tuple[Preprocessor, ColumnTransformer]:
-        table, hp = self.table, self.hparams
+        table, hp = self.table, self.settings
         train = self.split_rows["train"]
         kinds = infer_kinds(
             table.features, table.location, hp.categorical_columns or [], hp.numeric_columns or []
@@ -277,7 +283,7 @@ class TabularDataModule(L.LightningDataModule):
     @cached_property
     def predict_frame(self) -> pd.DataFrame:
         """The rows to predict: ``predict_path`` as read, or the validation split's feature columns."""
-        hp = self.hparams
+        hp = self.settings
         if hp.predict_path is None:
             return self.table.features.iloc[self.split_rows["val"]]
         return sources.read_file(hp.predict_path, sources.file_format(hp.predict_path), hp.na_values or [])
@@ -292,10 +298,10 @@ class TabularDataModule(L.LightningDataModule):
             if stage == "predict":
                 location = (
                     self.table.location
-                    if self.hparams.predict_path is None
+                    if self.settings.predict_path is None
                     else (
                         sources.file_location(
-                            self.hparams.predict_path, sources.file_format(self.hparams.predict_path)
+                            self.settings.predict_path, sources.file_format(self.settings.predict_path)
                         )
                     )
                 )
@@ -325,14 +331,14 @@ class TabularDataModule(L.LightningDataModule):
     # -- loaders --------------------------------------------------------------------------------------
 
     def _loader(self, stage: Stage, train: bool = False) -> DataLoader:
-        workers = self.hparams.num_workers
+        workers = self.settings.num_workers
         on_cuda = self.trainer is not None and isinstance(self.trainer.accelerator, CUDAAccelerator)
         return DataLoader(
             self.dataset(stage),
-            batch_size=self.hparams.batch_size,
+            batch_size=self.settings.batch_size,
             shuffle=train,
             generator=self._shuffle if train else None,
-            drop_last=train and self.hparams.drop_last,
+            drop_last=train and self.settings.drop_last,
             collate_fn=keep_batch,
             num_workers=workers,
             persistent_workers=workers > 0,
