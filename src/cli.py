@@ -135,9 +135,11 @@ def with_checkpoint_settings(words: list[str]) -> list[str]:
     if not words or words[0] not in SUBCOMMANDS:
         return words
     ckpt_path = _value(words, "--ckpt_path")
-    if ckpt_path is None or ckpt_path in ("last", "best", "hpc", "registry") or "://" in ckpt_path:
+    if ckpt_path is None or ckpt_path in ("last", "best", "hpc", "registry"):
         return words
-    checkpoint = load_checkpoint(ckpt_path)  # one sentence for a missing, broken or unsafe file
+    # one sentence for a URL (Lightning would load it with weights_only=False), a missing, broken or
+    # unsafe file; what passes is then loaded by Lightning as data only
+    checkpoint = load_checkpoint(ckpt_path)
     extra: list[str] = []
     configured = any(w in ("--config", "-c") or w.startswith(("--config=", "--model")) for w in words)
     if words[0] != "fit" and not configured and "config" in checkpoint:

@@ -218,3 +218,11 @@ def test_the_confusion_matrix_names_the_classes(trained) -> None:
     assert header == "| true \\ predicted | high | low | mid |"
     counts = parse_counts(texts[-1][1])
     assert counts.sum() == len(run.datamodule.split_rows["val"])
+
+
+@pytest.mark.parametrize("subcommand", ["fit", "validate", "test", "predict"])
+def test_a_checkpoint_url_is_refused_before_anything_loads(subcommand: str, cli, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli(subcommand, "--config", "spiral.yaml", "--ckpt_path", "http://127.0.0.1:9/model.ckpt")
+    assert exit_.value.code == 2
+    assert "checkpoint 'http://127.0.0.1:9/model.ckpt' is a URL; download it" in capsys.readouterr().err

@@ -194,3 +194,20 @@ def test_numeric_sources_keep_their_standardization() -> None:
     expected = (train - train.mean(0)) / np.where(scale == 0, 1.0, scale)
     torch.testing.assert_close(x, torch.tensor(expected, dtype=torch.float32), rtol=1e-5, atol=1e-5)
     assert dm.in_features == 64
+
+
+def test_a_semicolon_separated_file_reads_as_the_comma_separated_one(messy_csv: Path) -> None:
+    semicolons = messy_csv.with_name("semicolons.csv")
+    pd.read_csv(messy_csv).to_csv(semicolons, sep=";", index=False)
+    assert data(semicolons).preprocessor == data(messy_csv).preprocessor
+
+
+def test_an_identifier_like_column_is_capped_and_named(tmp_path: Path, caplog) -> None:
+    frame = messy_frame().assign(customer=[f"id-{k}" for k in range(200)])
+    frame.to_csv(tmp_path / "ids.csv", index=False)
+    with caplog.at_level(logging.INFO):
+        prep = data(tmp_path / "ids.csv", max_categories=10).preprocessor
+    customer = next(c for c in prep.categorical if c.name == "customer")
+    assert len(customer.categories) == 9
+    assert customer.other
+    assert "Column 'customer' has 140 distinct values in 140 training rows, like an identifier" in caplog.text

@@ -387,6 +387,13 @@ def fit_preprocessor(
             categorical, encoder.categories_, encoder.infrequent_categories_, strict=True
         ):
             rare_set = set(rare.tolist()) if rare is not None else set()
+            distinct = len(values)
+            if distinct > max(options.max_categories, len(train) // 2):
+                rank_zero_info(
+                    f"Column {name!r} has {distinct} distinct values in {len(train)} training rows, like an "
+                    f"identifier or free text: only its {len(values) - len(rare_set)} most frequent values "
+                    "get a column of their own; drop it with data.drop_columns if it carries no signal."
+                )
             categorical_columns.append(
                 CategoricalColumn(
                     name=name,

@@ -120,8 +120,7 @@ def read_file(path: str | Path, fmt: FileFormat, na_values: Sequence[str] = ()) 
         raise UserInputError(f"{what} does not exist; set data.path to an existing file.")
     try:
         if fmt == "csv":
-            # low_memory=False: one type per column, not one per chunk of a large file
-            frame = pd.read_csv(path, na_values=list(na_values), skipinitialspace=True, low_memory=False)
+            frame = _read_csv(path, na_values)
         else:
             frame = pd.read_parquet(path)
             if na_values:
@@ -134,6 +133,18 @@ def read_file(path: str | Path, fmt: FileFormat, na_values: Sequence[str] = ()) 
     if duplicated:
         raise UserInputError(f"{what} has the column name(s) {duplicated} more than once; rename them.")
     frame.columns = [str(c) for c in frame.columns]
+    return frame
+
+
+def _read_csv(path: Path, na_values: Sequence[str], sep: str = ",") -> pd.DataFrame:
+    # low_memory=False: one type per column, not one per chunk of a large file
+    frame = pd.read_csv(path, sep=sep, na_values=list(na_values), skipinitialspace=True, low_memory=False)
+    if sep == "," and frame.shape[1] == 1:
+        # one column: perhaps a file separated by semicolons or tabs, as spreadsheets in many locales write
+        header = str(frame.columns[0])
+        for other in (";", "\t", "|"):
+            if other in header:
+                return _read_csv(path, na_values, other)
     return frame
 
 
