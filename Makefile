@@ -11,7 +11,7 @@ CONFIG ?= configs/digits.yaml
 PORT ?= 6006
 PYTEST_ARGS ?=
 
-.PHONY: help install train test test-full lint format tensorboard bench lock clean
+.PHONY: help install train test test-full lint format tensorboard bench lock clean clean-all
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -54,6 +54,9 @@ lock: $(STAMP) ## rewrite requirements.lock from what .venv holds
 	@{ sed -n '/^#/p' requirements.lock; $(PY) -m pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/'; } > requirements.lock.tmp
 	@mv requirements.lock.tmp requirements.lock
 
-clean: ## remove logs, caches and .venv
-	rm -rf logs lightning_logs .pytest_cache .ruff_cache .mypy_cache $(VENV)
+clean: ## remove caches and .venv; keeps logs/ (your runs and checkpoints)
+	rm -rf lightning_logs .pytest_cache .ruff_cache .mypy_cache $(VENV)
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+clean-all: clean ## clean, and delete logs/: every run, checkpoint and prediction in it
+	rm -rf logs

@@ -146,7 +146,28 @@ def with_checkpoint_settings(words: list[str]) -> list[str]:
         extra = ["--config", yaml.safe_dump(checkpoint["config"])]
     if _value(words, "--data.preprocessing_from") is None:
         words = [*words, f"--data.preprocessing_from={ckpt_path}"]
+    if words[0] != "fit" and not any(w.startswith("--trainer.logger") for w in words):
+        words = [*words, *_log_with_the_run(Path(ckpt_path), checkpoint)]
     return [words[0], *extra, *words[1:]]
+
+
+def _log_with_the_run(ckpt_path: Path, checkpoint: dict[str, Any]) -> list[str]:
+    """Logger words that put an evaluation of ``<save_dir>/<name>/<version>/checkpoints/x.ckpt`` into
+    that run's own folder, beside its training curves, instead of a new ``version_N``."""
+    run = ckpt_path.resolve().parent.parent
+    logger = checkpoint.get("config", {}).get("trainer", {}).get("logger")
+    tensorboard = isinstance(logger, dict) and str(logger.get("class_path", "")).endswith("TensorBoardLogger")
+    if (
+        ckpt_path.resolve().parent.name != "checkpoints"
+        or not (run / "config.yaml").is_file()
+        or not tensorboard
+    ):
+        return []
+    return [
+        f"--trainer.logger.init_args.save_dir={run.parent.parent}",
+        f"--trainer.logger.init_args.name={run.parent.name}",
+        f"--trainer.logger.init_args.version={run.name}",
+    ]
 
 
 def main(args: list[str] | None = None, run: bool = True) -> CLI:
@@ -161,6 +182,8 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
                 sys.argv[1:] = with_checkpoint_settings(sys.argv[1:])
             else:
                 args = with_checkpoint_settings(list(args))
+        words = sys.argv[1:] if args is None else list(args)
+        subcommand = words[0] if run and words and words[0] in SUBCOMMANDS else "fit"
         return CLI(
             model_class=BaseTask,
             subclass_mode_model=True,
@@ -171,7 +194,16 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
             if run
             else {"default_config_files": [str(DEFAULTS)]},
             save_config_callback=SaveConfig,
-            save_config_kwargs={"overwrite": True},
+            # fit writes config.yaml; an evaluation that logs into the same run folder writes its own
+            save_config_kwargs={
+                "overwrite": True,
+                "config_filename": "config.yaml"
+                if subcommand in ("fit", "")
+                else f"config.{subcommand}.yaml",
+            },
+            # one way to set the optimizer and scheduler: model.init_args.optimizer / .scheduler (top-level
+            # --optimizer / --lr_scheduler would silently replace them)
+            auto_configure_optimizers=False,
         )
     except Exception as err:
         # jsonargparse wraps errors raised while instantiating; the user's sentence is in the chain

@@ -67,7 +67,7 @@ def test_fit_test_predict_round_trip(cli, workdir: Path) -> None:
     last = torch.load(Path(fit.trainer.log_dir) / "checkpoints" / "last.ckpt", weights_only=True)
     assert last["global_step"] == fit.trainer.global_step
     assert last["epoch"] == fit.trainer.max_epochs - 1
-    assert (Path(fit.trainer.log_dir) / "config.yaml").is_file()
+    fit_config = (Path(fit.trainer.log_dir) / "config.yaml").read_bytes()
 
     test = cli("test", "--config", "spiral.yaml", "--data.num_samples=600", "--ckpt_path", best)
     metrics = test.trainer.callback_metrics
@@ -88,6 +88,12 @@ def test_fit_test_predict_round_trip(cli, workdir: Path) -> None:
     assert frame["prediction"].dtype.kind == "i"
     assert (frame["prediction"] == frame[labels].to_numpy().argmax(1)).all()
     assert not list(written.parent.glob("*.partial"))
+    # test and predict of the run's checkpoint log into the run's own folder, not a new version_N,
+    # and leave its config.yaml as fit wrote it
+    run_folder = Path(fit.trainer.log_dir)
+    assert [p.name for p in run_folder.parent.iterdir()] == [run_folder.name]
+    assert (run_folder / "config.yaml").read_bytes() == fit_config
+    assert {"config.test.yaml", "config.predict.yaml"} <= {p.name for p in run_folder.iterdir()}
 
 
 def test_fit_then_test_after_fit_uses_the_best_checkpoint(cli, capsys) -> None:
@@ -168,3 +174,13 @@ def test_the_optimizer_gets_exactly_the_arguments_its_config_names(config: Path,
     optimizer = main(["--config", str(config)], run=False).model.optimizer(param)
     assert type(optimizer) is optimizer_class
     assert optimizer.defaults == optimizer_class(param, **written.get("init_args", {})).defaults
+
+
+def test_the_optimizer_is_set_in_one_place_only(cli, capsys) -> None:
+    """Top-level --optimizer/--lr_scheduler would silently replace the model's injected ones."""
+    with pytest.raises(SystemExit):
+        cli("fit", "--help")
+    help_text = capsys.readouterr().out
+    assert "--model.init_args.optimizer" in help_text or "--model CONFIG" in help_text
+    assert "--optimizer " not in help_text
+    assert "--lr_scheduler " not in help_text
