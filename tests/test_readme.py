@@ -1,0 +1,183 @@
+"""The README as a newcomer meets it: every command and snippet runs as printed, in order.
+
+Each fenced ``bash`` or ``python`` block of README.md runs, top to bottom, in one scratch folder that
+stands in for the repository's root (``configs/`` copied, ``src`` importable), so that a later block
+finds what an earlier one made, as it would for a reader following along. Training commands run in a
+short form (two epochs of three batches); ``make X`` runs the commands ``make -n X`` prints. A command
+that is not run is named in :data:`NOT_RUN` (what it starts with) or :data:`NEEDS` (what it contains),
+with the reason; ``test_every_command_is_run_or_skipped_by_name`` counts them, so a new README command
+that fits neither fails the suite until it runs or says why it cannot.
+"""
+
+import contextlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from src.cli import main
+from tests.conftest import CONFIGS, ROOT
+
+README = ROOT / "README.md"
+VENV_BIN = Path(sys.executable).parent
+
+#: commands not run, by how they start, and why
+NOT_RUN = {
+    "make test": "the test suite itself",
+    "make test-full": "the test suite itself, slow tests included",
+    "make lint": "CI runs it",
+    "make tensorboard": "a server that runs until stopped; tests/test_tensorboard_server.py starts one",
+    "make bench": "minutes of measurement; benchmarks are not tests",
+    "source .venv/bin/activate": "this test runs inside the environment already",
+    "pre-commit install": "would change the git hooks of the clone",
+}
+#: commands not run, by what they contain, and why: what CI lacks, or several processes
+NEEDS = {
+    "trainer/ddp.yaml": "several processes; tests/test_distributed.py runs the ddp fragment",
+    "trainer/fsdp.yaml": "several processes; tests/test_distributed.py runs the fsdp fragment",
+    "consolidate_checkpoint": "the FSDP run above; tests/test_distributed.py consolidates one",
+    "last.full.ckpt": "the FSDP run above; tests/test_distributed.py tests a consolidated one",
+    "torchrun": "several processes or machines; tests/test_distributed.py launches torchrun",
+    "srun ": "a SLURM cluster",
+}
+SHORT = {
+    "fit": [
+        "--trainer.max_epochs=2",
+        "--trainer.limit_train_batches=3",
+        "--trainer.limit_val_batches=2",
+        "--trainer.limit_test_batches=2",
+    ],
+    "validate": ["--trainer.limit_val_batches=2"],
+    "test": ["--trainer.limit_test_batches=2"],
+    "predict": [],
+}
+QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
+
+
+@dataclass
+class Block:
+    language: str
+    line: int  # where the block's first line is in README.md
+    text: str
+
+
+def blocks() -> list[Block]:
+    found, lines = [], README.read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        match = re.fullmatch(r"```(bash|python)", lines[i].strip())
+        if match:
+            end = lines.index("```", i + 1)
+            found.append(Block(match.group(1), i + 2, "\n".join(lines[i + 1 : end])))
+            i = end
+        i += 1
+    return found
+
+
+def commands(script: str) -> list[str]:
+    """Shell commands of a bash block: comments dropped, continued lines joined, here-documents kept."""
+    out: list[str] = []
+    lines = script.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        while line.endswith("\\"):
+            line = line[:-1] + " " + lines[i].strip()
+            i += 1
+        heredoc = re.search(r"<<'?(\w+)'?", line)
+        if heredoc:
+            end = lines.index(heredoc.group(1), i)
+            line = "\n".join([line, *lines[i : end + 1]])
+            i = end + 1
+        out.append(line)
+    return out
+
+
+def skip_reason(command: str) -> str | None:
+    for start, reason in NOT_RUN.items():
+        if command.split("#")[0].strip() == start or command.startswith(start + " "):
+            return reason
+    return next((reason for part, reason in NEEDS.items() if part in command), None)
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("readme")
+    shutil.copytree(CONFIGS, folder / "configs")
+    return folder
+
+
+LEDGER: dict[str, list[str]] = {"run": [], "skipped": [], "inner": []}
+
+
+def run_command(command: str, scratch: Path, record: bool = True) -> None:
+    reason = skip_reason(command)
+    if reason is not None:
+        LEDGER["skipped" if record else "inner"].append(f"{command.splitlines()[0]}  ({reason})")
+        return
+    words = shlex.split(command.split(" #")[0]) if "\n" not in command else []
+    if words[:1] == ["make"]:
+        # what make would run, relative to the repository root, from the scratch root
+        printed = subprocess.run(
+            ["make", "-s", "-n", "-C", str(ROOT), *words[1:]], capture_output=True, text=True, check=True
+        ).stdout
+        for line in printed.splitlines():
+            if "pip install" in line or line.startswith(("test ", "touch ", "@")):
+                continue  # creating .venv: this test runs in it
+            run_command(line.replace(".venv/bin/", ""), scratch, record=False)
+        LEDGER["run"].append(command)
+        return
+    if words[:3] == ["python", "-m", "src.cli"]:
+        cli = words[3:]
+        with contextlib.suppress(SystemExit), warnings.catch_warnings():
+            # the README proves that its commands run; quietness is another test's business
+            warnings.simplefilter("ignore")
+            main([*cli, *SHORT.get(cli[0], []), *QUIET])
+        if record:
+            LEDGER["run"].append(command)
+        return
+    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(["bash", "-c", command], cwd=scratch, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, f"README command failed: {command}\n{done.stdout}\n{done.stderr}"
+    if record:
+        LEDGER["run"].append(command)
+
+
+@pytest.mark.parametrize("block", blocks(), ids=lambda b: f"{b.language}-line{b.line}")
+def test_readme_block_runs_as_printed(block: Block, scratch: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(scratch)
+    monkeypatch.setattr(sys, "argv", ["src.cli"])
+    monkeypatch.syspath_prepend(str(scratch))
+    if block.language == "bash":
+        for command in commands(block.text):
+            run_command(command, scratch)
+        return
+    saved_as = re.match(r"# (\w+\.py)", block.text)
+    if saved_as:  # a file the README asks to save: saved, then imported as the commands after it will
+        (scratch / saved_as.group(1)).write_text(block.text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exec(compile(block.text, f"README.md:{block.line}", "exec"), {"__name__": "__readme__"})
+    LEDGER["run"].append(f"python block at line {block.line}")
+
+
+def test_every_command_is_run_or_skipped_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    every = [c for b in blocks() if b.language == "bash" for c in commands(b.text)]
+    python_blocks = [b for b in blocks() if b.language == "python"]
+    with capsys.disabled():
+        run, skipped = len(LEDGER["run"]), len(LEDGER["skipped"])
+        print(
+            f"\nREADME: {run} commands and snippets run, {skipped} skipped by name, of {len(every) + len(python_blocks)}"
+        )
+    assert len(LEDGER["run"]) + len(LEDGER["skipped"]) == len(every) + len(python_blocks)
+    assert len(LEDGER["run"]) > len(LEDGER["skipped"])
