@@ -27,13 +27,19 @@ def parameters(run: CLI) -> dict[str, torch.Tensor]:
 def test_accumulating_k_batches_equals_one_batch_k_times_bigger(workdir: Path) -> None:
     k, batch, steps = 4, 16, 3  # accumulate.yaml's k; 3 optimizer steps per epoch, 2 epochs
     # the loader draws one seeded permutation per epoch whatever the batch size, so the 4 small batches
-    # of each step hold exactly the rows of the big batch; no clipping, which would act on the sums
+    # of each step hold exactly the rows of the big batch; no clipping, which would act on the sums.
+    # Plain SGD moves the weights by lr times the gradient, so a gradient k times too small or too large
+    # shows; Adam's update hardly depends on the gradient's scale and would hide it.
+    sgd = (
+        "--model.init_args.optimizer=torch.optim.SGD", "--model.init_args.optimizer.init_args.lr=0.1",
+        "--model.init_args.optimizer.init_args.weight_decay=0",
+    )  # fmt: skip
     small = build(
-        "--config", str(TRAINER / "accumulate.yaml"), "--config", str(TRAINER / "no_clip.yaml"),
+        "--config", str(TRAINER / "accumulate.yaml"), "--config", str(TRAINER / "no_clip.yaml"), *sgd,
         f"--data.batch_size={batch}", f"--trainer.limit_train_batches={k * steps}", "--trainer.max_epochs=2",
     )  # fmt: skip
     big = build(
-        "--config", str(TRAINER / "no_clip.yaml"),
+        "--config", str(TRAINER / "no_clip.yaml"), *sgd,
         f"--data.batch_size={k * batch}", f"--trainer.limit_train_batches={steps}", "--trainer.max_epochs=2",
     )  # fmt: skip
     assert small.trainer.accumulate_grad_batches == k
@@ -46,7 +52,7 @@ def test_accumulating_k_batches_equals_one_batch_k_times_bigger(workdir: Path) -
     # global_step counts optimizer steps, not batches
     assert small.trainer.global_step == big.trainer.global_step == 2 * steps
     assert small.trainer.fit_loop.epoch_loop.batch_progress.total.completed == 2 * k * steps
-    # float32 sums in another order: differences of a few ulp, which 6 Adam steps keep well below 1e-5
+    # float32 sums in another order: differences of a few ulp, which 6 SGD steps keep well below 1e-5
     torch.testing.assert_close(parameters(small), parameters(big), rtol=1e-5, atol=1e-6)
     assert not torch.allclose(initial["net.head.weight"], parameters(small)["net.head.weight"])
 

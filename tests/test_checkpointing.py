@@ -97,13 +97,20 @@ class TrainingState(Callback):
         self._grab(trainer, "end")
 
 
+# val/loss per epoch, rising: the first run stops after epoch 3, which is not among its 3 best, so a
+# last.ckpt written only beside a new best one (save_last on the best-k callback) would hold epoch 2
+RISING = [0.5, 0.6, 0.7, 0.8, 0.9]
+STOP_AFTER = 4  # epochs of the first run
+
+
 # resuming writes into the folder that holds the checkpoint it resumes from, as intended
 @pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty:UserWarning")
 def test_fit_ckpt_path_last_resumes_optimizer_and_scheduler_state(workdir: Path) -> None:
     named = "--trainer.logger.init_args.version=resumable"  # the resumed run looks in this run's folder
     states = []
-    for epochs, ckpt_path in ((2, None), (3, "last")):
+    for epochs, ckpt_path in ((STOP_AFTER, None), (STOP_AFTER + 1, "last")):
         run = build("--config", str(TRAINER / "checkpoints.yaml"), named, f"--trainer.max_epochs={epochs}")
+        plant_val_loss(run, RISING)
         state = TrainingState()
         run.trainer.callbacks.append(state)
         run.trainer.fit(run.model, datamodule=run.datamodule, ckpt_path=ckpt_path)
@@ -113,10 +120,11 @@ def test_fit_ckpt_path_last_resumes_optimizer_and_scheduler_state(workdir: Path)
     assert {"exp_avg", "exp_avg_sq", "step"} <= set(resumed["optimizer"]["state"][0])
     torch.testing.assert_close(resumed["optimizer"], stopped["optimizer"], rtol=0, atol=0)
     assert resumed["scheduler"] == stopped["scheduler"]
-    assert resumed["scheduler"]["last_epoch"] == 2
+    assert resumed["scheduler"]["last_epoch"] == STOP_AFTER
     torch.testing.assert_close(resumed["weights"], stopped["weights"], rtol=0, atol=0)
-    assert (resumed["epoch"], resumed["step"]) == (stopped["epoch"], stopped["step"]) == (2, 4)
-    assert states[1]["end"]["step"] == 6  # and it went on training
+    # 2 batches per epoch: it resumes where the first run stopped, not at its best epoch
+    assert (resumed["epoch"], resumed["step"]) == (stopped["epoch"], stopped["step"]) == (STOP_AFTER, 8)
+    assert states[1]["end"]["step"] == 10  # and it went on training
 
 
 def test_checkpoints_fragment_changes_only_what_it_says() -> None:

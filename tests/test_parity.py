@@ -10,9 +10,12 @@ computation.
 """
 
 import copy
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
+from unittest import mock
 
 import lightning as L
 import pytest
@@ -26,6 +29,10 @@ from src.models import Classifier, ManualClassifier
 EPOCHS = 2
 BATCHES_PER_EPOCH = 7  # 420 training rows of the 600-row spiral, in batches of 64
 EXACT = {"rtol": 0.0, "atol": 0.0}
+# The global gradient norms of the norm-clipped cases run from about 0.07 (the short last group of an
+# epoch) to 0.21: at 0.15 clipping rescales some steps and leaves others alone, so both are compared.
+# A threshold above 0.21 would never fire, and a path that forgot to clip by norm would still match.
+NORM_CLIP = 0.15
 
 
 @dataclass(frozen=True)
@@ -43,7 +50,7 @@ CASES = {
     "plain": Case(net={"dropout": 0.2}),
     "accumulate3-clip-norm-step-scheduler": Case(
         accumulate=3,
-        clip_val=0.5,
+        clip_val=NORM_CLIP,
         scheduler=partial(LinearLR, start_factor=0.2, total_iters=5),
         interval="step",
     ),
@@ -56,14 +63,14 @@ CASES = {
     ),
     "bf16-mixed-accumulate3-clip-norm": Case(
         accumulate=3,
-        clip_val=0.5,
+        clip_val=NORM_CLIP,
         scheduler=partial(CosineAnnealingLR, T_max=6),
         interval="step",
         precision="bf16-mixed",
     ),
     # threshold=1: no epoch counts as an improvement, so the LR halves after each validation
     "plateau": Case(scheduler=partial(ReduceLROnPlateau, factor=0.5, patience=0, threshold=1.0)),
-    "64-true-accumulate3": Case(accumulate=3, clip_val=0.5, precision="64-true"),
+    "64-true-accumulate3": Case(accumulate=3, clip_val=NORM_CLIP, precision="64-true"),
 }
 
 
@@ -136,6 +143,29 @@ def run_trainer(case: Case, model: Classifier, manual: bool) -> tuple[L.Trainer,
     return trainer, module
 
 
+@contextmanager
+def clipping_recorded() -> Iterator[list[bool]]:
+    """Per call of torch's norm or value clipping inside the block: whether it changed any gradient."""
+    changed: list[bool] = []
+
+    def record(clip: Callable[..., Any]) -> Callable[..., Any]:
+        def clip_and_record(parameters: Any, *args: Any, **kwargs: Any) -> Any:
+            parameters = list(parameters)
+            before = [p.grad.clone() for p in parameters]
+            result = clip(parameters, *args, **kwargs)
+            changed.append(any(not torch.equal(b, p.grad) for b, p in zip(before, parameters, strict=True)))
+            return result
+
+        return clip_and_record
+
+    utils = torch.nn.utils
+    with (
+        mock.patch.object(utils, "clip_grad_norm_", record(utils.clip_grad_norm_)),
+        mock.patch.object(utils, "clip_grad_value_", record(utils.clip_grad_value_)),
+    ):
+        yield changed
+
+
 def assert_same_training(raw: FitResult, trainer: L.Trainer, module: Classifier) -> None:
     # parameters and BatchNorm running statistics, name by name
     torch.testing.assert_close(dict(raw.net.state_dict()), dict(module.net.state_dict()), **EXACT)
@@ -161,12 +191,21 @@ def assert_same_training(raw: FitResult, trainer: L.Trainer, module: Classifier)
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_raw_loop_equals_manual_module_equals_automatic_module(case: Case) -> None:
     model = initial_model(case)
-    raw = run_raw(case, model)
+    with clipping_recorded() as clipped:
+        raw = run_raw(case, model)
     # the run did what the case says: it moved the weights, and a scheduler moved the learning rate
     assert raw.steps == EPOCHS * -(-BATCHES_PER_EPOCH // case.accumulate)
     assert not torch.equal(raw.net.head.weight.float(), model.net.head.weight)
     if case.scheduler is not None:
         assert raw.optimizer.param_groups[0]["lr"] != 0.01
+    # and clipping had work to do: it changed the gradients of some steps (a path that skipped it would
+    # then differ), and by norm it left others alone (a path that always rescaled would differ too)
+    if case.clip_val is None:
+        assert clipped == []
+    else:
+        assert len(clipped) == raw.steps
+        assert any(clipped)
+        assert case.clip_algorithm == "value" or not all(clipped)
     for manual in (False, True):
         trainer, module = run_trainer(case, model, manual)
         assert module.automatic_optimization is not manual
@@ -176,12 +215,11 @@ def test_raw_loop_equals_manual_module_equals_automatic_module(case: Case) -> No
 def test_parity_notices_a_small_difference() -> None:
     """The comparison is sharp: a warmup that starts at 0.21 instead of 0.2 of the LR is caught.
 
-    (A different norm-clipping threshold would not do: when clipping fires on every step it scales all
-    gradients alike, and Adam's update does not change with the gradients' scale.)
+    Everything else is the case's own, clipping included, so the warmup is the only difference.
     """
     case = CASES["accumulate3-clip-norm-step-scheduler"]
     warmup = partial(LinearLR, start_factor=0.21, total_iters=5)
-    raw = run_raw(Case(accumulate=3, clip_val=0.5, scheduler=warmup, interval="step"), initial_model(case))
+    raw = run_raw(replace(case, scheduler=warmup), initial_model(case))
     trainer, module = run_trainer(case, initial_model(case), manual=False)
     with pytest.raises(AssertionError):
         assert_same_training(raw, trainer, module)

@@ -1,0 +1,297 @@
+"""Break the code on purpose, one change at a time, and expect the test that proves the claim to fail.
+
+A proof that still passes with the behaviour it proves taken out proves nothing: a norm-clipping
+threshold that is never reached, a best epoch that is also the last. Each check here applies one
+breakage in-process, for the duration of the check only (:func:`mutate`: a copy of one project function
+with one piece of its source replaced, monkeypatched over the original), runs the proof of the claim,
+and expects an ``AssertionError`` from it. ``tests/README.md`` describes the procedure and holds the
+table of breakages and the tests that catch them.
+"""
+
+import inspect
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import src.loop
+import tests.test_accumulation_clipping as accumulation_clipping
+import tests.test_best_checkpoint as best_checkpoint
+import tests.test_checkpointing as checkpointing
+import tests.test_loop as loop
+import tests.test_parity as parity
+from src.cli import CLI
+from src.models import BaseTask, ManualClassifier
+
+NORM_CASE = parity.CASES["accumulate3-clip-norm-step-scheduler"]
+VALUE_CASE = parity.CASES["accumulate2-clip-value-epoch-scheduler-batchnorm"]
+
+
+def replace_once(text: str, old: str, new: str, where: str) -> str:
+    assert text.count(old) == 1, f"{where} no longer holds {old!r} exactly once: update the mutation"
+    return text.replace(old, new)
+
+
+def mutate(monkeypatch: pytest.MonkeyPatch, owner: object, name: str, old: str, new: str) -> None:
+    """Replace ``owner.<name>``, a function of a module or class, by a copy with ``old`` replaced by ``new``.
+
+    ``old`` must occur exactly once in the function's source: when the code changes so that it no longer
+    does, this fails loudly instead of running the proof against an unbroken copy.
+    """
+    original = vars(owner)[name]  # defined by owner itself, not inherited
+    source = replace_once(textwrap.dedent(inspect.getsource(original)), old, new, where=name)
+    module = sys.modules[original.__module__]
+    # compiled inside a class body, so that a zero-argument super() finds its __class__ cell, which is
+    # then pointed at the real owner; the module's globals resolve every other name as in the original
+    body = textwrap.indent(source, "    ")
+    namespace: dict[str, type] = {}
+    exec(compile(f"class Mutant:\n{body}", inspect.getsourcefile(original), "exec"), vars(module), namespace)
+    mutant = vars(namespace["Mutant"])[name]
+    for variable, cell in zip(mutant.__code__.co_freevars, mutant.__closure__ or (), strict=True):
+        if variable == "__class__":
+            cell.cell_contents = owner
+    monkeypatch.setattr(owner, name, mutant)
+
+
+def test_mutate_replaces_the_function_for_the_check_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = ManualClassifier.training_step
+    mutate(monkeypatch, ManualClassifier, "training_step", "self.manual_backward(loss / k)", "pass")
+    assert ManualClassifier.training_step is not original
+    assert "manual_backward" not in ManualClassifier.training_step.__code__.co_names
+    monkeypatch.undo()
+    assert ManualClassifier.training_step is original
+    with pytest.raises(AssertionError, match="no longer holds"):
+        mutate(monkeypatch, ManualClassifier, "training_step", "a line that is not there", "pass")
+
+
+# -- clipping by norm -------------------------------------------------------------------------------
+
+
+def test_parity_catches_a_manual_module_that_does_not_clip_by_norm(monkeypatch: pytest.MonkeyPatch) -> None:
+    mutate(
+        monkeypatch,
+        ManualClassifier,
+        "on_before_optimizer_step",
+        "self.hparams.gradient_clip_val,",
+        "self.hparams.gradient_clip_val if self.hparams.gradient_clip_algorithm == 'value' else None,",
+    )
+    with pytest.raises(AssertionError, match="not equal"):
+        parity.test_raw_loop_equals_manual_module_equals_automatic_module(NORM_CASE)
+
+
+def test_parity_and_loop_tests_catch_a_raw_loop_that_does_not_clip_by_norm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mutate(
+        monkeypatch,
+        src.loop,
+        "train_epoch",
+        "torch.nn.utils.clip_grad_norm_(net.parameters(), gradient_clip_val)",
+        "pass",
+    )
+    with pytest.raises(AssertionError):  # clipping never ran in the raw loop: the precondition fails
+        parity.test_raw_loop_equals_manual_module_equals_automatic_module(NORM_CASE)
+    with pytest.raises(AssertionError, match="not close"):
+        loop.test_clipping_by_norm_limits_the_update_of_each_step()
+
+
+def test_clipping_test_catches_a_trainer_path_that_does_not_clip(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mutate(
+        monkeypatch,
+        BaseTask,
+        "configure_gradient_clipping",
+        "self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)",
+        "pass",
+    )
+    with pytest.raises(AssertionError):
+        accumulation_clipping.test_norm_clipping_bounds_the_global_norm_and_logs_the_norm_before(workdir)
+
+
+def test_clipping_test_catches_a_grad_norm_logged_after_clipping(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # clip first, then measure: train/grad_norm would never show a norm above the threshold
+    grads = "grads = [p.grad for p in self.parameters() if p.grad is not None]"
+    clip_then_grads = (
+        f"self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)\n    {grads}"
+    )
+    mutate(monkeypatch, BaseTask, "configure_gradient_clipping", grads, clip_then_grads)
+    with pytest.raises(AssertionError, match="not close"):
+        accumulation_clipping.test_norm_clipping_bounds_the_global_norm_and_logs_the_norm_before(workdir)
+
+
+# -- clipping by value ------------------------------------------------------------------------------
+
+
+def test_parity_catches_a_manual_module_that_clips_by_norm_when_told_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mutate(
+        monkeypatch,
+        ManualClassifier,
+        "on_before_optimizer_step",
+        "self.hparams.gradient_clip_algorithm",
+        "'norm'",
+    )
+    with pytest.raises(AssertionError, match="not equal"):
+        parity.test_raw_loop_equals_manual_module_equals_automatic_module(VALUE_CASE)
+
+
+def test_parity_and_loop_tests_catch_a_raw_loop_that_clips_by_norm_when_told_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mutate(monkeypatch, src.loop, "train_epoch", 'gradient_clip_algorithm == "value"', "False")
+    with pytest.raises(AssertionError, match="not equal"):
+        parity.test_raw_loop_equals_manual_module_equals_automatic_module(VALUE_CASE)
+    with pytest.raises(AssertionError, match="not close"):
+        loop.test_clipping_by_value_bounds_every_gradient_element()
+
+
+# -- accumulation -----------------------------------------------------------------------------------
+
+
+def test_parity_and_loop_tests_catch_a_raw_loop_that_averages_the_short_last_group(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # each loss divided by its group's length (1 for the 7th of 7 batches at k=2), not by k
+    group_length = "min(k, num_batches - batch_idx + batch_idx % k)"
+    mutate(
+        monkeypatch, src.loop, "train_epoch", "(loss / k).backward()", f"(loss / {group_length}).backward()"
+    )
+    with pytest.raises(AssertionError, match="not equal"):
+        parity.test_raw_loop_equals_manual_module_equals_automatic_module(VALUE_CASE)
+    with pytest.raises(AssertionError, match="not close"):
+        loop.test_last_partial_group_steps_with_its_losses_divided_by_k_as_lightning_does()
+
+
+def test_loop_tests_catch_a_raw_loop_that_zeroes_gradients_every_micro_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mutate(monkeypatch, src.loop, "train_epoch", "if first_in_group:", "if True:")
+    with pytest.raises(AssertionError, match="not close"):
+        loop.test_accumulating_four_micro_batches_equals_one_batch_four_times_larger()
+
+
+def test_parity_catches_a_manual_module_that_does_not_divide_by_k(monkeypatch: pytest.MonkeyPatch) -> None:
+    mutate(
+        monkeypatch,
+        ManualClassifier,
+        "training_step",
+        "self.manual_backward(loss / k)",
+        "self.manual_backward(loss)",
+    )
+    with pytest.raises(AssertionError, match="not equal"):
+        parity.test_raw_loop_equals_manual_module_equals_automatic_module(NORM_CASE)
+
+
+def test_parity_catches_a_manual_module_that_drops_the_short_last_group(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mutate(monkeypatch, ManualClassifier, "training_step", "% k == 0 or last_of_epoch:", "% k == 0:")
+    with pytest.raises(AssertionError, match="not equal"):
+        parity.test_raw_loop_equals_manual_module_equals_automatic_module(NORM_CASE)
+
+
+def test_accumulation_test_catches_a_loss_divided_by_k_twice(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Lightning already divides the returned loss by accumulate_grad_batches; dividing it again is the slip
+    mutate(
+        monkeypatch,
+        BaseTask,
+        "training_step",
+        "return loss",
+        "return loss / self.trainer.accumulate_grad_batches",
+    )
+    with pytest.raises(AssertionError, match="not close"):
+        accumulation_clipping.test_accumulating_k_batches_equals_one_batch_k_times_bigger(workdir)
+
+
+# -- schedulers -------------------------------------------------------------------------------------
+
+
+def test_parity_catches_a_manual_module_that_steps_an_epoch_scheduler_every_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mutate(
+        monkeypatch,
+        ManualClassifier,
+        "_step_scheduler",
+        "if self.hparams.scheduler_interval == interval:",
+        "if True:",
+    )
+    with pytest.raises(AssertionError, match="not equal"):
+        parity.test_raw_loop_equals_manual_module_equals_automatic_module(VALUE_CASE)
+
+
+def test_parity_catches_a_module_that_ignores_scheduler_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    mutate(
+        monkeypatch,
+        BaseTask,
+        "configure_optimizers",
+        '"interval": self.hparams.scheduler_interval',
+        '"interval": "step"',
+    )
+    with pytest.raises(AssertionError, match="not equal"):
+        parity.test_raw_loop_equals_manual_module_equals_automatic_module(VALUE_CASE)
+
+
+def test_parity_catches_a_manual_module_that_never_steps_a_plateau_scheduler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mutate(
+        monkeypatch,
+        ManualClassifier,
+        "on_train_epoch_end",
+        "scheduler.step(self.trainer.callback_metrics[monitor])",
+        "pass",
+    )
+    with pytest.raises(AssertionError, match="not equal"):
+        parity.test_raw_loop_equals_manual_module_equals_automatic_module(parity.CASES["plateau"])
+
+
+# -- precision --------------------------------------------------------------------------------------
+
+
+def test_parity_catches_a_raw_loop_that_ignores_bf16_mixed(monkeypatch: pytest.MonkeyPatch) -> None:
+    mutate(monkeypatch, src.loop, "_autocast", 'enabled=precision == "bf16-mixed"', "enabled=False")
+    with pytest.raises(AssertionError, match="not equal"):
+        parity.test_raw_loop_equals_manual_module_equals_automatic_module(
+            parity.CASES["bf16-mixed-accumulate3-clip-norm"]
+        )
+
+
+# -- the best checkpoint and last.ckpt --------------------------------------------------------------
+
+
+def test_best_checkpoint_test_catches_testing_the_last_weights(
+    cli, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the line that names the best checkpoint is still printed; only the weights tested change
+    mutate(monkeypatch, CLI, "after_fit", "ckpt_path=best or None", "ckpt_path=None")
+    with pytest.raises(AssertionError, match="not equal"):
+        best_checkpoint.test_after_fit_runs_the_best_checkpoints_weights_not_the_last(
+            cli, monkeypatch, capsys
+        )
+
+
+# the resume proof's own filter: its second run writes into the folder it resumes from
+@pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty:UserWarning")
+def test_checkpoint_tests_catch_a_last_ckpt_written_only_beside_a_best_one(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The trap checkpoints.yaml warns of: ``save_last`` on the best-k callback, no callback of its own."""
+    fragment = checkpointing.TRAINER / "checkpoints.yaml"
+    text = replace_once(fragment.read_text(), "save_last: false", "save_last: true", where=fragment.name)
+    text = replace_once(text, "filename: last", "filename: newest", where=fragment.name)
+    (tmp_path / "mutant").mkdir()
+    (tmp_path / "mutant" / fragment.name).write_text(text)
+    monkeypatch.setattr(checkpointing, "TRAINER", tmp_path / "mutant")
+    # resumed from epoch 2, the last best one, with an older optimizer state than where the run stopped
+    with pytest.raises(AssertionError, match="not equal"):
+        checkpointing.test_fit_ckpt_path_last_resumes_optimizer_and_scheduler_state(workdir)
+    with pytest.raises(AssertionError):  # last.ckpt holds epoch 4, the last to enter the 3 best, not 6
+        checkpointing.test_early_stopping_waits_patience_epochs_and_checkpoints_keep_the_best(workdir)
