@@ -175,9 +175,7 @@ def test_every_command_is_run_or_skipped_by_name(capsys: pytest.CaptureFixture[s
     every = [c for b in blocks() if b.language == "bash" for c in commands(b.text)]
     python_blocks = [b for b in blocks() if b.language == "python"]
     with capsys.disabled():
-        run, skipped = len(LEDGER["run"]), len(LEDGER["skipped"])
-        print(
-            f"\nREADME: {run} commands and snippets run, {skipped} skipped by name, of {len(every) + len(python_blocks)}"
-        )
+        run, skipped, total = len(LEDGER["run"]), len(LEDGER["skipped"]), len(every) + len(python_blocks)
+        print(f"\nREADME: {run} commands and snippets run, {skipped} skipped by name, of {total}")
     assert len(LEDGER["run"]) + len(LEDGER["skipped"]) == len(every) + len(python_blocks)
     assert len(LEDGER["run"]) > len(LEDGER["skipped"])
