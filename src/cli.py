@@ -147,13 +147,14 @@ def with_checkpoint_settings(words: list[str]) -> list[str]:
     if _value(words, "--data.preprocessing_from") is None:
         words = [*words, f"--data.preprocessing_from={ckpt_path}"]
     if words[0] != "fit" and not any(w.startswith("--trainer.logger") for w in words):
-        words = [*words, *_log_with_the_run(Path(ckpt_path), checkpoint)]
+        words = [*words, *_log_with_the_run(words[0], Path(ckpt_path), checkpoint)]
     return [words[0], *extra, *words[1:]]
 
 
-def _log_with_the_run(ckpt_path: Path, checkpoint: dict[str, Any]) -> list[str]:
-    """Logger words that put an evaluation of ``<save_dir>/<name>/<version>/checkpoints/x.ckpt`` into
-    that run's own folder, beside its training curves, instead of a new ``version_N``."""
+def _log_with_the_run(subcommand: str, ckpt_path: Path, checkpoint: dict[str, Any]) -> list[str]:
+    """Logger words that put an evaluation of ``<save_dir>/<name>/<version>/checkpoints/x.ckpt`` into a
+    folder inside that run, ``<version>/<subcommand>-x``, beside its training curves: TensorBoard shows
+    it as a run of its own, and repeating it adds no ``version_N``."""
     run = ckpt_path.resolve().parent.parent
     logger = checkpoint.get("config", {}).get("trainer", {}).get("logger")
     tensorboard = isinstance(logger, dict) and str(logger.get("class_path", "")).endswith("TensorBoardLogger")
@@ -166,7 +167,7 @@ def _log_with_the_run(ckpt_path: Path, checkpoint: dict[str, Any]) -> list[str]:
     return [
         f"--trainer.logger.init_args.save_dir={run.parent.parent}",
         f"--trainer.logger.init_args.name={run.parent.name}",
-        f"--trainer.logger.init_args.version={run.name}",
+        f"--trainer.logger.init_args.version={run.name}/{subcommand}-{ckpt_path.stem}",
     ]
 
 
@@ -182,8 +183,6 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
                 sys.argv[1:] = with_checkpoint_settings(sys.argv[1:])
             else:
                 args = with_checkpoint_settings(list(args))
-        words = sys.argv[1:] if args is None else list(args)
-        subcommand = words[0] if run and words and words[0] in SUBCOMMANDS else "fit"
         return CLI(
             model_class=BaseTask,
             subclass_mode_model=True,
@@ -194,13 +193,7 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
             if run
             else {"default_config_files": [str(DEFAULTS)]},
             save_config_callback=SaveConfig,
-            # fit writes config.yaml; an evaluation that logs into the same run folder writes its own
-            save_config_kwargs={
-                "overwrite": True,
-                "config_filename": "config.yaml"
-                if subcommand in ("fit", "")
-                else f"config.{subcommand}.yaml",
-            },
+            save_config_kwargs={"overwrite": True},
             # one way to set the optimizer and scheduler: model.init_args.optimizer / .scheduler (top-level
             # --optimizer / --lr_scheduler would silently replace them)
             auto_configure_optimizers=False,

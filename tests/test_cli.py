@@ -88,12 +88,15 @@ def test_fit_test_predict_round_trip(cli, workdir: Path) -> None:
     assert frame["prediction"].dtype.kind == "i"
     assert (frame["prediction"] == frame[labels].to_numpy().argmax(1)).all()
     assert not list(written.parent.glob("*.partial"))
-    # test and predict of the run's checkpoint log into the run's own folder, not a new version_N,
+    # test and predict of the run's checkpoint log inside the run's own folder, not a new version_N,
     # and leave its config.yaml as fit wrote it
-    run_folder = Path(fit.trainer.log_dir)
+    run_folder = Path(fit.trainer.log_dir).resolve()
     assert [p.name for p in run_folder.parent.iterdir()] == [run_folder.name]
     assert (run_folder / "config.yaml").read_bytes() == fit_config
-    assert {"config.test.yaml", "config.predict.yaml"} <= {p.name for p in run_folder.iterdir()}
+    for evaluation in (test, predict):
+        assert Path(evaluation.trainer.log_dir).parent == run_folder
+        assert (Path(evaluation.trainer.log_dir) / "config.yaml").is_file()
+    assert Path(test.trainer.log_dir).name == f"test-{Path(best).stem}"
 
 
 def test_fit_then_test_after_fit_uses_the_best_checkpoint(cli, capsys) -> None:

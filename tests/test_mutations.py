@@ -13,6 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import src.loop
@@ -21,8 +22,11 @@ import tests.test_best_checkpoint as best_checkpoint
 import tests.test_checkpointing as checkpointing
 import tests.test_loop as loop
 import tests.test_parity as parity
+import tests.test_predict as predict
+from src.callbacks import PredictionWriter
 from src.cli import CLI
 from src.models import BaseTask, ManualClassifier
+from src.predict import Predictor
 
 NORM_CASE = parity.CASES["accumulate3-clip-norm-step-scheduler"]
 VALUE_CASE = parity.CASES["accumulate2-clip-value-epoch-scheduler-batchnorm"]
@@ -73,8 +77,8 @@ def test_parity_catches_a_manual_module_that_does_not_clip_by_norm(monkeypatch: 
         monkeypatch,
         ManualClassifier,
         "on_before_optimizer_step",
-        "self.hparams.gradient_clip_val,",
-        "self.hparams.gradient_clip_val if self.hparams.gradient_clip_algorithm == 'value' else None,",
+        'self.hparams["gradient_clip_val"],',
+        'self.hparams["gradient_clip_val"] if self.hparams["gradient_clip_algorithm"] == "value" else None,',
     )
     with pytest.raises(AssertionError, match="not equal"):
         parity.test_raw_loop_equals_manual_module_equals_automatic_module(NORM_CASE)
@@ -133,8 +137,8 @@ def test_parity_catches_a_manual_module_that_clips_by_norm_when_told_value(
         monkeypatch,
         ManualClassifier,
         "on_before_optimizer_step",
-        "self.hparams.gradient_clip_algorithm",
-        "'norm'",
+        'self.hparams["gradient_clip_algorithm"]',
+        '"norm"',
     )
     with pytest.raises(AssertionError, match="not equal"):
         parity.test_raw_loop_equals_manual_module_equals_automatic_module(VALUE_CASE)
@@ -220,7 +224,7 @@ def test_parity_catches_a_manual_module_that_steps_an_epoch_scheduler_every_step
         monkeypatch,
         ManualClassifier,
         "_step_scheduler",
-        "if self.hparams.scheduler_interval == interval:",
+        'if self.hparams["scheduler_interval"] == interval:',
         "if True:",
     )
     with pytest.raises(AssertionError, match="not equal"):
@@ -232,7 +236,7 @@ def test_parity_catches_a_module_that_ignores_scheduler_interval(monkeypatch: py
         monkeypatch,
         BaseTask,
         "configure_optimizers",
-        '"interval": self.hparams.scheduler_interval',
+        '"interval": self.hparams["scheduler_interval"]',
         '"interval": "step"',
     )
     with pytest.raises(AssertionError, match="not equal"):
@@ -295,3 +299,22 @@ def test_checkpoint_tests_catch_a_last_ckpt_written_only_beside_a_best_one(
         checkpointing.test_fit_ckpt_path_last_resumes_optimizer_and_scheduler_state(workdir)
     with pytest.raises(AssertionError):  # last.ckpt holds epoch 4, the last to enter the 3 best, not 6
         checkpointing.test_early_stopping_waits_patience_epochs_and_checkpoints_keep_the_best(workdir)
+
+
+def test_predictions_catch_lines_shifted_against_the_rows_they_name(
+    monkeypatch: pytest.MonkeyPatch, cli, tmp_path: Path
+) -> None:
+    mutate(
+        monkeypatch,
+        PredictionWriter,
+        "write_on_epoch_end",
+        "rows = datamodule.predict_row_ids()[positions]",
+        "rows = np.roll(datamodule.predict_row_ids()[positions], 1)",
+    )
+    fit = cli("fit", "--config", "spiral.yaml", "--data.num_samples=300", "--trainer.max_epochs=1")
+    checkpoint = Path(fit.trainer.log_dir) / "checkpoints" / "last.ckpt"
+    output = tmp_path / "out.csv"
+    cli("predict", "--ckpt_path", str(checkpoint), f"--output={output}")
+    predictor = Predictor.from_checkpoint(checkpoint)
+    with pytest.raises(AssertionError, match="Not equal"):
+        predict.lines_name_their_rows(pd.read_csv(output), fit.datamodule.table.features, predictor)
