@@ -28,6 +28,10 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         checkpoint = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
+        if "Unsupported global" not in str(err):  # no class was asked for: text, an image, noise
+            raise UserInputError(
+                f"checkpoint {text!r} is not a checkpoint file (it could not be read)."
+            ) from err
         raise UserInputError(
             f"checkpoint {text!r} holds objects other than tensors and plain data, which would run code "
             "when loaded; it was refused."
@@ -35,7 +39,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as err:
         raise UserInputError(
             f"checkpoint {text!r} could not be read (truncated, or not a checkpoint: "
-            f"{str(err).splitlines()[0]})."
+            f"{str(err).splitlines()[0].split('. ')[0]})."
         ) from err
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise UserInputError(f"checkpoint {text!r} is not a Lightning checkpoint (it has no state_dict).")

@@ -10,6 +10,7 @@ A checkpoint carries its run's model and data settings and the fitted preprocess
 """
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -23,10 +24,12 @@ import lightning as L
 import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.loggers import TensorBoardLogger
 from typing_extensions import override
 
 from src.callbacks import PredictionWriter
 from src.checkpoints import load_checkpoint
+from src.cli_errors import Parser, check_config_files, check_log_folder, user_error
 from src.data import TabularDataModule
 from src.errors import UserInputError
 from src.models import BaseTask
@@ -42,6 +45,9 @@ PER_INVOCATION = ("predict_path", "preprocessing_from")
 class SaveConfig(SaveConfigCallback):
     """Writes ``config.yaml`` beside the run, and the model and data sections into every checkpoint."""
 
+    #: the logger's folder when this run is the one that creates it (set by the CLI before the run)
+    made_folder: Path | None = None
+
     @override
     def on_save_checkpoint(
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
@@ -54,6 +60,19 @@ class SaveConfig(SaveConfigCallback):
         for key in PER_INVOCATION:
             carried.get("data", {}).pop(key, None)
         checkpoint["config"] = carried
+
+    @override
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        # a run that failed before its first optimizer step leaves no folder behind: nothing in it is
+        # worth keeping, and a pile of empty version_N folders hides the runs that matter. Only the
+        # logger's folder this very run created is removed, never one that was there before.
+        folder = self.made_folder
+        if folder is None or not trainer.is_global_zero or trainer.global_step > 0:
+            return
+        if folder.is_dir() and not any(folder.rglob("*.ckpt")):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 class CLI(LightningCLI):
@@ -87,9 +106,33 @@ class CLI(LightningCLI):
             raise UserInputError(f"--output belongs to predict, not to {self.subcommand}.")
         if config.get("test_after_fit") and self.subcommand != "fit":
             raise UserInputError(f"--test_after_fit belongs to fit, not to {self.subcommand}.")
+        trainer = config.get("trainer") or {}
+        if self.subcommand == "fit" and (trainer.get("max_epochs") == 0 or trainer.get("max_steps") == 0):
+            raise UserInputError(
+                "trainer.max_epochs=0 (or max_steps=0) trains nothing; give at least 1, or -1 for no limit."
+            )
+        logger = trainer.get("logger")
+        if isinstance(logger, dict | type(config)) and logger.get("init_args"):
+            check_log_folder(logger["init_args"].get("save_dir"))
 
     @override
     def after_instantiate_classes(self) -> None:
+        logger = self.trainer.logger
+        if isinstance(logger, TensorBoardLogger) and not Path(logger.log_dir).exists():
+            # the outermost folder this run will create (logs/, logs/<name>/ or just the version)
+            made = Path(logger.log_dir)
+            while not made.parent.exists():
+                made = made.parent
+            for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
+                if isinstance(callback, SaveConfig):
+                    callback.made_folder = made
+        if self.model.optimizer is not None:
+            # built once on the real parameters now, so that a bad argument (a negative learning rate)
+            # is one sentence before the run starts, not a traceback from inside fit
+            try:
+                self.model.optimizer(self.model.parameters())
+            except (ValueError, TypeError) as err:
+                raise UserInputError(f"model.init_args.optimizer: {err}") from err
         if self.subcommand != "predict":
             return
         output = self.config[self.subcommand].get("output")
@@ -183,6 +226,7 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
                 sys.argv[1:] = with_checkpoint_settings(sys.argv[1:])
             else:
                 args = with_checkpoint_settings(list(args))
+            check_config_files(sys.argv[1:] if args is None else args)
         return CLI(
             model_class=BaseTask,
             subclass_mode_model=True,
@@ -192,6 +236,7 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
             parser_kwargs={name: {"default_config_files": [str(DEFAULTS)]} for name in SUBCOMMANDS}
             if run
             else {"default_config_files": [str(DEFAULTS)]},
+            parser_class=Parser,
             save_config_callback=SaveConfig,
             save_config_kwargs={"overwrite": True},
             # one way to set the optimizer and scheduler: model.init_args.optimizer / .scheduler (top-level
@@ -200,12 +245,10 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
         )
     except Exception as err:
         # jsonargparse wraps errors raised while instantiating; the user's sentence is in the chain
-        cause: BaseException | None = err
-        while cause is not None and not isinstance(cause, UserInputError):
-            cause = cause.__cause__ or cause.__context__
-        if cause is None:
+        sentence = user_error(err)
+        if sentence is None:
             raise
-        print(f"error: {cause}", file=sys.stderr)
+        print(f"error: {sentence}", file=sys.stderr)
         raise SystemExit(2) from err
 
 

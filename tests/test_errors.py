@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import CONFIGS
 
@@ -12,7 +13,10 @@ def fails(cli, capsys, *args: str) -> str:
     with pytest.raises(SystemExit) as exit_:
         cli("fit", *args)
     assert exit_.value.code == 2
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "usage:" not in err  # the parser's error is one line, not its usage text
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1, lines
     return lines[0]
 
@@ -174,3 +178,87 @@ def test_unknown_key_inside_a_config_file(cli, capsys, workdir: Path) -> None:
         cli("fit", "--config", "digits.yaml", "--config", "typo.yaml")
     assert exit_.value.code == 2
     assert "hiden_sizes" in capsys.readouterr().err
+
+
+SPIRAL = ["--config", "spiral.yaml", "--data.num_samples=300"]
+SCHEDULER = "--model.init_args.scheduler.init_args"
+
+
+@pytest.mark.parametrize(
+    ("args", "sentence"),
+    [
+        (["--model.init_args.optimizer.init_args.lr=-1"], "optimizer: Invalid learning rate: -1.0"),
+        (["--trainer.max_epochs=-5"], "`max_epochs` must be a non-negative integer or -1. You passed in -5."),
+        (["--trainer.max_epochs=0"], "trainer.max_epochs=0 (or max_steps=0) trains nothing"),
+        (["--model.init_args.hidden_sizes=[-1]"], "hidden_sizes=[-1]: every width must be at least 1"),
+        (["--data.num_workers=-1"], "data.num_workers=-1 must be 0 (load in this process) or more"),
+        (["--trainer.accelerator=gpu"], "No supported gpu backend found!"),
+        (["--data.batch_size=abc"], "data.batch_size: 'abc' is not accepted (expected int)"),
+        (["--trainer.precision=bf17"], "trainer.precision: 'bf17' is not accepted (expected one of"),
+        (["--model.init_args.optimizer=torch.optim.Adamm"], "module 'torch.optim' has no attribute 'Adamm'"),
+        (["--data.batch_sise=3"], "unrecognized arguments: --data.batch_sise=3"),
+        (["--trainer.logger.init_args.save_dir=/proc/runs"], "save_dir='/proc/runs' is not writable"),
+        (
+            ["--config", "trainer/warmup_cosine.yaml", f"{SCHEDULER}.warmup_steps=9999"],
+            "warmup_steps=9999 must lie in (0, total_steps=",
+        ),
+    ],
+    ids=["negative-lr", "negative-epochs", "zero-epochs", "negative-width", "negative-workers", "gpu-on-cpu",
+         "batch-size-text", "precision-typo", "optimizer-typo", "unknown-key", "unwritable-log-folder",
+         "warmup-longer-than-the-run"],
+)  # fmt: skip
+def test_mistaken_settings_are_one_sentence(cli, capsys, args, sentence, nothing_written) -> None:
+    assert sentence in fails(cli, capsys, *SPIRAL, *args)
+
+
+def test_a_log_folder_that_is_a_file(cli, capsys, workdir: Path) -> None:
+    (workdir / "taken").write_text("not a folder")
+    line = fails(cli, capsys, *SPIRAL, "--trainer.logger.init_args.save_dir=taken/runs")
+    assert "save_dir='taken/runs' cannot be a folder: 'taken' is a file" in line
+
+
+def test_a_config_file_that_is_not_yaml_is_named(cli, capsys, workdir: Path) -> None:
+    (workdir / "broken.yaml").write_text("model:\n  init_args: [unclosed\n")
+    line = fails(cli, capsys, *SPIRAL, "--config", "broken.yaml")
+    assert "config file 'broken.yaml' is not valid YAML at line 3" in line
+    assert not (workdir / "logs").exists()
+
+
+@pytest.mark.parametrize("kind", ["text", "truncated", "pickled-code"])
+def test_a_checkpoint_that_is_not_one(cli, capsys, workdir: Path, kind: str) -> None:
+    marker = workdir / "code-ran"
+    path = workdir / f"{kind}.ckpt"
+    if kind == "text":
+        path.write_text("model: {}\n")
+    else:
+        torch.save({"state_dict": {}, "payload": Payload(str(marker))}, path)
+        if kind == "truncated":
+            path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(SystemExit) as exit_:
+        cli("test", *SPIRAL, "--ckpt_path", str(path))
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    expected = {
+        "text": "is not a checkpoint file",
+        "truncated": "could not be read (truncated, or not a checkpoint",
+        "pickled-code": "holds objects other than tensors and plain data, which would run code",
+    }[kind]
+    assert f"error: checkpoint '{path}' {expected}" in err
+    assert not marker.exists()
+    assert not (workdir / "logs").exists()
+
+
+class Payload:
+    """Pickles to a call that would leave a marker file: proof that loading ran code."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))
+
+
+def test_no_logger_runs_with_the_shipped_callbacks(cli, workdir: Path) -> None:
+    run = cli("fit", *SPIRAL, "--trainer.logger=false", "--trainer.max_epochs=1")
+    assert run.trainer.state.finished
+    assert run.trainer.global_step > 0

@@ -56,6 +56,23 @@ class TrainLearningRateMonitor(LearningRateMonitor):
     the group's ``name``) for several; a scheduler config's ``name`` replaces ``lr-<Optimizer>``.
     """
 
+    # without a logger (--trainer.logger=false) there is nowhere to write: the monitor stands aside
+    # instead of refusing the run, as Lightning's own does
+    @override
+    def on_train_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        if trainer.loggers:
+            super().on_train_start(trainer, *args, **kwargs)
+
+    @override
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        if trainer.loggers:
+            super().on_train_batch_start(trainer, *args, **kwargs)
+
+    @override
+    def on_train_epoch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        if trainer.loggers:
+            super().on_train_epoch_start(trainer, *args, **kwargs)
+
     @override
     def _add_prefix(self, name: str, optimizer_cls: type[torch.optim.Optimizer], seen: Any) -> str:
         # the one place every tag passes through, for schedulers and bare optimizers alike

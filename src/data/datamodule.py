@@ -130,6 +130,8 @@ class TabularDataModule(L.LightningDataModule):
             )
         if batch_size < 1:
             raise UserInputError(f"data.batch_size={batch_size} must be at least 1.")
+        if num_workers < 0:
+            raise UserInputError(f"data.num_workers={num_workers} must be 0 (load in this process) or more.")
         if source is None:
             source = sources.file_format(path) if path is not None else "digits"
         if source in BUNDLED and path is not None:

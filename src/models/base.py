@@ -66,6 +66,10 @@ class BaseTask(L.LightningModule, ABC):
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         if not 0.0 <= dropout < 1.0:
             raise UserInputError(f"model.init_args.dropout={dropout} must lie in [0, 1).")
+        if hidden_sizes is not None and any(size < 1 for size in hidden_sizes):
+            raise UserInputError(
+                f"model.init_args.hidden_sizes={hidden_sizes}: every width must be at least 1."
+            )
         self.check_shapes()
         self.optimizer = optimizer
         self.scheduler = scheduler

@@ -1,0 +1,112 @@
+"""Bad input on the command line becomes one sentence on stderr and exit status 2, never a traceback.
+
+Three doors: the parser (a value of the wrong type, an unknown class or key: jsonargparse's report,
+which lists every type it tried, is boiled down to the key, the value and the reason), checks made
+before anything runs (config files that are not YAML, a log folder that cannot be written), and errors
+raised while the classes are built or the run starts (:func:`user_error`: a :class:`UserInputError`
+anywhere in the chain, Lightning's own configuration errors, a checkpoint that does not fit the model).
+"""
+
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.cli import LightningArgumentParser
+from typing_extensions import override
+
+from src.errors import UserInputError
+
+
+def summarize(message: str) -> str:
+    """jsonargparse's report of a rejected value, as one line: the key, the value and why."""
+    keys = re.findall(r'Parser key "([^"]+)"', message)
+    given = re.search(r"(?:Given value|Got value): (.+)", message)
+    no_attribute = re.search(r"(module '[^']+' has no attribute '[^']+')", message)
+    choices = re.findall(r"Expected a typing\.Literal\[(.+?)\]\n", message)
+    expected = re.search(r"Expected a <class '(\w+)'>", message)
+    if not keys:
+        return " ".join(line.strip() for line in message.splitlines() if line.strip())
+    where = ".".join(dict.fromkeys(k for k in keys if k))  # outer key, then the nested one, once each
+    if no_attribute:
+        why = no_attribute.group(1)
+    elif choices:
+        why = "expected one of " + ", ".join(choices)
+    elif expected:
+        why = f"expected {expected.group(1)}"
+    else:
+        why = message.splitlines()[1].strip() if len(message.splitlines()) > 1 else message
+    value = f" {given.group(1).strip()!r}" if given and not given.group(1).startswith("NestedArg") else ""
+    return f"{where}:{value} is not accepted ({why})"
+
+
+class Parser(LightningArgumentParser):
+    """LightningCLI's parser, whose errors are one line instead of the usage text and every type tried."""
+
+    @override
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error:  # jsonargparse parsing a nested value: it catches this and goes on
+            super().error(message, ex)
+        sys.stderr.write(f"error: {summarize(message)}; --help lists the options.\n")
+        raise SystemExit(2)
+
+
+def check_config_files(words: list[str]) -> None:
+    """Every ``--config FILE`` must exist and be YAML: say which file and where, before parsing starts."""
+    for i, word in enumerate(words):
+        value = words[i + 1] if word in ("--config", "-c") and i + 1 < len(words) else None
+        if word.startswith("--config="):
+            value = word.split("=", 1)[1]
+        if value is None or "\n" in value or not value.endswith((".yaml", ".yml")):
+            continue  # a YAML string given inline (the checkpoint's own settings), or not a file name
+        path = Path(value)
+        if not path.is_file():
+            raise UserInputError(f"config file {value!r} does not exist.")
+        try:
+            yaml.safe_load(path.read_text())
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            raise UserInputError(
+                f"config file {value!r} is not valid YAML{where} ({problem}); fix it."
+            ) from err
+
+
+def check_log_folder(save_dir: Any) -> None:
+    """The logger's ``save_dir`` must be a folder this process can write, or be creatable as one."""
+    if not isinstance(save_dir, str | Path):
+        return
+    path = Path(save_dir)
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise UserInputError(
+            f"trainer.logger.init_args.save_dir={str(save_dir)!r} cannot be a folder: {str(existing)!r} is a "
+            "file; choose another save_dir."
+        )
+    try:  # a real write: access() says yes to root even where nothing can be created (/proc, read-only)
+        tempfile.TemporaryDirectory(dir=existing).cleanup()
+    except OSError as err:
+        raise UserInputError(
+            f"trainer.logger.init_args.save_dir={str(save_dir)!r} is not writable ({str(existing)!r} "
+            "refuses new files); choose another save_dir."
+        ) from err
+
+
+def user_error(err: BaseException) -> str | None:
+    """The one sentence for an error that bad input caused, or ``None`` for a bug (keep the traceback)."""
+    cause: BaseException | None = err
+    while cause is not None:
+        if isinstance(cause, UserInputError | MisconfigurationException):
+            return str(cause).strip().splitlines()[0]
+        if isinstance(cause, RuntimeError) and "Error(s) in loading state_dict" in str(cause):
+            first = str(cause).splitlines()[1].strip() if len(str(cause).splitlines()) > 1 else ""
+            return (
+                f"the checkpoint does not fit the configured model ({first.rstrip('.')}); give the "
+                "config the checkpoint was trained with, or leave --config out to use the one it carries."
+            )
+        cause = cause.__cause__ or cause.__context__
+    return None
