@@ -25,11 +25,12 @@ import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
 from src.callbacks import PredictionWriter
 from src.checkpoints import load_checkpoint
-from src.cli_errors import Parser, check_config_files, check_log_folder, user_error
+from src.cli_errors import Parser, check_config_files, check_log_folder, check_output, user_error
 from src.data import TabularDataModule
 from src.errors import UserInputError
 from src.models import BaseTask
@@ -65,11 +66,14 @@ class SaveConfig(SaveConfigCallback):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        # a run that failed before its first optimizer step leaves no folder behind: nothing in it is
-        # worth keeping, and a pile of empty version_N folders hides the runs that matter. Only the
-        # logger's folder this very run created is removed, never one that was there before.
+        # a run that failed before its first optimizer step (or an evaluation that failed) leaves no
+        # folder behind: nothing in it is worth keeping, and a pile of empty version_N folders hides the
+        # runs that matter. Only the logger's folder this very run created is removed, never one that
+        # was there before.
         folder = self.made_folder
-        if folder is None or not trainer.is_global_zero or trainer.global_step > 0:
+        # a fit that took a step may have logged curves worth keeping; a failed evaluation has nothing
+        trained = trainer.state.fn == TrainerFn.FITTING and trainer.global_step > 0
+        if folder is None or not trainer.is_global_zero or trained:
             return
         if folder.is_dir() and not any(folder.rglob("*.ckpt")):
             shutil.rmtree(folder, ignore_errors=True)
@@ -104,6 +108,9 @@ class CLI(LightningCLI):
         config = self.config[self.subcommand]
         if config.get("output") is not None and self.subcommand != "predict":
             raise UserInputError(f"--output belongs to predict, not to {self.subcommand}.")
+        if config.get("output") is not None:
+            data = config.get("data") or {}
+            check_output(config["output"], [data.get("path"), data.get("predict_path")])
         if config.get("test_after_fit") and self.subcommand != "fit":
             raise UserInputError(f"--test_after_fit belongs to fit, not to {self.subcommand}.")
         trainer = config.get("trainer") or {}

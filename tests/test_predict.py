@@ -164,7 +164,7 @@ def test_a_missing_column_is_one_sentence(trained, tmp_path: Path, monkeypatch, 
     assert exit_.value.code == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert errors == [
-        "error: CSV file 'partial.csv' lacks the column(s) ['age', 'region'] that the model was trained on; "
+        "error: CSV file 'partial.csv' has no column(s) ['age', 'region'], which the model was trained on; "
         "add them (empty cells are fine)."
     ]
     assert not (tmp_path / "out.csv").exists()

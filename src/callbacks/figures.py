@@ -142,6 +142,8 @@ def _label_names(trainer: L.Trainer, count: int) -> list[str]:
 def _markdown_table(counts: torch.Tensor, labels: list[str]) -> str:
     """(K, K) counts as a Markdown table, true class per row, predicted class per column."""
     rows = counts.cpu().tolist()
+    # a label is data: escape what Markdown would read as a cell border or emphasis
+    labels = [label.replace("|", "\\|").replace("*", "\\*").replace("_", "\\_") for label in labels]
     header = "| true \\ predicted | " + " | ".join(labels) + " |"
     rule = "|---" * (len(rows) + 1) + "|"
     body = [

@@ -1,6 +1,7 @@
 """The DataModule: source → seeded split → preprocessing fitted on train only → tensors → loaders."""
 
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
 import lightning as L
@@ -141,6 +142,10 @@ class TabularDataModule(L.LightningDataModule):
             )
         if source not in BUNDLED and (path is None or target_column is None or task is None):
             raise UserInputError(f"data.source={source} needs data.path, data.target_column and data.task.")
+        if predict_path is not None and not Path(predict_path).is_file():
+            raise UserInputError(
+                f"data.predict_path={predict_path!r} does not exist; name the CSV or Parquet file to predict."
+            )
         overlap = set(categorical_columns or []) & set(numeric_columns or [])
         if overlap:
             raise UserInputError(
@@ -232,6 +237,7 @@ class TabularDataModule(L.LightningDataModule):
             missing_indicator=hp.missing_indicator,
             max_categories=hp.max_categories,
             min_category_frequency=hp.min_category_frequency,
+            na_values=hp.na_values or [],
         )
         return fit_preprocessor(
             table.features.iloc[train],
@@ -288,7 +294,8 @@ class TabularDataModule(L.LightningDataModule):
         hp = self.settings
         if hp.predict_path is None:
             return self.table.features.iloc[self.split_rows["val"]]
-        return sources.read_file(hp.predict_path, sources.file_format(hp.predict_path), hp.na_values or [])
+        fmt = sources.file_format(hp.predict_path)
+        return sources.read_file(hp.predict_path, fmt, hp.na_values or [], key="data.predict_path")
 
     def predict_row_ids(self) -> np.ndarray:
         """Which row of its file (0-based, header not counted) each predicted row is."""

@@ -86,11 +86,12 @@ def _canonical(value: Any) -> str:
     return str(value).strip()
 
 
-def category_strings(column: pd.Series) -> np.ndarray:
-    """``(N,)`` object array of canonical strings; missing (or blank) cells become :data:`MISSING`."""
+def category_strings(column: pd.Series, na_values: Sequence[str] = ()) -> np.ndarray:
+    """``(N,)`` object array of canonical strings; missing (or blank) cells, and cells that read as one of
+    ``na_values``, become :data:`MISSING`."""
     codes, uniques = pd.factorize(column, use_na_sentinel=True)
     spelled = np.array([_canonical(v) for v in uniques] + [MISSING], dtype=object)
-    spelled[spelled == ""] = MISSING
+    spelled[(spelled == "") | np.isin(spelled, list(na_values))] = MISSING
     return spelled[codes]  # code -1 (a missing cell) picks the MISSING appended last
 
 
@@ -143,35 +144,49 @@ def infer_kinds(
 ) -> tuple[list[str], list[str], dict[str, list[str]]]:
     """``(numeric columns, categorical columns, missing tokens per numeric column)`` of ``frame``.
 
-    Booleans and text are categorical, numbers numeric; a text column whose filled cells are at least
-    :data:`NUMERIC_SHARE` numbers is numeric, its other texts read as missing. ``categorical`` and
-    ``numeric`` name columns whose kind is not to be guessed.
+    Booleans, text and pandas categoricals are categorical, numbers numeric; a text column whose filled
+    cells are at least :data:`NUMERIC_SHARE` numbers is numeric, its other texts read as missing.
+    ``categorical`` and ``numeric`` name columns whose kind is not to be guessed. Dates are refused: as
+    numbers they would depend on the unit they were stored in.
     """
+    unknown = [c for c in [*categorical, *numeric] if c not in frame.columns]
+    if unknown:
+        raise UserInputError(
+            f"{location.what} has no feature column(s) {unknown}; fix data.categorical_columns or "
+            "data.numeric_columns."
+        )
     numeric_columns, categorical_columns, tokens = [], [], {}
     for name in frame.columns:
         column = frame[name]
-        if name in categorical or (name not in numeric and pd.api.types.is_bool_dtype(column)):
+        if pd.api.types.is_datetime64_any_dtype(column) or pd.api.types.is_timedelta64_dtype(column):
+            raise UserInputError(
+                f"{location.what}, column {name!r} holds dates or durations; turn them into numbers that "
+                "mean something (days since an event, day of week) or drop the column with data.drop_columns."
+            )
+        guessed_categorical = pd.api.types.is_bool_dtype(column) or isinstance(
+            column.dtype, pd.CategoricalDtype
+        )
+        if name in categorical or (name not in numeric and guessed_categorical):
             categorical_columns.append(name)
+            continue
+        if name in numeric:  # named numeric: a text it was not told about is an error, not a guess
+            numeric_values(column, location)
+            numeric_columns.append(name)
             continue
         values, unparsed = _parse_numbers(column)
         parsed = int((~np.isnan(values)).sum())
-        if name in numeric or (parsed and parsed >= NUMERIC_SHARE * (parsed + unparsed.sum())):
+        if parsed and parsed >= NUMERIC_SHARE * (parsed + unparsed.sum()):
             found = sorted(set(column[unparsed].astype(str).str.strip()))
-            if found and name not in numeric:
+            if found:
                 rank_zero_info(
                     f"Column {name!r}: {int(unparsed.sum())} cell(s) holding {found[:5]} are read as missing "
                     "(the rest are numbers); list them in data.na_values to say so, or name the column in "
                     "data.categorical_columns."
                 )
-            if found:
                 tokens[name] = found
             numeric_columns.append(name)
         else:
             categorical_columns.append(name)
-    for name in numeric_columns:  # a forced numeric column still refuses texts it was not told about
-        if name in numeric:
-            tokens.pop(name, None)
-            numeric_values(frame[name], location)
     return numeric_columns, categorical_columns, tokens
 
 
@@ -203,6 +218,7 @@ class Preprocessor:
     numeric: list[NumericColumn]
     categorical: list[CategoricalColumn]
     labels: list[Label] | None = None  #: class labels, in class-id order (classification)
+    na_values: list[str] = field(default_factory=list)  #: texts that mean "missing" in any column
 
     @property
     def columns(self) -> list[str]:
@@ -227,17 +243,21 @@ class Preprocessor:
         missing = [c for c in self.columns if c not in frame.columns]
         if missing:
             raise UserInputError(
-                f"{location.what} lacks the column(s) {missing} that the model was trained on; add them "
+                f"{location.what} has no column(s) {missing}, which the model was trained on; add them "
                 "(empty cells are fine)."
             )
 
     def transform(self, frame: pd.DataFrame, location: Location) -> np.ndarray:
-        """Raw rows → ``(N, F)`` float32. Extra columns are ignored; missing columns are an error."""
+        """Raw rows → ``(N, F)`` float32. Extra columns are ignored; missing columns are an error.
+
+        Read as the training file was: column names without surrounding spaces, ``na_values`` as missing.
+        """
+        frame = frame.rename(columns=lambda name: name.strip() if isinstance(name, str) else name)
         self.check_columns(frame, location)
         blocks: list[np.ndarray] = []
         indicators: list[np.ndarray] = []
         for column in self.numeric:
-            values = numeric_values(frame[column.name], location, column.missing_tokens)
+            values = numeric_values(frame[column.name], location, [*column.missing_tokens, *self.na_values])
             missing = np.isnan(values)
             values = np.where(missing, column.fill, values)
             blocks.append((values - column.mean) / column.scale)
@@ -245,7 +265,7 @@ class Preprocessor:
                 indicators.append(missing.astype(np.float64))
         out = [np.stack(blocks + indicators, axis=1)] if blocks or indicators else []
         for cat in self.categorical:
-            out.append(_one_hot(category_strings(frame[cat.name]), cat))
+            out.append(_one_hot(category_strings(frame[cat.name], self.na_values), cat))
         if not out:
             return np.zeros((len(frame), 0), np.float32)
         return np.concatenate(out, axis=1).astype(np.float32)
@@ -280,6 +300,7 @@ class Preprocessor:
             numeric=[NumericColumn(**c) for c in state["numeric"]],
             categorical=[CategoricalColumn(**c) for c in state["categorical"]],
             labels=state["labels"],
+            na_values=state.get("na_values", []),
         )
 
 
@@ -306,6 +327,7 @@ class Options:
     missing_indicator: bool = False
     max_categories: int = 50
     min_category_frequency: int = 1
+    na_values: Sequence[str] = ()
 
 
 def column_transformer(numeric: list[str], categorical: list[str], options: Options) -> ColumnTransformer:
@@ -344,6 +366,33 @@ def encoder_input(
     return pd.DataFrame(columns, index=frame.index)[numeric + categorical]
 
 
+def _informative(
+    train: pd.DataFrame,
+    numeric: list[str],
+    categorical: list[str],
+    location: Location,
+    tokens: dict[str, list[str]],
+) -> tuple[list[str], list[str]]:
+    """The columns left once those that cannot teach anything are dropped, each with a notice: a numeric
+    column without a value in the training rows, a text column whose every training value is unique (a
+    name, an ID: a column per value would only memorize rows)."""
+    empty = [c for c in numeric if np.isnan(numeric_values(train[c], location, tokens.get(c, ()))).all()]
+    unique = [
+        c for c in categorical
+        if len(train) >= 20 and train[c].notna().all() and train[c].nunique() == len(train)
+    ]  # fmt: skip
+    if empty:
+        rank_zero_info(
+            f"{location.what}: the column(s) {empty} have no value in the training rows and are left out."
+        )
+    if unique:
+        rank_zero_info(
+            f"{location.what}: the column(s) {unique} hold a different text in every training row (names, "
+            "IDs) and are left out; turn them into something shared between rows to use them."
+        )
+    return [c for c in numeric if c not in empty], [c for c in categorical if c not in unique]
+
+
 def fit_preprocessor(
     train: pd.DataFrame,
     kinds: tuple[list[str], list[str], dict[str, list[str]]],
@@ -356,6 +405,9 @@ def fit_preprocessor(
     """Fit on the training rows alone; returns the plain-data result and the scikit-learn pipeline it
     came from (kept for tests and inspection, never saved)."""
     numeric, categorical, tokens = kinds
+    numeric, categorical = _informative(train, numeric, categorical, location, tokens)
+    if not numeric and not categorical:
+        raise UserInputError(f"{location.what} has no feature column with values in the training rows.")
     if options.max_categories < 2 or options.min_category_frequency < 1:
         raise UserInputError(
             f"data.max_categories={options.max_categories} must be at least 2 and "
@@ -406,5 +458,5 @@ def fit_preprocessor(
         assert train_target is not None
         classes = LabelEncoder().fit(label_values(train_target)).classes_
         labels = [int(v) if isinstance(v, np.integer) else str(v) for v in classes]
-    result = Preprocessor(task, target, numeric_columns, categorical_columns, labels)
+    result = Preprocessor(task, target, numeric_columns, categorical_columns, labels, list(options.na_values))
     return result, fitted

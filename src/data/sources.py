@@ -112,39 +112,72 @@ def file_location(path: str | Path, fmt: FileFormat) -> Location:
     )
 
 
-def read_file(path: str | Path, fmt: FileFormat, na_values: Sequence[str] = ()) -> pd.DataFrame:
-    """The whole file as pandas reads it (CSV by pandas, Parquet through pyarrow), every column kept."""
+def read_file(
+    path: str | Path, fmt: FileFormat, na_values: Sequence[str] = (), key: str = "data.path"
+) -> pd.DataFrame:
+    """The whole file as pandas reads it (CSV by pandas, Parquet through pyarrow), rows numbered from 0.
+
+    Column names lose surrounding spaces; a leading unnamed column that only counts the rows (an index
+    written by ``DataFrame.to_csv``) is left out, with a notice.
+    """
     path = Path(path)
     what = file_location(path, fmt).what
     if not path.is_file():
-        raise UserInputError(f"{what} does not exist; set data.path to an existing file.")
+        raise UserInputError(f"{what} does not exist; set {key} to an existing file.")
     try:
         if fmt == "csv":
             frame = _read_csv(path, na_values)
         else:
-            frame = pd.read_parquet(path)
+            frame = pd.read_parquet(path).reset_index(drop=True)
             if na_values:
                 frame = frame.replace(list(na_values), np.nan)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, ValueError) as err:
-        raise UserInputError(f"{what} could not be read ({str(err).strip()}); fix the file.") from err
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError, ValueError) as err:
+        problem = str(err).strip().splitlines()[0]
+        raise UserInputError(f"{what} could not be read ({problem}); fix the file.") from err
     if frame.empty:
         raise UserInputError(f"{what} has no data rows; add rows.")
+    frame.columns = [str(c).strip() for c in frame.columns]
     duplicated = frame.columns[frame.columns.duplicated()].tolist()
     if duplicated:
         raise UserInputError(f"{what} has the column name(s) {duplicated} more than once; rename them.")
-    frame.columns = [str(c) for c in frame.columns]
+    first = frame.columns[0]
+    if first.startswith("Unnamed: 0") and frame[first].equals(pd.Series(range(len(frame)))):
+        rank_zero_info(
+            f"{what}: the first column {first!r} only counts the rows (a saved index) and is left out."
+        )
+        frame = frame.drop(columns=first)
     return frame
 
 
-def _read_csv(path: Path, na_values: Sequence[str], sep: str = ",") -> pd.DataFrame:
+def _separator(path: Path) -> str:
+    """The separator the header line uses most: commas, or semicolons, tabs or bars as spreadsheets in
+    many locales write them."""
+    with path.open("rb") as file:
+        header = file.readline().decode("latin-1")
+    return max([",", ";", "\t", "|"], key=header.count)
+
+
+def _read_csv(path: Path, na_values: Sequence[str]) -> pd.DataFrame:
+    sep = _separator(path)
     # low_memory=False: one type per column, not one per chunk of a large file
-    frame = pd.read_csv(path, sep=sep, na_values=list(na_values), skipinitialspace=True, low_memory=False)
-    if sep == "," and frame.shape[1] == 1:
-        # one column: perhaps a file separated by semicolons or tabs, as spreadsheets in many locales write
-        header = str(frame.columns[0])
-        for other in (";", "\t", "|"):
-            if other in header:
-                return _read_csv(path, na_values, other)
+    options = {"sep": sep, "na_values": list(na_values), "skipinitialspace": True, "low_memory": False}
+    try:
+        frame = pd.read_csv(path, **options)
+    except UnicodeDecodeError:
+        # not UTF-8: Latin-1 reads any byte, as spreadsheets in many locales save text
+        rank_zero_info(f"CSV file {str(path)!r} is not UTF-8; it is read as Latin-1.")
+        frame = pd.read_csv(path, encoding="latin-1", **options)
+    if sep == ";":
+        # the same spreadsheets write decimal commas: a text column of such numbers only is numbers
+        for name in frame.columns:
+            column = frame[name]
+            if pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column):
+                continue
+            text = column.dropna().astype(str).str.strip()
+            if len(text) and text.str.fullmatch(r"-?\d+(,\d+)?").all() and text.str.contains(",").any():
+                frame[name] = pd.to_numeric(
+                    column.astype(str).str.strip().str.replace(",", "."), errors="coerce"
+                )
     return frame
 
 
@@ -191,14 +224,22 @@ def select(
         )
         frame, target = frame[~missing], target[~missing]
     if task == "regression":
-        target = pd.Series(
-            numeric_values(target, location).astype(np.float32), index=target.index, name=target_column
-        )
+        try:
+            values = numeric_values(target, location)
+        except UserInputError as err:
+            raise UserInputError(f"{err} (Class labels? Set data.task: classification.)") from err
+        target = pd.Series(values.astype(np.float32), index=target.index, name=target_column)
+    else:
+        _check_classes(target, location)
 
     empty = [c for c in features if frame[c].isna().all()]
     if empty:
         rank_zero_info(f"{location.what}: the column(s) {empty} have no values and are left out.")
         features = [c for c in features if c not in empty]
+        if not features:
+            raise UserInputError(
+                f"{location.what} has no feature column with values besides {target_column!r}."
+            )
     for column in features:
         if _same_as_target(frame[column], target, task):
             raise UserInputError(
@@ -206,6 +247,22 @@ def select(
                 "would read the answer; drop it with data.drop_columns."
             )
     return Table(frame[features], target, task, location)
+
+
+def _check_classes(target: pd.Series, location: Location) -> None:
+    """A classification target needs two classes or more, and not a different number in every row."""
+    classes = target.nunique()
+    if classes < 2:
+        raise UserInputError(
+            f"{location.what}: the target {target.name!r} holds the single value {target.iloc[0]!r}; a "
+            "classifier needs at least two classes."
+        )
+    numbers = pd.api.types.is_numeric_dtype(target) and not pd.api.types.is_bool_dtype(target)
+    if numbers and classes > max(100, len(target) // 5):
+        raise UserInputError(
+            f"{location.what}: the target {target.name!r} holds {classes} different numbers in "
+            f"{len(target)} rows, which looks like a quantity, not classes; set data.task: regression."
+        )
 
 
 def _same_as_target(column: pd.Series, target: pd.Series, task: Task) -> bool:

@@ -1,0 +1,117 @@
+"""Non-finite steps are skipped, never taken, and a run whose weights blow up is never saved."""
+
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_info
+from typing_extensions import override
+
+from src.errors import UserInputError
+
+
+class NonFiniteGuard(Callback):
+    """Skips an optimizer step whose gradients hold a NaN or an infinity, and stops a run that keeps at it.
+
+    After backward (and after unscaling under mixed precision), before clipping and the update: if any
+    gradient is not finite on any process (all processes agree), every gradient is dropped, so the
+    optimizer leaves weights and moments as they were, and a per-step scheduler is set back as if that
+    step had not happened. The first offending parameters and the batch are named, and the skipped steps
+    are counted (``train/skipped_steps``, per epoch). After ``max_consecutive`` skipped steps in a row the
+    run stops with one sentence. A checkpoint whose weights are not finite is never written.
+
+    The check reads one flag back from the device per optimizer step.
+
+    Args:
+        max_consecutive: Skipped steps in a row after which the run stops.
+    """
+
+    def __init__(self, max_consecutive: int = 10) -> None:
+        if max_consecutive < 1:
+            raise UserInputError(f"NonFiniteGuard max_consecutive={max_consecutive} must be at least 1.")
+        self.max_consecutive = max_consecutive
+        self.skipped = 0
+        self.consecutive = 0
+        self._rewind: list[tuple[Any, dict[str, Any], list[float]]] = []
+
+    @override
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        named = [(name, p.grad) for name, p in pl_module.named_parameters() if p.grad is not None]
+        if not named:
+            return
+        finite = torch.stack([torch.isfinite(grad).all() for _, grad in named]).all()
+        bad = trainer.strategy.reduce((~finite).float(), reduce_op="max")
+        if not bool(bad.item()):
+            self.consecutive = 0
+            return
+        self.skipped += 1
+        self.consecutive += 1
+        offenders = [name for name, grad in named if not torch.isfinite(grad).all()][:3]
+        for param in pl_module.parameters():
+            param.grad = None  # an optimizer leaves a parameter without a gradient untouched
+        # per-step schedulers step after this, in the same batch: remember where they stood
+        self._rewind = [
+            (
+                config.scheduler,
+                config.scheduler.state_dict(),
+                [group["lr"] for group in optimizer.param_groups],
+            )
+            for config in trainer.lr_scheduler_configs
+            if config.interval == "step"
+        ]
+        batch = trainer.fit_loop.epoch_loop.batch_progress.current.ready - 1
+        where = f"epoch {trainer.current_epoch}, batch {batch}"
+        rank_zero_info(
+            f"Skipped the optimizer step at {where}: non-finite gradients"
+            f"{' in ' + ', '.join(offenders) if offenders else ' on another process'} "
+            f"({self.consecutive} in a row, {self.skipped} in all)."
+        )
+        if self.consecutive >= self.max_consecutive:
+            raise UserInputError(
+                f"{self.consecutive} optimizer steps in a row had non-finite gradients (last at {where}, "
+                f"first offenders {offenders}); the run stops: lower the learning rate, enable clipping, or "
+                "look for extreme values in the data."
+            )
+
+    @override
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        for scheduler, state, lrs in self._rewind:
+            scheduler.load_state_dict(state)
+            for group, lr in zip(scheduler.optimizer.param_groups, lrs, strict=True):
+                group["lr"] = lr
+        self._rewind = []
+
+    @override
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        pl_module.log(
+            "train/skipped_steps", float(self.skipped), on_step=False, on_epoch=True, reduce_fx="max"
+        )
+
+    @override
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        broken = [
+            name
+            for name, t in checkpoint["state_dict"].items()
+            if t.is_floating_point() and not t.isfinite().all()
+        ]
+        if broken:
+            raise UserInputError(
+                f"the weights are no longer finite at epoch {trainer.current_epoch} (first {broken[:3]}), so "
+                "no checkpoint was written and the run stops: lower the learning rate or enable clipping."
+            )
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"skipped": self.skipped, "consecutive": self.consecutive}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.skipped = state_dict["skipped"]
+        self.consecutive = state_dict["consecutive"]
