@@ -2,6 +2,7 @@
 
 from src.callbacks.dashboard import Dashboard, TrainLearningRateMonitor
 from src.callbacks.figures import ValidationFigures
+from src.callbacks.guard import NonFiniteGuard
 from src.callbacks.predictions import PredictionWriter
 
-__all__ = ["Dashboard", "PredictionWriter", "TrainLearningRateMonitor", "ValidationFigures"]
+__all__ = ["Dashboard", "NonFiniteGuard", "PredictionWriter", "TrainLearningRateMonitor", "ValidationFigures"]

@@ -18,8 +18,9 @@ class NonFiniteGuard(Callback):
     gradient is not finite on any process (all processes agree), every gradient is dropped, so the
     optimizer leaves weights and moments as they were, and a per-step scheduler is set back as if that
     step had not happened. The first offending parameters and the batch are named, and the skipped steps
-    are counted (``train/skipped_steps``, per epoch). After ``max_consecutive`` skipped steps in a row the
-    run stops with one sentence. A checkpoint whose weights are not finite is never written.
+    are counted (``train/skipped_steps``, per epoch). After ``max_consecutive`` skipped steps in a row, or
+    an epoch whose every step was skipped, the run stops with one sentence and a non-zero exit. A
+    checkpoint whose weights are not finite is never written.
 
     The check reads one flag back from the device per optimizer step.
 
@@ -33,6 +34,7 @@ class NonFiniteGuard(Callback):
         self.max_consecutive = max_consecutive
         self.skipped = 0
         self.consecutive = 0
+        self._epoch_steps = self._epoch_skipped = 0
         self._rewind: list[tuple[Any, dict[str, Any], list[float]]] = []
 
     @override
@@ -42,6 +44,7 @@ class NonFiniteGuard(Callback):
         named = [(name, p.grad) for name, p in pl_module.named_parameters() if p.grad is not None]
         if not named:
             return
+        self._epoch_steps += 1
         finite = torch.stack([torch.isfinite(grad).all() for _, grad in named]).all()
         bad = trainer.strategy.reduce((~finite).float(), reduce_op="max")
         if not bool(bad.item()):
@@ -49,6 +52,7 @@ class NonFiniteGuard(Callback):
             return
         self.skipped += 1
         self.consecutive += 1
+        self._epoch_skipped += 1
         offenders = [name for name, grad in named if not torch.isfinite(grad).all()][:3]
         for param in pl_module.parameters():
             param.grad = None  # an optimizer leaves a parameter without a gradient untouched
@@ -87,10 +91,21 @@ class NonFiniteGuard(Callback):
         self._rewind = []
 
     @override
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._epoch_steps = self._epoch_skipped = 0
+
+    @override
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         pl_module.log(
             "train/skipped_steps", float(self.skipped), on_step=False, on_epoch=True, reduce_fx="max"
         )
+        if self._epoch_steps and self._epoch_skipped == self._epoch_steps:
+            # a whole epoch without one finite step trained nothing: not a run to end with exit status 0
+            raise UserInputError(
+                f"every optimizer step of epoch {trainer.current_epoch} ({self._epoch_steps}) had non-finite "
+                "gradients, so nothing was trained; look for a NaN in the loss or the data, or lower the "
+                "learning rate."
+            )
 
     @override
     def on_save_checkpoint(
