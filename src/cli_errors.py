@@ -20,27 +20,40 @@ from typing_extensions import override
 
 from src.errors import UserInputError
 
+NOISE = (
+    "Does not validate against any of the",
+    "Subtypes:",
+    "Errors:",
+    "Given value",
+    "Got value",
+    "Parser key",
+    "Problem with given class_path",
+    "Expected a <class 'NoneType'>",
+)
+
 
 def summarize(message: str) -> str:
     """jsonargparse's report of a rejected value, as one line: the key, the value and why."""
     keys = re.findall(r'Parser key "([^"]+)"', message)
     given = re.search(r"(?:Given value|Got value): (.+)", message)
-    no_attribute = re.search(r"(module '[^']+' has no attribute '[^']+')", message)
-    choices = re.findall(r"Expected a typing\.Literal\[(.+?)\]\n", message)
-    expected = re.search(r"Expected a <class '(\w+)'>", message)
     if not keys:
         return " ".join(line.strip() for line in message.splitlines() if line.strip())
-    where = ".".join(dict.fromkeys(k for k in keys if k))  # outer key, then the nested one, once each
-    if no_attribute:
-        why = no_attribute.group(1)
-    elif choices:
+    reasons = [line.strip().lstrip("- ").strip() for line in message.splitlines()]
+    reasons = [r for r in reasons if r and not r.startswith(NOISE)]
+    choices = re.findall(r"Expected a typing\.Literal\[(.+?)\]\n", message)
+    if choices:
         why = "expected one of " + ", ".join(choices)
-    elif expected:
-        why = f"expected {expected.group(1)}"
     else:
-        why = message.splitlines()[1].strip() if len(message.splitlines()) > 1 else message
+        # the most telling reason first: what is wrong with a class, then a key or a value
+        telling = [
+            r for pattern in ("abstract", "has no attribute", "not expected", "not accessible")
+            for r in reasons if pattern in r
+        ]  # fmt: skip
+        why = (telling or reasons or ["not accepted"])[0].split(". Got value")[0]
+        why = re.sub(r"Expected a <class '(\w+)'>", r"expected \1", why)
+    where = ".".join(dict.fromkeys(k for k in keys if k))  # outer key, then the nested one, once each
     value = f" {given.group(1).strip()!r}" if given and not given.group(1).startswith("NestedArg") else ""
-    return f"{where}:{value} is not accepted ({why})"
+    return f"{where}:{value} is not accepted ({why.rstrip('.')})"
 
 
 class Parser(LightningArgumentParser):
