@@ -46,8 +46,10 @@ PER_INVOCATION = ("predict_path", "preprocessing_from")
 class SaveConfig(SaveConfigCallback):
     """Writes ``config.yaml`` beside the run, and the model and data sections into every checkpoint."""
 
-    #: the logger's folder when this run is the one that creates it (set by the CLI before the run)
+    #: the outermost logger folder this run creates, when ``<save_dir>/<name>`` does not exist yet
     made_folder: Path | None = None
+    #: whether the run's version folder is new (an automatic ``version_N``, or a named one not there yet)
+    new_version: bool = False
 
     @override
     def on_save_checkpoint(
@@ -70,7 +72,9 @@ class SaveConfig(SaveConfigCallback):
         # folder behind: nothing in it is worth keeping, and a pile of empty version_N folders hides the
         # runs that matter. Only the logger's folder this very run created is removed, never one that
         # was there before.
-        folder = self.made_folder
+        logger = trainer.logger
+        version = Path(logger.log_dir) if self.new_version and isinstance(logger, TensorBoardLogger) else None
+        folder = self.made_folder or version
         # a fit that took a step may have logged curves worth keeping; a failed evaluation has nothing
         trained = trainer.state.fn == TrainerFn.FITTING and trainer.global_step > 0
         if folder is None or not trainer.is_global_zero or trained:
@@ -125,14 +129,19 @@ class CLI(LightningCLI):
     @override
     def after_instantiate_classes(self) -> None:
         logger = self.trainer.logger
-        if isinstance(logger, TensorBoardLogger) and not Path(logger.log_dir).exists():
-            # the outermost folder this run will create (logs/, logs/<name>/ or just the version)
-            made = Path(logger.log_dir)
-            while not made.parent.exists():
-                made = made.parent
-            for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
-                if isinstance(callback, SaveConfig):
-                    callback.made_folder = made
+        saver = next((c for c in self.trainer.callbacks if isinstance(c, SaveConfig)), None)  # type: ignore[attr-defined]
+        if isinstance(logger, TensorBoardLogger) and saver is not None:
+            # what this run will create, found without fixing the version number now (two runs built
+            # before either starts must still get version_0 and version_1)
+            base = Path(logger.save_dir) / logger.name
+            if not base.exists():
+                made = base
+                while not made.parent.exists():
+                    made = made.parent
+                saver.made_folder = made
+            config = self.config[self.subcommand] if self.subcommand else self.config
+            named = config["trainer"]["logger"]["init_args"].get("version")
+            saver.new_version = named is None or not (base / str(named)).exists()
         if self.model.optimizer is not None:
             # built once on the real parameters now, so that a bad argument (a negative learning rate)
             # is one sentence before the run starts, not a traceback from inside fit

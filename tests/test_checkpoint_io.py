@@ -1,0 +1,109 @@
+"""A checkpoint is whole or absent: a save cut short leaves the previous file and no debris behind."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from src.checkpoint_io import TEMPORARY, AtomicCheckpointIO, remove_leftovers
+from src.checkpoints import load_checkpoint
+from src.cli import main
+from tests.conftest import CONFIGS, QUIET, ROOT
+
+
+def checkpoint(value: float) -> dict:
+    return {"state_dict": {"w": torch.full((1000,), value)}, "epoch": int(value)}
+
+
+def test_a_save_cut_short_leaves_the_previous_checkpoint_and_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    io, target = AtomicCheckpointIO(), tmp_path / "last.ckpt"
+    io.save_checkpoint(checkpoint(1.0), target)
+    real_save = torch.save
+
+    def dies_halfway(obj: object, file: object) -> None:
+        real_save(obj, file)
+        file.truncate(100)  # what a kill in the middle of writing leaves
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", dies_halfway)
+    with pytest.raises(KeyboardInterrupt):
+        io.save_checkpoint(checkpoint(2.0), target)
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+    assert load_checkpoint(target)["epoch"] == 1
+
+
+def test_the_temporary_file_is_beside_its_destination_whatever_tmpdir_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    elsewhere = tmp_path / "ram-disk"
+    elsewhere.mkdir()
+    monkeypatch.setenv("TMPDIR", str(elsewhere))
+    renames: list[tuple[Path, Path]] = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: (renames.append((Path(a), Path(b))), real_replace(a, b)))
+    target = tmp_path / "checkpoints" / "best.ckpt"
+    AtomicCheckpointIO().save_checkpoint(checkpoint(3.0), target)
+    assert renames == [(target.with_name(f".best.ckpt{TEMPORARY}{os.getpid()}"), target)]
+    assert list(elsewhere.iterdir()) == []
+    assert load_checkpoint(target)["epoch"] == 3
+
+
+def test_debris_of_a_killed_save_is_removed_and_a_live_save_is_left_alone(tmp_path: Path) -> None:
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    debris = tmp_path / f".last.ckpt{TEMPORARY}{int(dead.stdout)}"
+    busy = tmp_path / f".best.ckpt{TEMPORARY}1"  # pid 1 is alive: a save under way in another process
+    debris.write_bytes(b"half a checkpoint")
+    busy.write_bytes(b"being written")
+    assert remove_leftovers(tmp_path) == [debris]
+    assert busy.exists()
+
+
+def test_the_shipped_trainer_saves_through_it(workdir: Path) -> None:
+    run = main(["--config", str(CONFIGS / "spiral.yaml"), *QUIET], run=False)
+    assert isinstance(run.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+
+
+@pytest.mark.slow
+def test_killed_during_saves_twenty_times_every_checkpoint_reads_and_the_run_resumes(tmp_path: Path) -> None:
+    """kill -9 at random moments of a run that saves every step, with $TMPDIR on another filesystem."""
+    shm = Path("/dev/shm")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(shm if shm.is_dir() else tmp_path)}
+    words = [
+        sys.executable, "-m", "src.cli", "fit", "--config", str(CONFIGS / "spiral.yaml"),
+        "--data.num_samples=20000", "--model.init_args.hidden_sizes=[512, 512]", "--trainer.max_epochs=1000",
+        "--trainer.logger.init_args.version=killed", "--trainer.callbacks=[]",
+        "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+        "--trainer.callbacks.filename=last", "--trainer.callbacks.every_n_train_steps=1",
+        "--trainer.callbacks.enable_version_counter=false", *QUIET,
+    ]  # fmt: skip
+    folder = tmp_path / "logs" / "spiral" / "killed" / "checkpoints"
+    rng = random.Random(0)
+    resumed_steps = []
+    for kill in range(20):
+        resume = ["--ckpt_path", str(folder / "last.ckpt")] if (folder / "last.ckpt").exists() else []
+        process = subprocess.Popen([*words, *resume], cwd=tmp_path, env=env, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not (folder / "last.ckpt").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.5, 3.0))
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        files = list(folder.iterdir())
+        for path in files:
+            if path.suffix == ".ckpt":
+                resumed_steps.append(load_checkpoint(path)["global_step"])  # every file reads, whole
+        assert [
+            p for p in files if TEMPORARY in p.name and p.name.rsplit(TEMPORARY)[-1] != str(process.pid)
+        ] == [], kill
+    assert resumed_steps == sorted(resumed_steps)  # each start went on from where the last one stopped
+    assert resumed_steps[-1] > resumed_steps[0]
