@@ -18,10 +18,11 @@ A bad request gets a 4xx whose body is ``{"detail": "<one sentence>"}``, and the
 ``rows`` list, a row that is not an object, a value that is a list or an object, a column the model
 needs that no row has, text where the model reads a number).
 
-Concurrent requests are batched by LitServe (``--max_batch_size``, ``--batch_timeout``): the encoded
-rows of up to that many requests go through one forward pass. LitServe answers every request of a
-batch with the error when one of them raises (Lightning-AI/LitServe#340), so a refused request is
-carried through the batch as a value and answered on its own.
+Concurrent requests are batched by LitServe (``--max_batch_size``, ``--batch_timeout``): the rows of
+up to that many requests are encoded in one call, go through one forward pass and are labelled in one
+call, which pays each step's fixed cost once. LitServe answers every request of a batch with the error
+when one of them raises (Lightning-AI/LitServe#340), so a refused request is carried through the batch
+as a value and answered on its own.
 """
 
 import argparse
@@ -36,6 +37,7 @@ from types import FrameType
 from typing import Any
 
 import litserve as ls
+import numpy as np
 import pandas as pd
 import torch
 from fastapi import Request
@@ -43,11 +45,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, StrictBool, StrictFloat, StrictInt, StrictStr
 
+from src.data.preprocessing import Location
 from src.errors import UserInputError
 from src.predict import Predictor, prediction_frame
 
 #: one cell of a row as JSON gives it; null is a missing cell
 Cell = StrictStr | StrictInt | StrictFloat | StrictBool | None
+#: how errors name a request's cells: "the request, column 'age', row 3"
+REQUEST = Location("the request")
 #: LitServe binds only these addresses
 HOSTS = ("127.0.0.1", "0.0.0.0", "::")
 
@@ -96,8 +101,8 @@ class TabularAPI(ls.LitAPI):
         torch.set_num_threads(self.threads)
         self.predictor = Predictor.from_checkpoint(self.ckpt_path)
 
-    def decode_request(self, request: PredictRequest, **kwargs: Any) -> torch.Tensor | Refused:
-        """The request's rows encoded ``(N, F)``, or why they cannot be."""
+    def decode_request(self, request: PredictRequest, **kwargs: Any) -> pd.DataFrame | Refused:
+        """The request's raw rows as a frame, or why they cannot be predicted."""
         rows = request.rows
         if not rows:
             return Refused(422, 'the request holds no rows; send {"rows": [{"column": value, ...}, ...]}.')
@@ -105,47 +110,75 @@ class TabularAPI(ls.LitAPI):
             return Refused(
                 413, f"the request holds {len(rows)} rows, more than the {self.max_rows} allowed; split it."
             )
+        frame = pd.DataFrame.from_records(rows)
         try:
-            return self.predictor.encode(pd.DataFrame.from_records(rows), "the request")
+            self.predictor.preprocessor.check_columns(frame, REQUEST)
+        except UserInputError as err:
+            return Refused(422, str(err))
+        return frame
+
+    def batch(self, inputs: list[pd.DataFrame | Refused]) -> list[pd.DataFrame | Refused]:
+        # the list as it is: predict encodes the requests' rows together
+        return inputs
+
+    def predict(self, x: pd.DataFrame | Refused | list[pd.DataFrame | Refused], **kwargs: Any) -> Any:
+        """Every request of the batch (a list when batching) through encode, one forward pass and
+        :func:`prediction_frame`, each step once for all their rows: one prediction list per request,
+        or its refusal."""
+        requests = x if isinstance(x, list) else [x]
+        encoded = self.encode([r for r in requests if isinstance(r, pd.DataFrame)])
+        readable = [e for e in encoded if isinstance(e, torch.Tensor)]
+        answers: list[list[dict[str, Any]]] = []
+        if readable:
+            outputs = self.predictor.outputs(torch.cat(readable))
+            frame = prediction_frame(outputs, self.predictor.preprocessor, range(len(outputs["preds"])))
+            every = self.answers(frame)
+            ends = np.cumsum([len(e) for e in readable]).tolist()
+            answers = [every[start:end] for start, end in zip([0, *ends[:-1]], ends, strict=True)]
+        # put the answers and refusals back in the order of the requests
+        encoded_in_order, answered = iter(encoded), iter(answers)
+        results: list[list[dict[str, Any]] | Refused] = []
+        for request in requests:
+            outcome = request if isinstance(request, Refused) else next(encoded_in_order)
+            results.append(next(answered) if isinstance(outcome, torch.Tensor) else outcome)
+        return results if isinstance(x, list) else results[0]
+
+    def encode(self, frames: list[pd.DataFrame]) -> list[torch.Tensor | Refused]:
+        """Each request's rows encoded ``(N_i, F)``: all in one call, whose fixed cost dominates a few
+        rows, or, when some request holds a cell the model cannot read, one by one, so that only that
+        request is refused (and its sentence counts rows from its own first)."""
+        if not frames:
+            return []
+        try:
+            together = self.predictor.encode(pd.concat(frames, ignore_index=True), REQUEST.what)
+            return list(together.split([len(frame) for frame in frames]))
+        except UserInputError:
+            return [self.encode_alone(frame) for frame in frames]
+
+    def encode_alone(self, frame: pd.DataFrame) -> torch.Tensor | Refused:
+        try:
+            return self.predictor.encode(frame, REQUEST.what)
         except UserInputError as err:
             return Refused(422, str(err))
 
-    def batch(self, inputs: list[torch.Tensor | Refused]) -> list[torch.Tensor | Refused]:
-        # the list as it is: requests differ in row count, and some may be refused
-        return inputs
+    def answers(self, frame: pd.DataFrame) -> list[dict[str, Any]]:
+        """:func:`prediction_frame`'s lines as the response's predictions: label and probabilities, or
+        value."""
+        labels = self.predictor.preprocessor.labels
+        if labels is None:
+            return [{"value": float(v)} for v in frame["prediction"]]
+        probabilities = frame[[f"probability({label})" for label in labels]].to_numpy()
+        return [
+            {"label": label, "probabilities": dict(zip(map(str, labels), map(float, p), strict=True))}
+            for label, p in zip(frame["prediction"], probabilities, strict=True)
+        ]
 
-    def predict(self, x: torch.Tensor | Refused | list[torch.Tensor | Refused], **kwargs: Any) -> Any:
-        """One forward pass over the encoded rows of every request in the batch (a list when batching)."""
-        requests = x if isinstance(x, list) else [x]
-        encoded = [r for r in requests if isinstance(r, torch.Tensor)]
-        answers: list[dict[str, torch.Tensor]] = []
-        if encoded:
-            outputs = self.predictor.outputs(torch.cat(encoded))
-            sizes = [len(r) for r in encoded]
-            parts = {key: value.split(sizes) for key, value in outputs.items()}
-            answers = [{key: parts[key][i] for key in parts} for i in range(len(encoded))]
-        answered = iter(answers)
-        results = [next(answered) if isinstance(r, torch.Tensor) else r for r in requests]
-        return results if isinstance(x, list) else results[0]
-
-    def encode_response(self, output: dict[str, torch.Tensor] | Refused, **kwargs: Any) -> Response:
+    def encode_response(self, output: list[dict[str, Any]] | Refused, **kwargs: Any) -> Response:
         # a Response, not an exception, for a refused request: LitServe would send an exception raised
         # here to every request of the batch
         if isinstance(output, Refused):
             return refused_response(output)
-        frame = prediction_frame(output, self.predictor.preprocessor, range(len(output["preds"])))
-        labels = self.predictor.preprocessor.labels
-        predictions: list[dict[str, Any]]
-        if labels is None:
-            predictions = [{"value": float(v)} for v in frame["prediction"]]
-        else:
-            columns = [f"probability({label})" for label in labels]
-            probabilities = frame[columns].to_numpy()
-            predictions = [
-                {"label": label, "probabilities": dict(zip(map(str, labels), map(float, p), strict=True))}
-                for label, p in zip(frame["prediction"], probabilities, strict=True)
-            ]
-        return JSONResponse({"predictions": predictions})
+        return JSONResponse({"predictions": output})
 
 
 SHAPE = 'send JSON shaped {"rows": [{"column": value, ...}, ...]} with Content-Type: application/json'

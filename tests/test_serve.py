@@ -234,11 +234,17 @@ def test_a_refused_request_in_a_batch_is_answered_alone(messy_trained: Trained) 
     api.pre_setup()
     api.setup("cpu")
     rows = good_rows(messy_trained, n=3)
-    requests = [rows, [{**rows[0], "income": "lots"}], rows[:1], []]
+    requests = [
+        rows,
+        [{**rows[0], "income": "lots"}],  # refused when encoded: the batch is then encoded request by request
+        rows[:1],
+        [],  # refused when decoded
+        [{k: v for k, v in row.items() if k != "age"} for row in rows],  # refused when decoded
+    ]
     decoded = [api.decode_request(serve.PredictRequest(rows=r)) for r in requests]
     outputs = api.unbatch(api.predict(api.batch(decoded)))
     responses = [api.encode_response(output) for output in outputs]
-    assert [r.status_code for r in responses] == [200, 422, 200, 422]
+    assert [r.status_code for r in responses] == [200, 422, 200, 422, 422]
     expected = Predictor.from_checkpoint(messy_trained.checkpoint).predict(pd.DataFrame.from_records(rows))
     for response, n in ((responses[0], 3), (responses[2], 1)):
         predictions = json.loads(response.body)["predictions"]
@@ -249,6 +255,21 @@ def test_a_refused_request_in_a_batch_is_answered_alone(messy_trained: Trained) 
             torch.tensor(expected[PROBABILITIES].to_numpy()[:n], dtype=torch.float32),
         )
     assert "row 0 holds 'lots'" in json.loads(responses[1].body)["detail"]
+    assert "lacks the column(s) ['age']" in json.loads(responses[4].body)["detail"]
+    # all readable, with a column that is empty in one request: encoded together, as each alone
+    empty_city = [{**row, "city": None} for row in rows[:2]]
+    together = api.predict(
+        api.batch([api.decode_request(serve.PredictRequest(rows=r)) for r in (rows, empty_city)])
+    )
+    alone = [api.predict(api.decode_request(serve.PredictRequest(rows=r))) for r in (rows, empty_city)]
+    for batched, single in zip(together, alone, strict=True):
+        assert [p["label"] for p in batched] == [p["label"] for p in single]
+        torch.testing.assert_close(
+            [p["probabilities"] for p in batched],
+            [p["probabilities"] for p in single],
+            rtol=1.3e-6,
+            atol=1e-5,
+        )
     # without batching (--max_batch_size 1) LitServe hands predict one request at a time
     # (one row alone runs another matrix kernel than four together: equal to float32 rounding)
     single = api.encode_response(api.predict(api.decode_request(serve.PredictRequest(rows=rows[:1]))))
