@@ -58,9 +58,10 @@ serve: $(STAMP) ## serve CKPT=... over HTTP on 127.0.0.1 (PORT=8000): POST /pred
 	@test -n "$(CKPT)" || { echo "error: say which checkpoint: make serve CKPT=path/to/last.ckpt" >&2; exit 2; }
 	$(PY) -m src.serve --ckpt_path "$(CKPT)" --port $(PORT)
 
-bench: $(STAMP) ## measure the dashboard's cost per step and predict's rows per second
+bench: $(STAMP) ## measure the dashboard's cost per step, predict's rows per second, the server and the exports
 	$(PY) -m benchmarks.dashboard_overhead
 	$(PY) -m benchmarks.predict_throughput
+	$(PY) -m benchmarks.serve_throughput
 
 lock: $(STAMP) ## rewrite requirements.lock from what .venv holds
 	@{ sed -n '/^#/p' requirements.lock; $(PY) -m pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/'; } > requirements.lock.tmp
