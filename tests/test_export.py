@@ -215,3 +215,9 @@ def test_a_regression_graph_returns_values_in_the_targets_units(
     assert got.shape == (len(rows),)
     tolerance = export.TOLERANCES[fmt]
     torch.testing.assert_close(got, expected, rtol=tolerance.rtol, atol=tolerance.atol)
+
+
+def test_make_export_runs_the_export_command() -> None:
+    recipe = (ROOT / "Makefile").read_text().split("\nexport: $(STAMP)", 1)[1].split("\n\n", 1)[0]
+    assert '$(PY) -m src.export --ckpt_path "$(CKPT)" --format $(FORMAT)' in recipe
+    assert '$(if $(OUTPUT),--output "$(OUTPUT)")' in recipe

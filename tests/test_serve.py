@@ -333,3 +333,10 @@ def test_a_regression_model_answers_values(regression_checkpoint: tuple[Path, pd
     values = [p["value"] for p in json.loads(response.body)["predictions"]]
     expected = Predictor.from_checkpoint(checkpoint).predict(rows)["prediction"]
     torch.testing.assert_close(torch.tensor(values), torch.tensor(expected.to_numpy(), dtype=torch.float32))
+
+
+def test_make_serve_starts_what_these_tests_start() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert "\nserve: PORT = 8000\n" in makefile  # its own default; tensorboard keeps 6006
+    recipe = makefile.split("\nserve: $(STAMP)", 1)[1].split("\n\n", 1)[0]
+    assert '$(PY) -m src.serve --ckpt_path "$(CKPT)" --port $(PORT)' in recipe
