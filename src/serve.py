@@ -11,7 +11,8 @@ otherwise; SIGTERM or Ctrl+C stops it and its worker processes.
 
 The rows take the path that ``predict`` takes (:class:`src.predict.Predictor`): the checkpoint's own
 preprocessing encodes them, the model's ``predict_step`` runs on them, and
-:func:`src.predict.prediction_frame` names the classes. The checkpoint is loaded once per worker.
+:func:`src.predict.prediction_frame` names the classes. The checkpoint is loaded once per worker (and
+once before they start, so that a bad one is refused with one sentence).
 
 A bad request gets a 4xx whose body is ``{"detail": "<one sentence>"}``, and the server carries on:
 400 for a body that is not JSON, 413 for more than ``--max_rows`` rows, 422 for anything else (no
@@ -53,6 +54,8 @@ from src.predict import Predictor, prediction_frame
 Cell = StrictStr | StrictInt | StrictFloat | StrictBool | None
 #: how errors name a request's cells: "the request, column 'age', row 3"
 REQUEST = Location("the request")
+#: uvicorn's log levels
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 #: LitServe binds only these addresses
 HOSTS = ("127.0.0.1", "0.0.0.0", "::")
 
@@ -251,6 +254,10 @@ def build(options: argparse.Namespace) -> ls.LitServer:
     for name in ("max_rows", "max_batch_size", "workers", "threads"):
         if getattr(options, name) < 1:
             raise UserInputError(f"--{name} {getattr(options, name)} must be at least 1.")
+    if options.log_level not in LOG_LEVELS:
+        raise UserInputError(
+            f"--log_level {options.log_level!r} is unknown; choose one of {', '.join(LOG_LEVELS)}."
+        )
     if options.batch_timeout < 0:
         raise UserInputError(f"--batch_timeout {options.batch_timeout} must not be negative.")
     Predictor.from_checkpoint(options.ckpt_path)  # a missing, broken or foreign checkpoint: one sentence

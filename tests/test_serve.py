@@ -289,6 +289,10 @@ def test_bad_options_and_checkpoints_are_one_sentence(messy_trained: Trained, tm
                 ["--ckpt_path", str(messy_trained.checkpoint), "--max_rows", "0"],
                 "--max_rows 0 must be at least 1.",
             ),
+            (
+                ["--ckpt_path", str(messy_trained.checkpoint), "--log_level", "loud"],
+                "--log_level 'loud' is unknown",
+            ),
         ]
         for words, message in cases:
             with pytest.raises(SystemExit) as exit_:
