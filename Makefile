@@ -9,9 +9,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= configs/digits.yaml
 PORT ?= 6006
+CKPT ?=
+FORMAT ?= onnx
+OUTPUT ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install train test test-full lint format tensorboard bench lock clean clean-all
+.PHONY: help install train test test-full lint format tensorboard export serve bench lock clean clean-all
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -46,9 +49,19 @@ tensorboard: $(STAMP) ## serve logs/ on localhost (PORT=6006)
 	@echo "TensorBoard: http://127.0.0.1:$(PORT)/"
 	$(VENV)/bin/tensorboard --logdir logs --host 127.0.0.1 --port $(PORT)
 
-bench: $(STAMP) ## measure the dashboard's cost per step and predict's rows per second
+export: $(STAMP) ## export CKPT=... to ONNX (FORMAT=torch-export for .pt2; OUTPUT=path, default beside CKPT)
+	@test -n "$(CKPT)" || { echo "error: say which checkpoint: make export CKPT=path/to/last.ckpt" >&2; exit 2; }
+	$(PY) -m src.export --ckpt_path "$(CKPT)" --format $(FORMAT) $(if $(OUTPUT),--output "$(OUTPUT)")
+
+serve: PORT = 8000
+serve: $(STAMP) ## serve CKPT=... over HTTP on 127.0.0.1 (PORT=8000): POST /predict
+	@test -n "$(CKPT)" || { echo "error: say which checkpoint: make serve CKPT=path/to/last.ckpt" >&2; exit 2; }
+	$(PY) -m src.serve --ckpt_path "$(CKPT)" --port $(PORT)
+
+bench: $(STAMP) ## measure the dashboard's cost per step, predict's rows per second, the server and the exports
 	$(PY) -m benchmarks.dashboard_overhead
 	$(PY) -m benchmarks.predict_throughput
+	$(PY) -m benchmarks.serve_throughput
 
 lock: $(STAMP) ## rewrite requirements.lock from what .venv holds
 	@{ sed -n '/^#/p' requirements.lock; $(PY) -m pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/'; } > requirements.lock.tmp

@@ -89,13 +89,17 @@ class Predictor:
         return torch.from_numpy(self.preprocessor.transform(frame, Location(source)))
 
     @torch.inference_mode()
-    def predict(self, frame: pd.DataFrame, source: str = "the rows") -> pd.DataFrame:
-        """One line per row of ``frame``, in order (see :func:`prediction_frame`); ``row`` is its index."""
-        x = self.encode(frame, source)
+    def outputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Encoded rows ``(N, F)`` → the model's ``predict_step`` outputs for all of them, ``batch_size``
+        rows per forward pass (the server calls this on the rows of several requests at once)."""
         batches = x.split(self.batch_size) or (x,)  # an empty frame still gives its (empty) columns
         outputs = [self.model.predict_step((batch,), i) for i, batch in enumerate(batches)]
-        merged = {key: torch.cat([o[key] for o in outputs]) for key in outputs[0]}
-        return prediction_frame(merged, self.preprocessor, frame.index.to_numpy())
+        return {key: torch.cat([o[key] for o in outputs]) for key in outputs[0]}
+
+    def predict(self, frame: pd.DataFrame, source: str = "the rows") -> pd.DataFrame:
+        """One line per row of ``frame``, in order (see :func:`prediction_frame`); ``row`` is its index."""
+        outputs = self.outputs(self.encode(frame, source))
+        return prediction_frame(outputs, self.preprocessor, frame.index.to_numpy())
 
 
 def _trusted_class(class_path: Any, path: str) -> type[BaseTask]:

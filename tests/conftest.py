@@ -3,6 +3,7 @@
 import os
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -76,3 +77,71 @@ def plant_val_loss(run: CLI, script: list[float]) -> None:
         return torch.tensor(script[run.trainer.current_epoch])
 
     run.model.loss = loss
+
+
+@dataclass(frozen=True)
+class Trained:
+    """A finished fit: the CLI object, the raw table it was fitted on and its last checkpoint."""
+
+    run: CLI
+    frame: pd.DataFrame
+    checkpoint: Path
+
+    def raw_rows(self, stage: str) -> pd.DataFrame:
+        """The raw rows of one split, as the file held them, without the target."""
+        return self.frame.iloc[self.run.datamodule.split_rows[stage]].drop(columns="label")
+
+
+@pytest.fixture(scope="session")
+def messy_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    """One short fit on a messy CSV (text, yes/no words, booleans, empty cells, "?", named classes),
+    shared by the tests of what comes after training: export and serving."""
+    from tests.test_preprocessing import messy_frame
+
+    folder = tmp_path_factory.mktemp("messy-trained")
+    frame = messy_frame(n=300)
+    frame.to_csv(folder / "train.csv", index=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        patch.setattr(sys, "argv", ["src.cli"])
+        run = main(
+            [
+                "fit",
+                "--config",
+                str(CONFIGS / "digits.yaml"),
+                "--data.source=csv",
+                "--data.path=train.csv",
+                "--data.target_column=label",
+                "--data.task=classification",
+                "--data.max_categories=4",
+                "--data.missing_indicator=true",
+                f"--trainer.logger.init_args.save_dir={folder / 'logs'}",
+                "--trainer.max_epochs=3",
+                "--trainer.limit_val_batches=2",
+                *QUIET,
+            ]
+        )
+    return Trained(run, frame, Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt")
+
+
+@pytest.fixture(scope="session")
+def regression_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
+    """A short fit of the friedman regression; returns its last checkpoint and raw validation rows."""
+    folder = tmp_path_factory.mktemp("regression-trained")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        patch.setattr(sys, "argv", ["src.cli"])
+        run = main(
+            [
+                "fit",
+                "--config",
+                str(CONFIGS / "friedman.yaml"),
+                "--data.num_samples=400",
+                f"--trainer.logger.init_args.save_dir={folder / 'logs'}",
+                "--trainer.max_epochs=3",
+                "--trainer.limit_val_batches=2",
+                *QUIET,
+            ]
+        )
+    rows = run.datamodule.table.features.iloc[run.datamodule.split_rows["val"]]
+    return Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt", rows

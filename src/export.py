@@ -1,0 +1,298 @@
+"""Ship a checkpoint to another runtime: an ONNX or ``torch.export`` graph, and a JSON sidecar beside it.
+
+    python -m src.export --ckpt_path CKPT --format onnx --output model.onnx          # make export CKPT=...
+    python -m src.export --ckpt_path CKPT --format torch-export --output model.pt2
+
+Two files are written: the graph at ``--output`` (left out: beside the checkpoint, ``.onnx`` or
+``.pt2``) and the sidecar at ``<output>.json``. Both are first written under temporary names in the
+destination folder and renamed only after the check below passed, so a failed export leaves nothing.
+
+**The graph** takes ``features``, the encoded float32 matrix ``(B, F)`` that
+:meth:`src.predict.Predictor.encode` makes (B dynamic, F = ``len(feature_names)``; the numeric scaling
+is part of that encoding, outside the graph), and returns
+
+- classification: ``logits`` ``(B, K)``; a softmax over the last axis gives the probabilities that
+  ``predict`` reports, and class ``k`` is ``preprocessing.labels[k]``;
+- regression: ``values`` ``(B,)``, in the target's units.
+
+ONNX runs in onnxruntime (or any ONNX runtime); the ``torch.export`` program loads with
+``torch.export.load(path).module()`` and needs neither this project nor Lightning.
+
+**The sidecar** (``format_version`` 1) says how raw columns become that matrix, so that a runtime
+without Python can do it. It is :meth:`Preprocessor.state_dict` and
+:attr:`Preprocessor.feature_names` written out, nothing computed twice:
+
+- ``graph``: ``file``, ``format`` (``onnx`` or ``torch-export``), ``input`` (``"features"``),
+  ``output`` (``"logits"`` or ``"values"``), ``in_features`` (F);
+- ``feature_names``: one name per column of the matrix, in order;
+- ``missing_category``: the category a missing categorical cell becomes;
+- ``preprocessing``: ``task``, ``target``, ``labels`` (class-id order, or null), ``numeric``
+  (per column, in order: ``name``, ``fill``, ``mean``, ``scale``, ``indicator``, ``missing_tokens``),
+  ``categorical`` (per column, in order: ``name``, ``categories``, ``other``), ``version``;
+- ``recipe``: the rules below, as sentences.
+
+The rules (:mod:`src.data.preprocessing` applies them; ``tests/test_export.py`` re-implements them from
+the sidecar alone and holds the two equal):
+"""
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from src.data.preprocessing import MISSING, Preprocessor
+from src.errors import UserInputError
+from src.models import BaseTask
+from src.predict import Predictor
+
+Format = Literal["onnx", "torch-export"]
+FORMATS: tuple[str, ...] = get_args(Format)
+SUFFIXES: dict[str, str] = {"onnx": ".onnx", "torch-export": ".pt2"}
+SIDECAR_VERSION = 1
+
+#: how raw cells become the input matrix; written into every sidecar and appended to this docstring
+RECIPE = (
+    "The input row holds, in this order: one value per numeric column, one 0/1 value per numeric column "
+    "whose indicator is true, then one block per categorical column; feature_names names each value.",
+    "Numeric column: a number, or a text that reads as one, is its value; null, an empty or blank text, "
+    "or a text listed in missing_tokens is missing and takes fill; the value written is "
+    "(value - mean) / scale, computed in float64 and stored as float32.",
+    "Missing indicator: 1 if that numeric cell was missing, else 0.",
+    "Categorical column: the cell as text, with surrounding spaces removed, a whole number without a "
+    "decimal part (3.0 is '3'), booleans as 'True' and 'False'; null or blank is missing_category. Then one "
+    "value per entry of categories, 1 where the text equals it, and, if other is true, one last value "
+    "that is 1 when none matched.",
+    "Output: classification: logits (B, K), softmax over the last axis gives the probabilities and "
+    "class k is labels[k]; regression: values (B,) in the target's units.",
+)
+__doc__ = (__doc__ or "") + "".join(f"\n{i}. {rule}" for i, rule in enumerate(RECIPE, 1)) + "\n"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far the exported graph may be from the checkpoint's model: ``|a - b| <= atol + rtol * |b|``."""
+
+    rtol: float
+    atol: float
+
+
+#: onnxruntime has its own kernels (different summation order); torch.export runs torch's own
+TOLERANCES: dict[str, Tolerance] = {
+    "onnx": Tolerance(rtol=1e-5, atol=1e-5),
+    "torch-export": Tolerance(rtol=1e-6, atol=1e-6),
+}
+
+
+class ExportCheckError(RuntimeError):
+    """The exported graph does not compute what the checkpoint computes: nothing was written."""
+
+
+class Exportable(nn.Module):
+    """The part of a task a graph can hold: ``(B, F)`` encoded rows → logits ``(B, K)`` or values ``(B,)``.
+
+    Classification keeps the logits (the model's ``forward``); regression goes through ``predict_step``,
+    which puts the values back into the target's units.
+    """
+
+    def __init__(self, model: BaseTask, classification: bool) -> None:
+        super().__init__()
+        self.model = model
+        self.classification = classification
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        if self.classification:
+            return self.model(features)  # (B, K) raw logits
+        return self.model.predict_step((features,), 0)["preds"]  # (B,) in the target's units
+
+
+def sidecar_of(preprocessor: Preprocessor, graph_file: str, fmt: str, in_features: int) -> dict[str, Any]:
+    """The sidecar's content: the checkpoint's preprocessing as it is saved, plus how to call the graph."""
+    return {
+        "format_version": SIDECAR_VERSION,
+        "graph": {
+            "file": graph_file,
+            "format": fmt,
+            "input": "features",
+            "output": output_name(preprocessor),
+            "in_features": in_features,
+        },
+        "feature_names": preprocessor.feature_names,
+        "missing_category": MISSING,
+        "preprocessing": preprocessor.state_dict(),
+        "recipe": list(RECIPE),
+    }
+
+
+def output_name(preprocessor: Preprocessor) -> str:
+    return "logits" if preprocessor.labels is not None else "values"
+
+
+def probe_rows(preprocessor: Preprocessor, rows: int = 8, seed: int = 0) -> pd.DataFrame:
+    """Raw rows that reach every part of the encoding: numbers around each column's training mean, a
+    missing cell in every column, every category, and a value no training row had."""
+    rng = np.random.default_rng(seed)
+    columns: dict[str, list[Any]] = {}
+    for numeric in preprocessor.numeric:
+        values: list[Any] = list(numeric.mean + numeric.scale * rng.standard_normal(rows))
+        values[0] = None
+        columns[numeric.name] = values
+    for categorical in preprocessor.categorical:
+        choices = [None, "(a value no training row had)", *categorical.categories]
+        columns[categorical.name] = [choices[i % len(choices)] for i in range(rows)]
+    return pd.DataFrame(columns, index=range(rows))
+
+
+@contextmanager
+def staged(*paths: Path) -> Iterator[list[Path]]:
+    """Temporary names beside ``paths``, renamed onto them when the block succeeds, removed otherwise."""
+    # the suffix stays last: torch.export.save and load expect a name ending in .pt2
+    temporary = [path.with_name(f".{path.stem}.partial-{os.getpid()}{path.suffix}") for path in paths]
+    try:
+        yield temporary
+        for temp, path in zip(temporary, paths, strict=True):
+            os.replace(temp, path)
+    finally:
+        for temp in temporary:
+            temp.unlink(missing_ok=True)
+
+
+def run_exported(fmt: str, path: Path, x: torch.Tensor) -> torch.Tensor:
+    """Run a written graph the way its users will: onnxruntime, or ``torch.export.load``."""
+    if fmt == "onnx":
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return torch.from_numpy(session.run(None, {"features": x.numpy()})[0])
+    with torch.inference_mode():
+        return torch.export.load(path).module()(x)
+
+
+def check(fmt: str, path: Path, reference: nn.Module, x: torch.Tensor) -> float:
+    """The largest difference between the written graph and the checkpoint's model on ``x``, and on its
+    first row alone (the batch dimension is dynamic); raises :class:`ExportCheckError` past tolerance."""
+    tolerance = TOLERANCES[fmt]
+    worst = 0.0
+    for rows in (x, x[:1]):
+        with torch.inference_mode():
+            expected = reference(rows)
+        got = run_exported(fmt, path, rows)
+        if got.shape != expected.shape:
+            raise ExportCheckError(
+                f"the exported {fmt} graph returned shape {tuple(got.shape)} for {len(rows)} row(s), the "
+                f"checkpoint {tuple(expected.shape)}; nothing was written."
+            )
+        difference = (got - expected).abs()
+        largest = float(difference.max())
+        worst = max(worst, largest)
+        if (difference > tolerance.atol + tolerance.rtol * expected.abs()).any():
+            raise ExportCheckError(
+                f"the exported {fmt} graph differs from the checkpoint by up to {largest:.3g} on "
+                f"{len(rows)} row(s), beyond rtol={tolerance.rtol}, atol={tolerance.atol}; nothing was "
+                "written."
+            )
+    return worst
+
+
+def export(ckpt_path: str | Path, fmt: str, output: str | Path | None = None) -> tuple[Path, Path, float]:
+    """Write the graph and its sidecar, checked against the checkpoint.
+
+    Returns ``(graph path, sidecar path, largest difference seen in the check)``.
+    """
+    if fmt not in FORMATS:
+        raise UserInputError(f"--format {fmt!r} is unknown; choose one of {', '.join(FORMATS)}.")
+    predictor = Predictor.from_checkpoint(ckpt_path)  # one sentence for a missing or unsafe file
+    graph_path = Path(output) if output is not None else Path(ckpt_path).with_suffix(SUFFIXES[fmt])
+    if graph_path.is_dir():
+        raise UserInputError(f"--output {str(graph_path)!r} is a folder; give the path of the file to write.")
+    sidecar_path = graph_path.with_name(graph_path.name + ".json")
+    existing = next(folder for folder in graph_path.absolute().parents if folder.exists())
+    if not existing.is_dir():
+        raise UserInputError(f"--output {str(graph_path)!r} lies under {str(existing)!r}, which is a file.")
+    try:
+        graph_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserInputError(f"cannot make the folder {str(graph_path.parent)!r} ({err.strerror}).") from err
+
+    preprocessor = predictor.preprocessor
+    module = Exportable(predictor.model, classification=preprocessor.labels is not None).eval()
+    x = predictor.encode(probe_rows(preprocessor), "the probe rows")  # (8, F)
+    # B is dynamic; an example of 8 rows keeps torch.export from specializing it to 1
+    dynamic = {"features": {0: torch.export.Dim("batch", min=1)}}
+    program = torch.export.export(module, (x,), dynamic_shapes=dynamic)
+    sidecar = sidecar_of(preprocessor, graph_path.name, fmt, x.shape[1])
+    try:
+        with staged(graph_path, sidecar_path) as (graph_temp, sidecar_temp):
+            if fmt == "onnx":
+                # its registry warns that torchvision's operators are absent; no net here uses them
+                logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+                onnx_program = torch.onnx.export(
+                    program,
+                    (x,),
+                    input_names=["features"],
+                    output_names=[output_name(preprocessor)],
+                    dynamic_shapes=dynamic,
+                    external_data=False,  # one self-contained file: tabular nets are far below 2 GB
+                    verbose=False,
+                )
+                assert onnx_program is not None  # the dynamo exporter always returns its program
+                onnx_program.save(graph_temp)
+            else:
+                torch.export.save(program, graph_temp)
+            worst = check(fmt, graph_temp, module, x)
+            sidecar_temp.write_text(json.dumps(sidecar, indent=2) + "\n")
+    except OSError as err:
+        raise UserInputError(f"cannot write {str(graph_path)!r} ({err.strerror or err}).") from err
+    return graph_path, sidecar_path, worst
+
+
+def parse(args: Sequence[str] | None) -> argparse.Namespace:
+    parser = _Parser(prog="python -m src.export", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--ckpt_path", required=True, help="The checkpoint to export (a .ckpt file).")
+    parser.add_argument("--format", default="onnx", help=f"One of {', '.join(FORMATS)} (default onnx).")
+    parser.add_argument(
+        "--output",
+        default=None,
+        help="Where to write the graph; the sidecar goes to <output>.json. Default: beside the checkpoint.",
+    )
+    return parser.parse_args(args)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose complaints are one sentence and exit status 2, like every other bad input here."""
+
+    def error(self, message: str) -> Any:
+        raise UserInputError(f"{message}; see python -m src.export --help.")
+
+
+def main(args: Sequence[str] | None = None) -> None:
+    """Run the command; bad input ends with one sentence on stderr and exit status 2."""
+    try:
+        options = parse(args)
+        graph, sidecar, worst = export(options.ckpt_path, options.format, options.output)
+    except UserInputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from err
+    except ExportCheckError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(1) from err
+    tolerance = TOLERANCES[options.format]
+    print(
+        f"Exported {options.ckpt_path} to {graph} ({options.format}) with its preprocessing in {sidecar}; "
+        f"checked against the checkpoint: largest difference {worst:.2g} "
+        f"(allowed {tolerance.atol:g} + {tolerance.rtol:g} * |value|)."
+    )
+
+
+if __name__ == "__main__":
+    main()
