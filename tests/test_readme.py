@@ -35,6 +35,8 @@ NOT_RUN = {
     "make lint": "CI runs it",
     "make tensorboard": "a server that runs until stopped; tests/test_tensorboard_server.py starts one",
     "make bench": "minutes of measurement; benchmarks are not tests",
+    "make serve": "a server that runs until stopped; tests/test_serve.py starts one and asks it",
+    "curl": "asks the server above; tests/test_serve.py sends the same request",
     "source .venv/bin/activate": "this test runs inside the environment already",
     "pre-commit install": "would change the git hooks of the clone",
 }
@@ -69,13 +71,20 @@ class Block:
 
 
 def blocks() -> list[Block]:
+    """The README's bash and python blocks, and the json blocks it names as files (`` `x.json` `` in the
+    lines just before), which are saved under that name when their turn comes."""
     found, lines = [], README.read_text().splitlines()
     i = 0
     while i < len(lines):
-        match = re.fullmatch(r"```(bash|python)", lines[i].strip())
+        match = re.fullmatch(r"```(bash|python|json)", lines[i].strip())
         if match:
             end = lines.index("```", i + 1)
-            found.append(Block(match.group(1), i + 2, "\n".join(lines[i + 1 : end])))
+            text = "\n".join(lines[i + 1 : end])
+            named = re.search(r"`(\w+\.json)`", " ".join(lines[max(0, i - 3) : i]))
+            if match.group(1) != "json":
+                found.append(Block(match.group(1), i + 2, text))
+            elif named:
+                found.append(Block(f"file:{named.group(1)}", i + 2, text))
             i = end
         i += 1
     return found
@@ -161,6 +170,9 @@ def test_readme_block_runs_as_printed(block: Block, scratch: Path, monkeypatch: 
     if block.language == "bash":
         for command in commands(block.text):
             run_command(command, scratch)
+        return
+    if block.language.startswith("file:"):
+        (scratch / block.language.removeprefix("file:")).write_text(block.text)
         return
     saved_as = re.match(r"# (\w+\.py)", block.text)
     if saved_as:  # a file the README asks to save: saved, then imported as the commands after it will
