@@ -80,6 +80,8 @@ class SaveConfig(SaveConfigCallback):
         if folder is None or not trainer.is_global_zero or trained:
             return
         if folder.is_dir() and not any(folder.rglob("*.ckpt")):
+            for each in trainer.loggers:  # closed first: a writer thread must not write into a removed folder
+                each.finalize("failed")
             shutil.rmtree(folder, ignore_errors=True)
 
 

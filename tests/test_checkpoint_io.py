@@ -90,12 +90,15 @@ def test_killed_during_saves_twenty_times_every_checkpoint_reads_and_the_run_res
     rng = random.Random(0)
     resumed_steps = []
     for kill in range(20):
-        resume = ["--ckpt_path", str(folder / "last.ckpt")] if (folder / "last.ckpt").exists() else []
+        last = folder / "last.ckpt"
+        before = last.stat().st_mtime_ns if last.exists() else None
+        resume = ["--ckpt_path", str(last)] if before is not None else []
         process = subprocess.Popen([*words, *resume], cwd=tmp_path, env=env, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while not (folder / "last.ckpt").exists() and time.monotonic() < deadline:
+        deadline = time.monotonic() + 120
+        # wait for this process's own first save, then kill it a moment later, in the middle of saving
+        while (not last.exists() or last.stat().st_mtime_ns == before) and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(rng.uniform(0.5, 3.0))
+        time.sleep(rng.uniform(0.2, 2.0))
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
         files = list(folder.iterdir())

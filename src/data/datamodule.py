@@ -1,5 +1,6 @@
 """The DataModule: source → seeded split → preprocessing fitted on train only → tensors → loaders."""
 
+from collections.abc import Callable, Iterator
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
@@ -52,6 +53,46 @@ class TensorBatches(Dataset[tuple[torch.Tensor, ...]]):
 def keep_batch(batch: Any) -> Any:
     """The collate function for :class:`TensorBatches`: the batch is already stacked."""
     return batch
+
+
+class ResumableLoader(DataLoader):
+    """The training loader, resumable in the middle of an epoch.
+
+    Lightning saves a loader's ``state_dict`` in each checkpoint and hands it back on resume when the
+    loader has one. The state is the shuffle generator as it stood before this epoch's order was drawn,
+    and how many batches the epoch has processed; the resumed loader draws the same order again and
+    skips those batches, so the run goes on with the very batch the interrupted one would have taken.
+
+    Args:
+        progress: Returns the batches processed so far this epoch (the Trainer's count).
+        *args: What ``DataLoader`` takes.
+        **kwargs: What ``DataLoader`` takes.
+    """
+
+    def __init__(self, *args: Any, progress: Callable[[], int], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.progress = progress
+        self._epoch_start: torch.Tensor | None = None
+        self._skip = 0
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # a generator, not _BaseDataLoaderIter
+        if self.generator is not None:
+            if self._skip and self._epoch_start is not None:
+                self.generator.set_state(self._epoch_start)  # the interrupted epoch's order, again
+            else:
+                self._epoch_start = self.generator.get_state()
+        skip, self._skip = self._skip, 0
+        batches = super().__iter__()
+        for _ in range(skip):
+            next(batches)
+        yield from batches
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch_start": self._epoch_start, "done": self.progress()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._epoch_start = state_dict["epoch_start"]
+        self._skip = int(state_dict["done"])
 
 
 class TabularDataModule(L.LightningDataModule):
@@ -327,8 +368,10 @@ class TabularDataModule(L.LightningDataModule):
     # -- checkpoints ----------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Saved in every checkpoint (Lightning calls it): the fitted preprocessing, as plain data."""
-        return {"preprocessing": self.preprocessor.state_dict()}
+        """Saved in every checkpoint (Lightning calls it): the fitted preprocessing, as plain data, and
+        the training shuffle's generator, so that a resumed run draws the next epoch's order as the
+        uninterrupted run would have."""
+        return {"preprocessing": self.preprocessor.state_dict(), "shuffle": self._shuffle.get_state()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """A checkpoint's preprocessing wins over one fitted anew (say, on a file that changed since)."""
@@ -336,13 +379,24 @@ class TabularDataModule(L.LightningDataModule):
         if restored != self.preprocessor:
             self.__dict__["preprocessor"] = restored
             self._datasets.clear()
+        if "shuffle" in state_dict:
+            self._shuffle.set_state(state_dict["shuffle"])
 
     # -- loaders --------------------------------------------------------------------------------------
+
+    def _batches_done(self) -> int:
+        """Training batches the current epoch has processed (Lightning's own count, which a prefetched
+        batch does not inflate)."""
+        if self.trainer is None:
+            return 0
+        return self.trainer.fit_loop.epoch_loop.batch_progress.current.ready
 
     def _loader(self, stage: Stage, train: bool = False) -> DataLoader:
         workers = self.settings.num_workers
         on_cuda = self.trainer is not None and isinstance(self.trainer.accelerator, CUDAAccelerator)
-        return DataLoader(
+        loader_class = ResumableLoader if train else DataLoader
+        extra: dict[str, Any] = {"progress": self._batches_done} if train else {}
+        return loader_class(
             self.dataset(stage),
             batch_size=self.settings.batch_size,
             shuffle=train,
@@ -352,6 +406,7 @@ class TabularDataModule(L.LightningDataModule):
             num_workers=workers,
             persistent_workers=workers > 0,
             pin_memory=on_cuda,
+            **extra,
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -1,0 +1,55 @@
+"""What a resumed run needs beyond weights, optimizer and loops: the random number generators' state."""
+
+import random
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
+
+
+class RandomState(Callback):
+    """Saves the state of torch's, numpy's and Python's generators in every checkpoint; restores it when
+    training starts from one.
+
+    Dropout and anything else a user's code draws at random then continue the uninterrupted run's
+    stream, so that ``--ckpt_path last`` goes on bit for bit (the shuffle's own generator travels with
+    the DataModule). Restored at the start of training, after the sanity check, which may draw too.
+    """
+
+    def __init__(self) -> None:
+        self._restored: dict[str, Any] | None = None
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        # the legacy global generator is exactly what a user's np.random.* calls draw from
+        numpy_state: Any = np.random.get_state(legacy=True)  # noqa: NPY002
+        name, keys, position, has_gauss, cached = numpy_state
+        state: dict[str, Any] = {
+            "torch": torch.get_rng_state(),
+            # plain data only, so that torch.load(weights_only=True) reads it: lists and tensors
+            "numpy": [name, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, cached],
+            "python": list(random.getstate()),
+        }
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._restored = state_dict
+
+    @override
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        state, self._restored = self._restored, None
+        if state is None:
+            return
+        torch.set_rng_state(state["torch"])
+        name, keys, position, has_gauss, cached = state["numpy"]
+        np.random.set_state((name, keys.numpy().astype(np.uint32), position, has_gauss, cached))  # noqa: NPY002
+        version, internal, gauss = state["python"]
+        random.setstate((version, tuple(internal), gauss))
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
