@@ -11,6 +11,7 @@ A checkpoint carries its run's model and data settings and the fitted preprocess
 
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from src.callbacks import PredictionWriter
@@ -261,6 +263,9 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
             # --optimizer / --lr_scheduler would silently replace them)
             auto_configure_optimizers=False,
         )
+    except SIGTERMException as err:
+        # stopped from outside; Preemption saved the checkpoint and said where: 128 + SIGTERM, as a shell
+        raise SystemExit(128 + signal.SIGTERM) from err
     except Exception as err:
         # jsonargparse wraps errors raised while instantiating; the user's sentence is in the chain
         sentence = user_error(err)

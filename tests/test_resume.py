@@ -1,13 +1,16 @@
 """Resumed equals uninterrupted, bit for bit: at an epoch's end and in mid-epoch, dropout and shuffle on."""
 
+import os
+import signal
 from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from src.callbacks import RandomState
+from src.callbacks import Preemption, RandomState
 from src.cli import CLI, main
 from src.data.datamodule import ResumableLoader
 from tests.conftest import CONFIGS, QUIET
@@ -100,3 +103,34 @@ def test_without_the_random_state_the_resumed_run_would_differ(workdir: Path) ->
         fitted(resumed, str(Path(first.trainer.log_dir) / "checkpoints" / "last.ckpt"))
     weights = zip(resumed.model.parameters(), uninterrupted.model.parameters(), strict=True)
     assert any(not torch.equal(a, b) for a, b in weights)
+
+
+class SigtermAt(Callback):
+    """Sends this process SIGTERM during a training step, as a scheduler preempting the job would."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: object) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_sigterm_saves_a_checkpoint_that_resumes_exactly(workdir: Path, caplog) -> None:
+    uninterrupted = fitted(build())
+    first = build()
+    first.trainer.callbacks.append(SigtermAt(BATCHES + 2))  # in the middle of epoch 1
+    with pytest.raises(SIGTERMException):
+        fitted(first)
+    saved = next(c for c in first.trainer.callbacks if isinstance(c, Preemption)).saved
+    assert saved == Path(first.trainer.log_dir) / "checkpoints" / "last.ckpt"
+    assert torch.load(saved, weights_only=True)["global_step"] == BATCHES + 3  # the step under way finished
+    assert f"Stopped by SIGTERM after step {BATCHES + 3}; saved {saved}." in caplog.text
+    assert_same_training(fitted(build(), str(saved)), uninterrupted)
+
+
+def test_the_cli_exits_with_143_after_sigterm(cli, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli("fit", *ARGS, "--trainer.callbacks+=tests.test_resume.SigtermAt", "--trainer.callbacks.step=3")
+    assert exit_.value.code == 128 + signal.SIGTERM
+    assert "Traceback" not in capsys.readouterr().err

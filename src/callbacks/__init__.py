@@ -4,12 +4,13 @@ from src.callbacks.dashboard import Dashboard, TrainLearningRateMonitor
 from src.callbacks.figures import ValidationFigures
 from src.callbacks.guard import NonFiniteGuard
 from src.callbacks.predictions import PredictionWriter
-from src.callbacks.resume import RandomState
+from src.callbacks.resume import Preemption, RandomState
 
 __all__ = [
     "Dashboard",
     "NonFiniteGuard",
     "PredictionWriter",
+    "Preemption",
     "RandomState",
     "TrainLearningRateMonitor",
     "ValidationFigures",

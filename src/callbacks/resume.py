@@ -1,12 +1,16 @@
-"""What a resumed run needs beyond weights, optimizer and loops: the random number generators' state."""
+"""Resuming a run: the random generators' state in each checkpoint, and a checkpoint when SIGTERM stops it."""
 
 import random
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 
@@ -53,3 +57,39 @@ class RandomState(Callback):
         random.setstate((version, tuple(internal), gauss))
         if "cuda" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class Preemption(Callback):
+    """SIGTERM (a scheduler's preemption, ``kill``, ``docker stop``) saves a resumable checkpoint and ends
+    the run.
+
+    Lightning notices SIGTERM at the end of the current training step and stops there; this callback
+    then writes ``last.ckpt`` (where the checkpoint callback without a monitor keeps it) with everything
+    a resume needs, mid-epoch included, and says so. ``--ckpt_path last`` with the same config goes on
+    from that very step. On SLURM, Lightning's own SIGUSR1 handling saves and requeues instead.
+    """
+
+    def __init__(self) -> None:
+        self.saved: Path | None = None
+
+    @override
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        if not isinstance(exception, SIGTERMException) or trainer.state.fn != TrainerFn.FITTING:
+            return
+        folders = [Path(c.dirpath) for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)
+                   and c.monitor is None and c.dirpath]  # fmt: skip
+        logger = trainer.logger
+        if folders:
+            path = folders[0] / "last.ckpt"
+        elif logger is not None and logger.log_dir is not None:
+            path = Path(logger.log_dir) / "checkpoints" / "last.ckpt"
+        else:
+            path = Path(trainer.default_root_dir) / "last.ckpt"
+        trainer.save_checkpoint(path)
+        self.saved = path
+        rank_zero_info(
+            f"Stopped by SIGTERM after step {trainer.global_step}; saved {path}. Resume with the same config "
+            "and --ckpt_path last."
+        )
