@@ -165,6 +165,24 @@ class CLI(LightningCLI):
             if isinstance(callback, PredictionWriter) and callback.written is not None:
                 print(f"Predictions for {callback.rows_written} rows written to {callback.written}")
 
+    @override
+    def _parse_ckpt_path(self) -> None:
+        # LightningCLI applies a checkpoint's hyperparameters, importing the class their _class_path
+        # names, right after parsing, and offers no public hook in between: a checkpoint from elsewhere
+        # must not choose what code runs. A class of this project, or the one the config already names,
+        # is allowed; anything else is refused before it is imported.
+        config = self.config.get(self.config.get("subcommand") or "", self.config)
+        ckpt_path = config.get("ckpt_path") if hasattr(config, "get") else None
+        if ckpt_path and Path(ckpt_path).is_file():
+            named = load_checkpoint(ckpt_path).get("hyper_parameters", {}).get("_class_path")
+            configured = (config.get("model") or {}).get("class_path")
+            if isinstance(named, str) and not named.startswith("src.") and named != configured:
+                raise UserInputError(
+                    f"checkpoint {ckpt_path!r} names the model class {named!r}, outside this project, which "
+                    "is not imported on a checkpoint's word; name it yourself with --model if you trust it."
+                )
+        super()._parse_ckpt_path()
+
     def after_fit(self) -> None:
         if not self.config_init[self.subcommand].get("test_after_fit"):
             return
@@ -206,6 +224,12 @@ def with_checkpoint_settings(words: list[str]) -> list[str]:
     extra: list[str] = []
     configured = any(w in ("--config", "-c") or w.startswith(("--config=", "--model")) for w in words)
     if words[0] != "fit" and not configured and "config" in checkpoint:
+        named = str((checkpoint["config"].get("model") or {}).get("class_path", ""))
+        if not named.startswith("src."):  # the settings would import it: not on a checkpoint's word
+            raise UserInputError(
+                f"checkpoint {ckpt_path!r} names the model class {named!r}, outside this project, which is "
+                "not imported on a checkpoint's word; name it yourself with --model if you trust it."
+            )
         extra = ["--config", yaml.safe_dump(checkpoint["config"])]
     if _value(words, "--data.preprocessing_from") is None:
         words = [*words, f"--data.preprocessing_from={ckpt_path}"]

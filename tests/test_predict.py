@@ -226,3 +226,25 @@ def test_a_checkpoint_url_is_refused_before_anything_loads(subcommand: str, cli,
         cli(subcommand, "--config", "spiral.yaml", "--ckpt_path", "http://127.0.0.1:9/model.ckpt")
     assert exit_.value.code == 2
     assert "checkpoint 'http://127.0.0.1:9/model.ckpt' is a URL; download it" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["hyperparameters", "hyperparameters-and-settings"])
+def test_the_cli_does_not_import_a_class_a_checkpoint_names(
+    trained, tmp_path: Path, monkeypatch, capsys, where: str
+) -> None:
+    run, _, _ = trained
+    checkpoint = torch.load(run.trainer.checkpoint_callback.best_model_path, weights_only=True)
+    checkpoint["hyper_parameters"]["_class_path"] = "planted_module_for_the_cli.Model"
+    if where == "hyperparameters-and-settings":
+        checkpoint["config"]["model"]["class_path"] = "planted_module_for_the_cli.Model"
+    torch.save(checkpoint, tmp_path / "foreign.ckpt")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["src.cli"])
+    with pytest.raises(SystemExit) as exit_:
+        main(["test", "--ckpt_path", str(tmp_path / "foreign.ckpt"), *QUIET])
+    assert exit_.value.code == 2
+    assert (
+        "names the model class 'planted_module_for_the_cli.Model', outside this project"
+        in capsys.readouterr().err
+    )
+    assert "planted_module_for_the_cli" not in sys.modules
