@@ -83,9 +83,9 @@ class BaseTask(L.LightningModule, ABC):
         for stage in STAGES:
             setattr(self, f"{stage}_metrics", metrics.clone(prefix=f"{stage}/"))
             # epoch loss as a metric: averaged over samples, reduced across processes once per epoch
-            # nan_strategy="disable": no NaN check, which would read the value back on every step; a
-            # step whose loss is NaN is skipped by NonFiniteGuard and shows as a NaN epoch loss
-            setattr(self, f"{stage}_loss", MeanMetric(nan_strategy="disable"))
+            # nan_strategy="ignore": a step whose loss is NaN (NonFiniteGuard skips it) is left out of the
+            # epoch's mean instead of warning on every such step ("disable" would also drop the weights)
+            setattr(self, f"{stage}_loss", MeanMetric(nan_strategy="ignore"))
 
     # -- what subclasses define -----------------------------------------------------------------------
 
