@@ -170,7 +170,7 @@ def test_rows_the_model_cannot_read_get_a_4xx_naming_the_problem(
         (
             [{k: v for k, v in row.items() if k not in ("region", "age")} for row in rows],
             422,
-            "the request lacks the column(s) ['age', 'region'] that the model was trained on",
+            "the request has no column(s) ['age', 'region'], which the model was trained on",
         ),
         (
             [rows[0], {**rows[1], "income": "lots"}],
@@ -247,7 +247,7 @@ def test_a_refused_request_in_a_batch_is_answered_alone(messy_trained: Trained) 
             torch.tensor(expected[PROBABILITIES].to_numpy()[:n], dtype=torch.float32),
         )
     assert "row 0 holds 'lots'" in json.loads(responses[1].body)["detail"]
-    assert "lacks the column(s) ['age']" in json.loads(responses[4].body)["detail"]
+    assert "has no column(s) ['age']" in json.loads(responses[4].body)["detail"]
     # all readable, with a column that is empty in one request: encoded together, as each alone
     empty_city = [{**row, "city": None} for row in rows[:2]]
     together = api.predict(
