@@ -14,7 +14,18 @@ from optuna.trial import TrialState
 
 from src.cli import main
 from src.cv import run_metrics
-from src.sweep import Space, decode, open_study, param_words, run_sweep, suggest
+from src.errors import UserInputError
+from src.sweep import (
+    Objective,
+    Space,
+    Surplus,
+    TrialStopped,
+    decode,
+    open_study,
+    param_words,
+    run_sweep,
+    suggest,
+)
 from tests.conftest import CONFIGS, QUIET, ROOT
 from tests.test_dashboard import Run, read_events, session_hparams
 
@@ -110,6 +121,33 @@ def test_the_digits_space_names_keys_the_digits_config_accepts(workdir: Path) ->
     run = main(["--config", str(CONFIGS / "digits.yaml"), *param_words(params)], run=False)
     assert run.model.hparams["hidden_sizes"] == params.get(HIDDEN, run.model.hparams["hidden_sizes"])
     assert digits.metric in ("val/acc", "val/f1", "val/loss")
+
+
+def test_a_trial_asked_for_after_the_study_has_its_count_does_not_run(workdir: Path) -> None:
+    """Two processes may both ask for the last trial; the later-numbered one stops before it runs."""
+    study = optuna.create_study(direction="maximize")  # in memory: the rule needs no database
+    objective = Objective(["--config", "no-such-file.yaml"], space(), trials=2, group="full")
+    distribution = optuna.distributions.FloatDistribution(1e-5, 1e-1, log=True)
+    study.add_trial(optuna.trial.create_trial(params={LR: 0.01}, distributions={LR: distribution}, value=0.5))
+    running = study.ask()  # trial 1, under way in "another process"
+    late = study.ask()  # trial 2: one finished and one running already make the count
+    with pytest.raises(Surplus):
+        objective(late)
+    # trial 1 is within the count: it goes on to run (and fails here on the missing config file)
+    with pytest.raises(TrialStopped):
+        objective(running)
+
+
+def test_a_bad_space_file_is_refused_in_one_sentence(tmp_path: Path) -> None:
+    path = tmp_path / "space.yaml"
+    path.write_text("params:\n  model.init_args.dropout: {low: 0.0, high: 0.5}\n")
+    with pytest.raises(
+        UserInputError, match=r"model\.init_args\.dropout needs type float, int or categorical"
+    ):
+        Space.read(path)
+    path.write_text("params: {}\nmetrik: val/acc\n")
+    with pytest.raises(UserInputError, match="cannot be read"):
+        Space.read(path)
 
 
 # -- crashes and several processes ----------------------------------------------------------------
