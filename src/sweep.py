@@ -14,9 +14,9 @@ The study lives in ``logs/sweeps/<study>.db`` (SQLite), or in any database ``--s
 process counts the study's finished trials (complete or pruned) and runs trials until there are
 ``--trials``: run the same command again after a crash and it goes on; a trial whose process died is
 marked failed once it has missed three heartbeats, and run again with the same values.
-Several processes on one study share the work; give each its own ``--worker`` number, which moves the
-sampler's seed on so that they do not propose the same values (a resumed sweep moves it on by the trials
-the study already holds, for the same reason). At the end the best value and parameters are
+Several processes on one study share the work; give each its own ``--worker`` number, which enters the
+sampler's seed so that they do not propose the same values (so do the trials the study already holds,
+for a resumed sweep). At the end the best value and parameters are
 printed and ``logs/sweeps/<study>-best.yaml`` holds the best trial's whole config, ready to run.
 """
 
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
+import numpy as np
 import optuna
 import sqlalchemy
 import yaml
@@ -253,19 +254,19 @@ def open_study(name: str, storage: str | None, space: Space, worker: int = 0) ->
         load_if_exists=True,
     )
     # a seeded sampler in a second process, or in the same command run again after a crash, would
-    # propose the values it proposed before: its seed moves on by the worker and the trials already held
-    study.sampler = _build(optuna.samplers, space.sampler, worker + len(study.get_trials(deepcopy=False)))
+    # propose the values it proposed before: its seed is drawn from (seed, worker, trials already held)
+    study.sampler = _build(optuna.samplers, space.sampler, (worker, len(study.get_trials(deepcopy=False))))
     return study
 
 
-def _build(module: Any, spec: dict[str, Any], offset: int = 0) -> Any:
-    """``{type: Name, **arguments}`` → ``module.Name(**arguments)``; a seed is moved on by ``offset``."""
+def _build(module: Any, spec: dict[str, Any], salt: tuple[int, ...] = ()) -> Any:
+    """``{type: Name, **arguments}`` → ``module.Name(**arguments)``; a seed is mixed with ``salt``."""
     options = {k: v for k, v in spec.items() if k != "type"}
     kind = getattr(module, str(spec.get("type")), None)
     if not isinstance(kind, type):
         raise UserInputError(f"{module.__name__} has no class {spec.get('type')!r}.")
     if options.get("seed") is not None:
-        options["seed"] += offset
+        options["seed"] = int(np.random.SeedSequence((options["seed"], *salt)).generate_state(1)[0])
     return kind(**options)
 
 
