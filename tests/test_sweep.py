@@ -104,6 +104,19 @@ def test_a_trial_with_a_hopeless_learning_rate_is_pruned_early(workdir: Path) ->
     assert hopeless.intermediate_values[1] > good.intermediate_values[1]
 
 
+def test_with_cv_a_trials_value_is_the_mean_over_its_folds(workdir: Path) -> None:
+    study = run_sweep([*TINY, "--trainer.max_epochs=2"], space(cv=2), trials=2, name="cv")
+    for trial in study.trials:
+        folder = workdir / "logs" / "spiral" / "cv" / f"trial{trial.number:03d}"
+        folds = yaml.safe_load((folder / "summary.yaml").read_text())["val/acc"]
+        assert trial.value == pytest.approx(folds["mean"])
+        # reported fold by fold as the running mean, for the pruner
+        assert trial.intermediate_values == pytest.approx({0: folds["fold0"], 1: folds["mean"]})
+        assert folds["fold0"] != folds["fold1"]
+    # the best config is the plain run, not one fold of it
+    assert yaml.safe_load((workdir / "logs" / "sweeps" / "cv-best.yaml").read_text())["data"]["folds"] is None
+
+
 def test_space_values_become_cli_words() -> None:
     assert param_words({LR: 0.001, HIDDEN: [64, 32], "model.init_args.activation": "tanh"}) == [
         f"--{LR}=0.001",
