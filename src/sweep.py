@@ -322,7 +322,10 @@ def report(study: optuna.Study, words: Sequence[str], space: Space, name: str) -
         f"# The best trial of sweep {name!r}: {space.metric} {best.value:.4f} (trial {best.number}).\n"
         f"#   python -m src.cli fit --config {path} --test_after_fit true\n"
     )
-    path.write_text(header + yaml.safe_dump(resolved, sort_keys=False))
+    # every process on the study writes it at the end: whole or not at all, never half of two
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    partial.write_text(header + yaml.safe_dump(resolved, sort_keys=False))
+    partial.replace(path)
     print(
         f"Best config written to {path}; run it: python -m src.cli fit --config {path} --test_after_fit true"
     )

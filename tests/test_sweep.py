@@ -248,5 +248,7 @@ def test_two_processes_share_one_study_and_stop_at_the_requested_count(tmp_path:
     assert len(finished) == 4
     assert len({t.params[LR] for t in finished}) == 4
     assert len({t.user_attrs["process"] for t in finished}) == 2  # both processes did some of the work
+    assert (tmp_path / "logs" / "sweeps" / "space-best.yaml").is_file()
+    assert not list((tmp_path / "logs" / "sweeps").glob("*.partial"))
     runs = sorted(p.name for p in (tmp_path / "logs" / "spiral" / "space").iterdir())
     assert runs == [f"trial{t.number:03d}" for t in sorted(trials, key=lambda t: t.number) if t.user_attrs]
