@@ -16,8 +16,8 @@ process counts the study's finished trials (complete or pruned) and runs trials 
 marked failed once it has missed three heartbeats, and run again with the same values.
 Several processes on one study share the work; give each its own ``--worker`` number, which enters the
 sampler's seed so that they do not propose the same values (so do the trials the study already holds,
-for a resumed sweep). At the end the best value and parameters are
-printed and ``logs/sweeps/<study>-best.yaml`` holds the best trial's whole config, ready to run.
+for a resumed sweep). At the end the best value and parameters are printed and
+``logs/sweeps/<study>-best.yaml`` holds the best trial's whole config, ready to run.
 """
 
 import argparse
