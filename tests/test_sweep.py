@@ -200,8 +200,11 @@ def test_a_killed_sweep_resumes_to_the_requested_count_without_duplicates(tmp_pa
         while time.monotonic() < deadline and first.poll() is None:
             # the first trial's folder: the study's tables exist, this process may open them
             if (tmp_path / "logs" / "spiral" / "space" / "trial000").exists():
-                states = [t.state for t in load(tmp_path).trials]
-                if TrialState.COMPLETE in states and TrialState.RUNNING in states:
+                trials = load(tmp_path).trials
+                # a trial finished, and the next one has its values: it is training
+                if any(t.state == TrialState.COMPLETE for t in trials) and any(
+                    t.state == TrialState.RUNNING and t.params for t in trials
+                ):
                     break
             time.sleep(0.2)
         assert first.poll() is None, "the sweep ended before it could be killed"
