@@ -12,9 +12,13 @@ PORT ?= 6006
 CKPT ?=
 FORMAT ?= onnx
 OUTPUT ?=
+SPACE ?= configs/sweeps/digits.yaml
+TRIALS ?= 20
+FOLDS ?= 5
+SEEDS ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: help install train test test-full lint format tensorboard export serve bench lock clean clean-all
+.PHONY: help install train sweep cv repeat test test-full lint format tensorboard export serve bench lock clean clean-all
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -28,6 +32,15 @@ install: $(STAMP) ## make .venv with the exact versions in requirements.lock (on
 
 train: $(STAMP) ## fit CONFIG (default configs/digits.yaml), then test the best checkpoint
 	$(PY) -m src.cli fit --config $(CONFIG) --test_after_fit true
+
+sweep: $(STAMP) ## search SPACE for CONFIG until the study has TRIALS trials (logs/sweeps/; resumable)
+	$(PY) -m src.sweep --space $(SPACE) --trials $(TRIALS) --config $(CONFIG)
+
+cv: $(STAMP) ## cross-validate CONFIG over FOLDS folds of the train and validation rows
+	$(PY) -m src.cv --folds $(FOLDS) --config $(CONFIG)
+
+repeat: $(STAMP) ## fit and test CONFIG with SEEDS seeds; mean ± std of the test metrics
+	$(PY) -m src.cv --seeds $(SEEDS) --config $(CONFIG)
 
 test: $(STAMP) ## run the test suite without the slow tests
 	$(PY) -m pytest -m "not slow" --nbmake tests notebooks $(PYTEST_ARGS)

@@ -12,7 +12,7 @@ import torch
 from lightning.pytorch.accelerators import CUDAAccelerator
 from lightning.pytorch.utilities import AttributeDict
 from sklearn.compose import ColumnTransformer
-from sklearn.model_selection import train_test_split
+from sklearn.model_selection import KFold, StratifiedKFold, train_test_split
 from sklearn.utils.class_weight import compute_class_weight
 from torch.utils.data import DataLoader, Dataset
 
@@ -130,7 +130,11 @@ class TabularDataModule(L.LightningDataModule):
         noise: Noise of a synthetic source (spiral: angle jitter; friedman: target std).
         val_fraction: Share of all rows held out for validation.
         test_fraction: Share of all rows held out for the final test; touched only by ``test``.
-        seed: Seeds the split, the synthetic data and the training shuffle.
+        folds: Cross-validation: split the train and validation rows together into this many folds
+            (stratified by class for classification, seeded by ``seed``); ``fold`` is then the
+            validation split and the other folds the training split. The test split is unchanged.
+        fold: Which fold (0 to ``folds - 1``) is the validation split when ``folds`` is set.
+        seed: Seeds the split, the folds, the synthetic data and the training shuffle.
         standardize: Scale numeric features to zero mean and unit variance (training statistics).
         batch_size: Rows per batch, per process.
         num_workers: Loader worker processes; 0 loads in the main process (best for in-memory data).
@@ -158,6 +162,8 @@ class TabularDataModule(L.LightningDataModule):
         noise: float | None = None,
         val_fraction: float = 0.1,
         test_fraction: float = 0.2,
+        folds: int | None = None,
+        fold: int = 0,
         seed: int = 42,
         standardize: bool = True,
         batch_size: int = 64,
@@ -169,6 +175,11 @@ class TabularDataModule(L.LightningDataModule):
             raise UserInputError(
                 f"data.val_fraction={val_fraction} and data.test_fraction={test_fraction} do not fit: each "
                 "must lie in (0, 1) and together they must stay below 1, leaving rows to train on."
+            )
+        if folds is not None and not (folds >= 2 and 0 <= fold < folds):
+            raise UserInputError(
+                f"data.folds={folds} and data.fold={fold} do not fit: folds must be at least 2 "
+                "and fold lie in 0 … folds - 1."
             )
         if batch_size < 1:
             raise UserInputError(f"data.batch_size={batch_size} must be at least 1.")
@@ -227,7 +238,11 @@ class TabularDataModule(L.LightningDataModule):
 
     @cached_property
     def split_rows(self) -> dict[str, np.ndarray]:
-        """Disjoint positions into :attr:`table` per split, seeded; stratified by class for classification."""
+        """Disjoint positions into :attr:`table` per split, seeded; stratified by class for classification.
+
+        With ``folds`` set, ``train`` and ``val`` are fold ``fold``'s training and held-out rows of the
+        train and validation rows together; ``test`` is the same as without folds.
+        """
         table, hp = self.table, self.settings
         rows = np.arange(len(table.target))
         stratify = label_values(table.target) if table.task == "classification" else None
@@ -247,6 +262,19 @@ class TabularDataModule(L.LightningDataModule):
                 f"val_fraction={hp.val_fraction} and test_fraction={hp.test_fraction} ({err}); "
                 "use more rows, other fractions, or drop the rarest classes."
             ) from err
+        if hp.folds is not None:
+            rest = np.sort(rest)
+            splitter = (StratifiedKFold if stratify is not None else KFold)(
+                n_splits=hp.folds, shuffle=True, random_state=hp.seed
+            )
+            try:
+                folds = list(splitter.split(rest, stratify[rest] if stratify is not None else None))
+            except ValueError as err:
+                raise UserInputError(
+                    f"The {len(rest)} train and validation rows of {table.location.what} cannot be split "
+                    f"into data.folds={hp.folds} folds ({err}); use fewer folds or more rows."
+                ) from err
+            train, val = (rest[positions] for positions in folds[hp.fold])
         return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
 
     # -- what is fitted on the training rows ----------------------------------------------------------

@@ -1,0 +1,360 @@
+"""Hyperparameter sweeps with Optuna: each trial an ordinary run of the CLI, the study in a database.
+
+    python -m src.sweep --space configs/sweeps/digits.yaml --trials 20 --config configs/digits.yaml
+    make sweep CONFIG=configs/digits.yaml SPACE=configs/sweeps/digits.yaml TRIALS=20
+
+The space file names dotted config keys and their ranges, the metric and its direction, the sampler and
+the pruner (``configs/sweeps/digits.yaml`` shows every key). Each trial runs
+``python -m src.cli fit <your words> --<key>=<value> ...`` in this process and logs to
+``logs/<experiment>/<study>/trial<N>``, so TensorBoard's HParams tab shows every trial's values and
+metrics. Optuna's pruner stops a trial whose validation metric falls behind after any epoch (or, with
+``cv: K`` in the space file, after any fold).
+
+The study lives in ``logs/sweeps/<study>.db`` (SQLite), or in any database ``--storage`` names. A
+process counts the study's finished trials (complete or pruned) and runs trials until there are
+``--trials``: run the same command again after a crash and it goes on; a trial whose process died is
+marked failed once it has missed three heartbeats, and run again with the same values.
+Several processes on one study share the work; give each its own ``--worker`` number, which enters the
+sampler's seed so that they do not propose the same values (so do the trials the study already holds,
+for a resumed sweep). At the end the best value and parameters are printed and
+``logs/sweeps/<study>-best.yaml`` holds the best trial's whole config, ready to run.
+"""
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import lightning as L
+import numpy as np
+import optuna
+import sqlalchemy
+import yaml
+from lightning.pytorch.callbacks import Callback
+from optuna.exceptions import ExperimentalWarning
+from optuna.trial import TrialState
+from typing_extensions import override
+
+from src.cli import main
+from src.cv import cross_validate, mean_std
+from src.errors import UserInputError
+
+SWEEPS = Path("logs") / "sweeps"
+#: what a study needs to reach its trial count: finished trials, and those that are being run
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+UNDER_WAY = (*FINISHED, TrialState.RUNNING)
+
+
+@dataclass
+class Space:
+    """A search space file, as read.
+
+    Attributes:
+        params: Dotted config key → ``{type: float|int, low, high, log?, step?}`` or
+            ``{type: categorical, choices: [...]}``; a choice may be a list (``hidden_sizes``).
+        metric: The validation metric the sweep optimizes and the pruner watches.
+        direction: ``maximize`` or ``minimize``.
+        sampler: ``{type: <a class of optuna.samplers>, <its arguments>...}``.
+        pruner: ``{type: <a class of optuna.pruners>, <its arguments>...}``.
+        cv: Folds per trial; the objective is then the mean over the folds. ``None``: one run per trial.
+        heartbeat: Seconds between a running trial's signs of life in the storage.
+    """
+
+    params: dict[str, dict[str, Any]]
+    metric: str = "val/loss"
+    direction: Literal["maximize", "minimize"] = "minimize"
+    sampler: dict[str, Any] = field(default_factory=lambda: {"type": "TPESampler"})
+    pruner: dict[str, Any] = field(default_factory=lambda: {"type": "MedianPruner"})
+    cv: int | None = None
+    heartbeat: int = 10
+
+    @classmethod
+    def read(cls, path: str | Path) -> "Space":
+        try:
+            raw = yaml.safe_load(Path(path).read_text())
+            space = cls(**raw)
+        except (OSError, yaml.YAMLError, TypeError) as err:
+            raise UserInputError(f"search space {str(path)!r} cannot be read: {err}") from err
+        if space.direction not in ("maximize", "minimize"):
+            raise UserInputError(f"search space {str(path)!r}: direction must be maximize or minimize.")
+        for key, spec in space.params.items():
+            if not isinstance(spec, dict) or spec.get("type") not in ("float", "int", "categorical"):
+                raise UserInputError(
+                    f"search space {str(path)!r}: {key} needs type float, int or categorical, got {spec!r}."
+                )
+        return space
+
+
+def suggest(trial: optuna.Trial, key: str, spec: dict[str, Any]) -> Any:
+    """The trial's value for one config key, drawn by Optuna from ``spec``."""
+    options = {k: v for k, v in spec.items() if k != "type"}
+    if spec["type"] == "float":  # float(): YAML 1.1 reads 1e-4 (no dot) as a string
+        low, high = float(options.pop("low")), float(options.pop("high"))
+        return trial.suggest_float(key, low, high, **options)
+    if spec["type"] == "int":
+        return trial.suggest_int(key, int(options.pop("low")), int(options.pop("high")), **options)
+    choices = spec["choices"]
+    stored = [_stored(c) for c in choices]
+    return choices[stored.index(trial.suggest_categorical(key, stored))]
+
+
+def _stored(choice: Any) -> Any:
+    """A categorical choice as Optuna stores it: None, bool, int, float or str; a list as its JSON text."""
+    return choice if choice is None or isinstance(choice, bool | int | float | str) else json.dumps(choice)
+
+
+def decode(space: Space, params: dict[str, Any]) -> dict[str, Any]:
+    """A trial's stored parameters as config values (a list choice back from its JSON text)."""
+    decoded = {}
+    for key, value in params.items():
+        spec = space.params[key]
+        if spec["type"] == "categorical":
+            value = spec["choices"][[_stored(c) for c in spec["choices"]].index(value)]
+        decoded[key] = value
+    return decoded
+
+
+def param_words(params: dict[str, Any]) -> list[str]:
+    """``--key=value`` words that set the parameters, as a user would type them."""
+    return [f"--{key}={_text(value)}" for key, value in params.items()]
+
+
+def _text(value: Any) -> str:
+    """A value as typed on the command line: a string as it is (jsonargparse would keep JSON's quotes),
+    anything else as JSON, which YAML reads back."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+class OptunaPruning(Callback):
+    """Reports the monitored metric to an Optuna trial after each validation epoch; stops a trial the
+    pruner gives up on by raising :class:`optuna.TrialPruned`.
+
+    ``optuna_integration.PyTorchLightningPruningCallback`` does the same for ``pytorch_lightning``;
+    this one is for the ``lightning`` package this project uses.
+    """
+
+    def __init__(self, trial: optuna.Trial, monitor: str) -> None:
+        self.trial = trial
+        self.monitor = monitor
+
+    @override
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        value = trainer.callback_metrics.get(self.monitor)
+        if value is None:
+            raise UserInputError(
+                f"the sweep's metric {self.monitor!r} is not logged; the run logs "
+                f"{sorted(trainer.callback_metrics)}."
+            )
+        epoch = trainer.current_epoch
+        self.trial.report(float(value), step=epoch)
+        if self.trial.should_prune():
+            raise optuna.TrialPruned(f"{self.monitor}={float(value):.4g} after epoch {epoch}")
+
+
+class TrialStopped(RuntimeError):
+    """A trial's run stopped with an error the CLI has already printed (a bad key or value, bad data)."""
+
+
+class Surplus(Exception):
+    """A trial asked for after other processes had already taken the study's last trials."""
+
+
+class Objective:
+    """Runs one trial: the user's words plus the trial's values, through the CLI."""
+
+    def __init__(self, words: Sequence[str], space: Space, trials: int, group: str) -> None:
+        self.words, self.space, self.trials, self.group = list(words), space, trials, group
+
+    def __call__(self, trial: optuna.Trial) -> float:
+        # trial numbers are handed out in order by the storage: the first `trials` of those finished or
+        # under way are the study's; a later one lost a race with another process and does not run
+        ahead = trial.study.get_trials(deepcopy=False, states=UNDER_WAY)
+        if sum(t.number < trial.number for t in ahead) >= self.trials:
+            raise Surplus(f"the study already has its {self.trials} trials")
+        params = {key: suggest(trial, key, spec) for key, spec in self.space.params.items()}
+        words = [*self.words, *param_words(params)]
+        version = f"{self.group}/trial{trial.number:03d}"
+        trial.set_user_attr("command", " ".join(["python -m src.cli fit", *words]))
+        trial.set_user_attr("process", f"{socket.gethostname()}:{os.getpid()}")
+        try:
+            if self.space.cv is not None:
+                return self._cross_validate(trial, words, version)
+            run = main([*words, f"--trainer.logger.init_args.version={version}"], run=False)
+            run.trainer.callbacks.append(OptunaPruning(trial, self.space.metric))  # type: ignore[attr-defined]
+            trial.set_user_attr("log_dir", run.trainer.log_dir)
+            run.trainer.fit(run.model, datamodule=run.datamodule)
+        except SystemExit as err:  # main() has printed its one-sentence error
+            raise TrialStopped(f"trial {trial.number} stopped with exit status {err.code}") from err
+        value = run.trainer.callback_metrics.get(self.space.metric)
+        if value is None:
+            raise UserInputError(f"the sweep's metric {self.space.metric!r} is not logged by the run.")
+        return float(value)
+
+    def _cross_validate(self, trial: optuna.Trial, words: list[str], version: str) -> float:
+        assert self.space.cv is not None
+        values: list[float] = []
+
+        def after_fold(fold: int, metrics: dict[str, float]) -> None:
+            if self.space.metric not in metrics:
+                raise UserInputError(f"the sweep's metric {self.space.metric!r} is not logged by the run.")
+            values.append(metrics[self.space.metric])
+            # the running mean after each fold: the pruner compares trials fold by fold
+            trial.report(mean_std(values)[0], step=fold)
+            if trial.should_prune():
+                raise optuna.TrialPruned(
+                    f"mean {self.space.metric}={mean_std(values)[0]:.4g} after fold {fold}"
+                )
+
+        cross_validate(words, self.space.cv, group=version, after_fold=after_fold)
+        return mean_std(values)[0]
+
+
+def open_study(name: str, storage: str | None, space: Space, worker: int = 0) -> optuna.Study:
+    """The study ``name`` in ``storage`` (``logs/sweeps/<name>.db`` when left out), created if new."""
+    if storage is None:
+        SWEEPS.mkdir(parents=True, exist_ok=True)
+        storage = f"sqlite:///{SWEEPS / name}.db"
+    # SQLite serializes writers; a process waits for the lock instead of failing after 5 s
+    engine_kwargs = {"connect_args": {"timeout": 120}} if storage.startswith("sqlite") else {}
+    for attempt in range(1, 6):
+        try:
+            with warnings.catch_warnings():
+                # the heartbeat that tells a dead trial from a running one is marked experimental by Optuna
+                warnings.simplefilter("ignore", ExperimentalWarning)
+                rdb = optuna.storages.RDBStorage(
+                    storage,
+                    engine_kwargs=engine_kwargs,
+                    heartbeat_interval=space.heartbeat,
+                    grace_period=3 * space.heartbeat,
+                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                        max_retry=2
+                    ),
+                )
+            break
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError):
+            # processes that start on a new SQLite file at once race to create its tables and stamp its
+            # schema version ("table studies already exists"); the loser finds them made when it tries again
+            if attempt == 5:
+                raise
+            time.sleep(attempt)
+    study = optuna.create_study(
+        study_name=name,
+        storage=rdb,
+        direction=space.direction,
+        pruner=_build(optuna.pruners, space.pruner),
+        load_if_exists=True,
+    )
+    # a seeded sampler in a second process, or in the same command run again after a crash, would
+    # propose the values it proposed before: its seed is drawn from (seed, worker, trials already held)
+    study.sampler = _build(optuna.samplers, space.sampler, (worker, len(study.get_trials(deepcopy=False))))
+    return study
+
+
+def _build(module: Any, spec: dict[str, Any], salt: tuple[int, ...] = ()) -> Any:
+    """``{type: Name, **arguments}`` → ``module.Name(**arguments)``; a seed is mixed with ``salt``."""
+    options = {k: v for k, v in spec.items() if k != "type"}
+    kind = getattr(module, str(spec.get("type")), None)
+    if not isinstance(kind, type):
+        raise UserInputError(f"{module.__name__} has no class {spec.get('type')!r}.")
+    if options.get("seed") is not None:
+        options["seed"] = int(np.random.SeedSequence((options["seed"], *salt)).generate_state(1)[0])
+    return kind(**options)
+
+
+def run_sweep(
+    words: Sequence[str],
+    space: Space,
+    trials: int,
+    name: str,
+    storage: str | None = None,
+    worker: int = 0,
+) -> optuna.Study:
+    """Run trials until the study has ``trials`` finished ones; then report the best and write its config."""
+    study = open_study(name, storage, space, worker)
+    objective = Objective(words, space, trials, group=name)
+    while True:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ExperimentalWarning)  # the heartbeat again
+            # running trials whose process died (no heartbeat for the grace period) → failed, and retried
+            optuna.storages.fail_stale_trials(study)
+        finished = len(study.get_trials(deepcopy=False, states=FINISHED))
+        running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+        if finished >= trials:
+            break
+        if finished + running >= trials:  # the last trials are under way elsewhere (or died): wait
+            time.sleep(space.heartbeat)
+            continue
+        study.optimize(objective, n_trials=1, catch=(Surplus,))
+    report(study, words, space, name)
+    return study
+
+
+def report(study: optuna.Study, words: Sequence[str], space: Space, name: str) -> Path | None:
+    """Print the best trial and write its whole config to ``logs/sweeps/<name>-best.yaml``."""
+    finished = study.get_trials(deepcopy=False, states=FINISHED)
+    pruned = sum(t.state == TrialState.PRUNED for t in finished)
+    print(f"Study {name!r}: {len(finished)} trials finished ({pruned} pruned).")
+    if not any(t.state == TrialState.COMPLETE for t in finished):
+        print("No trial completed; no best config to write.")
+        return None
+    best = study.best_trial
+    params = decode(space, best.params)
+    print(f"Best {space.metric}: {best.value:.4f} (trial {best.number})")
+    for key, value in params.items():
+        print(f"  {key}: {_text(value)}")
+    config = main([*words, *param_words(params)], run=False)
+    resolved = yaml.safe_load(config.parser.dump(config.config, skip_none=False))
+    logger = (resolved.get("trainer") or {}).get("logger")
+    if isinstance(logger, dict) and isinstance(logger.get("init_args"), dict):
+        logger["init_args"]["version"] = None  # a new version folder per run, not the trial's
+    path = SWEEPS / f"{name}-best.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = (
+        f"# The best trial of sweep {name!r}: {space.metric} {best.value:.4f} (trial {best.number}).\n"
+        f"#   python -m src.cli fit --config {path} --test_after_fit true\n"
+    )
+    # every process on the study writes it at the end: whole or not at all, never half of two
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    partial.write_text(header + yaml.safe_dump(resolved, sort_keys=False))
+    partial.replace(path)
+    print(
+        f"Best config written to {path}; run it: python -m src.cli fit --config {path} --test_after_fit true"
+    )
+    return path
+
+
+def cli_main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m src.sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--space", required=True, help="the search space file (configs/sweeps/*.yaml)")
+    parser.add_argument("--trials", type=int, default=20, help="finished trials the study should have")
+    parser.add_argument("--study", help="the study's name; left out, the space file's name")
+    parser.add_argument("--storage", help="a database URL Optuna accepts; left out, logs/sweeps/<study>.db")
+    parser.add_argument(
+        "--worker", type=int, default=0, help="this process's number among several on a study"
+    )
+    options, words = parser.parse_known_args(argv)
+    try:
+        space = Space.read(options.space)
+        name = options.study or Path(options.space).stem
+        run_sweep(words, space, options.trials, name, options.storage, options.worker)
+    except (UserInputError, TrialStopped) as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from err
+
+
+if __name__ == "__main__":
+    words = sys.argv[1:]
+    # the words reach LightningCLI through main(args); left in sys.argv too, it warns of a clash
+    del sys.argv[1:]
+    cli_main(words)

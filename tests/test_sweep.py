@@ -1,0 +1,257 @@
+"""Sweeps: Optuna searches, prunes, survives a killed process and shares a study between processes."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from src.cli import main
+from src.cv import run_metrics
+from src.errors import UserInputError
+from src.sweep import (
+    Objective,
+    Space,
+    Surplus,
+    TrialStopped,
+    decode,
+    open_study,
+    param_words,
+    run_sweep,
+    suggest,
+)
+from tests.conftest import CONFIGS, QUIET, ROOT
+from tests.test_dashboard import Run, read_events, session_hparams
+
+LR = "model.init_args.optimizer.init_args.lr"
+HIDDEN = "model.init_args.hidden_sizes"
+#: a tiny spiral run: 300 rows, a few epochs, no callbacks beyond what a test adds
+TINY = [
+    "--config",
+    str(CONFIGS / "spiral.yaml"),
+    "--data.num_samples=300",
+    "--data.batch_size=32",
+    "--trainer.max_epochs=4",
+    "--trainer.callbacks=[]",
+    *QUIET,
+]
+
+
+def space(**changes: object) -> Space:
+    params = {
+        LR: {"type": "float", "low": 1e-5, "high": 1e-1, "log": True},
+        HIDDEN: {"type": "categorical", "choices": [[32], [64, 64]]},
+    }
+    settings: dict = {
+        "params": params,
+        "metric": "val/acc",
+        "direction": "maximize",
+        "sampler": {"type": "TPESampler", "seed": 0},
+        "pruner": {"type": "NopPruner"},
+        "heartbeat": 1,
+    }
+    return Space(**{**settings, **changes})
+
+
+def test_a_sweep_finds_a_better_config_than_a_bad_start(workdir: Path, capsys) -> None:
+    bad_start = [*TINY, f"--{LR}=1e-5"]  # learns next to nothing in 4 epochs
+    baseline = run_metrics(main(["fit", *bad_start]))["val/acc"]
+    words = [*bad_start, "--trainer.callbacks=[{class_path: src.callbacks.Dashboard}]"]
+    study = run_sweep(words, space(), trials=4, name="better")
+
+    assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 4
+    assert study.best_value > baseline + 0.1
+    out = capsys.readouterr().out
+    assert f"Best val/acc: {study.best_value:.4f} (trial {study.best_trial.number})" in out
+    # each trial is its own run, and TensorBoard's HParams row holds the trial's values
+    for trial in study.trials:
+        log_dir = workdir / "logs" / "spiral" / "better" / f"trial{trial.number:03d}"
+        hparams = session_hparams(Run(None, log_dir, read_events(log_dir)))  # type: ignore[arg-type]
+        assert hparams["model.optimizer.lr"] == pytest.approx(trial.params[LR])
+        assert hparams["model.hidden_sizes"] == str(decode(space(), trial.params)[HIDDEN])
+    # the best config, written beside the study, runs as it is and gives the best trial's value again
+    best = workdir / "logs" / "sweeps" / "better-best.yaml"
+    written = yaml.safe_load(best.read_text())
+    assert written["model"]["init_args"]["optimizer"]["init_args"]["lr"] == study.best_params[LR]
+    again = main(["fit", "--config", str(best), *QUIET])
+    assert run_metrics(again)["val/acc"] == pytest.approx(study.best_value)
+
+
+def test_a_trial_with_a_hopeless_learning_rate_is_pruned_early(workdir: Path) -> None:
+    settings = space(
+        metric="val/loss",
+        direction="minimize",
+        params={LR: {"type": "float", "low": 1e-8, "high": 1e-1, "log": True}},
+        pruner={"type": "MedianPruner", "n_startup_trials": 1, "n_warmup_steps": 1},
+    )
+    study = open_study("prune", None, settings)
+    study.enqueue_trial({LR: 0.02})
+    study.enqueue_trial({LR: 1e-8})  # the weights barely move: val/loss stays at its start
+    run_sweep([*TINY, "--trainer.max_epochs=6"], settings, trials=2, name="prune")
+
+    good, hopeless = study.trials
+    assert good.state == TrialState.COMPLETE
+    assert sorted(good.intermediate_values) == list(range(6))
+    assert hopeless.state == TrialState.PRUNED
+    # stopped after the warm-up epoch, not run to the end
+    assert sorted(hopeless.intermediate_values) == [0, 1]
+    assert hopeless.intermediate_values[1] > good.intermediate_values[1]
+
+
+def test_with_cv_a_trials_value_is_the_mean_over_its_folds(workdir: Path) -> None:
+    study = run_sweep([*TINY, "--trainer.max_epochs=2"], space(cv=2), trials=2, name="cv")
+    for trial in study.trials:
+        folder = workdir / "logs" / "spiral" / "cv" / f"trial{trial.number:03d}"
+        folds = yaml.safe_load((folder / "summary.yaml").read_text())["val/acc"]
+        assert trial.value == pytest.approx(folds["mean"])
+        # reported fold by fold as the running mean, for the pruner
+        assert trial.intermediate_values == pytest.approx({0: folds["fold0"], 1: folds["mean"]})
+        assert folds["fold0"] != folds["fold1"]
+    # the best config is the plain run, not one fold of it
+    assert yaml.safe_load((workdir / "logs" / "sweeps" / "cv-best.yaml").read_text())["data"]["folds"] is None
+
+
+def test_space_values_become_cli_words() -> None:
+    assert param_words({LR: 0.001, HIDDEN: [64, 32], "model.init_args.activation": "tanh"}) == [
+        f"--{LR}=0.001",
+        f"--{HIDDEN}=[64, 32]",
+        "--model.init_args.activation=tanh",
+    ]
+    assert decode(space(), {LR: 0.5, HIDDEN: "[64, 64]"}) == {LR: 0.5, HIDDEN: [64, 64]}
+
+
+def test_the_digits_space_names_keys_the_digits_config_accepts(workdir: Path) -> None:
+    digits = Space.read(CONFIGS / "sweeps" / "digits.yaml")
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    trial = study.ask()
+    params = {key: suggest(trial, key, spec) for key, spec in digits.params.items()}
+    run = main(["--config", str(CONFIGS / "digits.yaml"), *param_words(params)], run=False)
+    assert run.model.hparams["hidden_sizes"] == params.get(HIDDEN, run.model.hparams["hidden_sizes"])
+    assert digits.metric in ("val/acc", "val/f1", "val/loss")
+
+
+def test_a_trial_asked_for_after_the_study_has_its_count_does_not_run(workdir: Path) -> None:
+    """Two processes may both ask for the last trial; the later-numbered one stops before it runs."""
+    study = optuna.create_study(direction="maximize")  # in memory: the rule needs no database
+    objective = Objective(["--config", "no-such-file.yaml"], space(), trials=2, group="full")
+    distribution = optuna.distributions.FloatDistribution(1e-5, 1e-1, log=True)
+    study.add_trial(optuna.trial.create_trial(params={LR: 0.01}, distributions={LR: distribution}, value=0.5))
+    running = study.ask()  # trial 1, under way in "another process"
+    late = study.ask()  # trial 2: one finished and one running already make the count
+    with pytest.raises(Surplus):
+        objective(late)
+    # trial 1 is within the count: it goes on to run (and fails here on the missing config file)
+    with pytest.raises(TrialStopped):
+        objective(running)
+
+
+def test_a_bad_space_file_is_refused_in_one_sentence(tmp_path: Path) -> None:
+    path = tmp_path / "space.yaml"
+    path.write_text("params:\n  model.init_args.dropout: {low: 0.0, high: 0.5}\n")
+    with pytest.raises(
+        UserInputError, match=r"model\.init_args\.dropout needs type float, int or categorical"
+    ):
+        Space.read(path)
+    path.write_text("params: {}\nmetrik: val/acc\n")
+    with pytest.raises(UserInputError, match="cannot be read"):
+        Space.read(path)
+
+
+# -- crashes and several processes ----------------------------------------------------------------
+
+
+def sweep_command(tmp: Path, trials: int, worker: int = 0) -> list[str]:
+    (tmp / "space.yaml").write_text(yaml.safe_dump({**space().__dict__, "pruner": {"type": "NopPruner"}}))
+    return [
+        sys.executable,
+        "-m",
+        "src.sweep",
+        "--space",
+        str(tmp / "space.yaml"),
+        f"--trials={trials}",
+        f"--worker={worker}",
+        *TINY,
+        "--trainer.max_epochs=3",
+    ]
+
+
+def environment() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def load(tmp: Path) -> optuna.Study:
+    return optuna.load_study(study_name="space", storage=f"sqlite:///{tmp / 'logs' / 'sweeps' / 'space.db'}")
+
+
+def test_a_killed_sweep_resumes_to_the_requested_count_without_duplicates(tmp_path: Path) -> None:
+    command = sweep_command(tmp_path, trials=4)  # three chances to find a trial running
+    first = subprocess.Popen(
+        command, cwd=tmp_path, env=environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 120
+        # wait until one trial has finished and the next one is running, then kill without warning
+        while time.monotonic() < deadline and first.poll() is None:
+            # the first trial's folder: the study's tables exist, this process may open them
+            if (tmp_path / "logs" / "spiral" / "space" / "trial000").exists():
+                trials = load(tmp_path).trials
+                # a trial finished, and the next one has its values: it is training
+                if any(t.state == TrialState.COMPLETE for t in trials) and any(
+                    t.state == TrialState.RUNNING and t.params for t in trials
+                ):
+                    break
+            time.sleep(0.2)
+        assert first.poll() is None, "the sweep ended before it could be killed"
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    killed = [t for t in load(tmp_path).trials if t.state == TrialState.RUNNING]
+    assert len(killed) == 1
+
+    again = subprocess.run(
+        command, cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=180
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    trials = load(tmp_path).trials
+    finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(finished) == 4
+    # the interrupted trial is marked failed and run again with its values
+    interrupted = next(t for t in trials if t.number == killed[0].number)
+    assert interrupted.state == TrialState.FAIL
+    retried = [t for t in finished if t.system_attrs.get("failed_trial") == interrupted.number]
+    assert len(retried) == 1
+    assert retried[0].params == killed[0].params
+    assert len({t.params[LR] for t in finished}) == 4  # no values ran twice
+    assert "Best val/acc" in again.stdout
+
+
+@pytest.mark.slow
+def test_two_processes_share_one_study_and_stop_at_the_requested_count(tmp_path: Path) -> None:
+    processes = [
+        subprocess.Popen(
+            sweep_command(tmp_path, trials=4, worker=worker),
+            cwd=tmp_path,
+            env=environment(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for worker in (0, 1)
+    ]
+    outputs = [p.communicate(timeout=180) for p in processes]
+    assert [p.returncode for p in processes] == [0, 0], [err[-2000:] for _, err in outputs]
+    trials = load(tmp_path).trials
+    finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(finished) == 4
+    assert len({t.params[LR] for t in finished}) == 4
+    assert len({t.user_attrs["process"] for t in finished}) == 2  # both processes did some of the work
+    assert (tmp_path / "logs" / "sweeps" / "space-best.yaml").is_file()
+    assert not list((tmp_path / "logs" / "sweeps").glob("*.partial"))
+    runs = sorted(p.name for p in (tmp_path / "logs" / "spiral" / "space").iterdir())
+    assert runs == [f"trial{t.number:03d}" for t in sorted(trials, key=lambda t: t.number) if t.user_attrs]
