@@ -15,10 +15,11 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from torch.utils.data import DataLoader, DistributedSampler
 from typing_extensions import override
 
+from src.callbacks import RandomState
 from src.cli import CLI, main
 from src.data.datamodule import TabularDataModule, keep_batch
 from tests.conftest import CONFIGS, QUIET, ROOT
@@ -242,3 +243,41 @@ def test_fsdp2_shards_checkpoints_resumes_and_consolidates(tmp_path: Path, cli, 
     x_predicted = predicted.datamodule.dataset("predict").tensors[0]  # the validation rows
     with torch.no_grad():
         torch.testing.assert_close(probs, tested.model(x_predicted).softmax(-1))
+
+
+class StopAfter(Callback):
+    """Stops the fit after the given optimizer step on every process, as a preemption would."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    @override
+    def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+        if trainer.global_step == self.step:
+            trainer.should_stop = True
+
+
+def test_ddp_resumed_equals_uninterrupted(workdir: Path) -> None:
+    """Two processes, dropout and DistributedSampler shuffling on: stopped after epoch 0 and resumed from
+    last.ckpt, the replicas end bit for bit where the uninterrupted run's do."""
+
+    def fit(report: Path, *callbacks: Callback, ckpt_path: str | None = None) -> None:
+        run = build(
+            "--config", str(TRAINER / "ddp.yaml"), "--trainer.strategy=ddp_fork", f"--data.batch_size={B}",
+            "--model.init_args.dropout=0.2", "--trainer.max_epochs=3",
+        )  # fmt: skip
+        report.mkdir()
+        saver = ModelCheckpoint(dirpath=report / "checkpoints", filename="last", enable_version_counter=False)
+        run.trainer.callbacks.extend([RankReport(report), saver, RandomState(), *callbacks])
+        run.trainer.fit(run.model, datamodule=run.datamodule, ckpt_path=ckpt_path)
+
+    fit(workdir / "uninterrupted")
+    fit(workdir / "first", StopAfter(7))  # 7 steps per epoch: stops at the end of epoch 0
+    last = workdir / "first" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=True)["global_step"] == 7
+    fit(workdir / "resumed", ckpt_path=str(last))
+    for rank in range(2):
+        resumed = torch.load(workdir / "resumed" / f"rank{rank}.pt", weights_only=True)
+        uninterrupted = torch.load(workdir / "uninterrupted" / f"rank{rank}.pt", weights_only=True)
+        assert resumed["global_step"] == uninterrupted["global_step"] == 21
+        torch.testing.assert_close(resumed["weights"], uninterrupted["weights"], rtol=0, atol=0)
