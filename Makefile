@@ -11,7 +11,7 @@ CONFIG ?= configs/digits.yaml
 PORT ?= 6006
 PYTEST_ARGS ?=
 
-.PHONY: help install train test test-full lint format tensorboard bench lock clean
+.PHONY: help install train doctor test test-full lint format tensorboard bench lock clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ install: $(STAMP) ## make .venv with the exact versions in requirements.lock (on
 
 train: $(STAMP) ## fit CONFIG (default configs/digits.yaml), then test the best checkpoint
 	$(PY) -m src.cli fit --config $(CONFIG) --test_after_fit true
+
+doctor: $(STAMP) ## check CONFIG's model, data and schedule for the silent training bugs (exit 1 on findings)
+	$(PY) -m src.doctor --config $(CONFIG)
 
 test: $(STAMP) ## run the test suite without the slow tests
 	$(PY) -m pytest -m "not slow" --nbmake tests notebooks $(PYTEST_ARGS)
