@@ -29,6 +29,7 @@ from src.data import TabularDataModule
 from src.data.datamodule import Stage, TensorBatches
 from src.doctor import Doctor, Finding, examine
 from src.doctor.__main__ import main as doctor_main
+from src.doctor.model import layers_in_python_lists
 from src.models import Classifier, Regressor
 from tests.conftest import CONFIGS, QUIET
 
@@ -162,6 +163,11 @@ class ListNet(Classifier):
 def test_layers_kept_in_a_plain_python_list() -> None:
     finding = doctor(classifier(ListNet), spiral())["layers-in-python-list"]
     assert "net.blocks (2 layers)" in finding.saw
+    # a plain list of layers that are registered as well is only an ordering: not reported
+    net = nn.Module()
+    net.first, net.second = nn.Linear(2, 4), nn.Linear(4, 3)
+    net.order = [net.first, net.second]
+    assert layers_in_python_lists(net) is None
 
 
 class BroadcastingLoss(Regressor):
@@ -334,11 +340,13 @@ class LogFeature(TabularDataModule):
         return TensorBatches(torch.cat([x[:, :1].log(), x[:, 1:]], dim=1), y)
 
 
+@pytest.mark.filterwarnings("ignore:Encountered `nan` values:UserWarning")  # the NaN reaches the metrics
 def test_non_finite_values_in_the_data() -> None:
-    finding = doctor(classifier(), LogFeature(source="spiral", num_samples=300, batch_size=32))[
-        "data-non-finite"
-    ]
-    assert "in the train features ('x')" in finding.saw
+    found = doctor(classifier(), LogFeature(source="spiral", num_samples=300, batch_size=32))
+    assert "106 in the train features ('x')" in found["data-non-finite"].saw
+    # and what it does: NaN before the first step, not an explosion
+    assert "the loss of the very first batch is nan" in found["loss-non-finite"].saw
+    assert "grad-norm-exploding" not in found
 
 
 class ShiftedLabels(TabularDataModule):

@@ -20,8 +20,13 @@ def main(args: list[str] | None = None) -> int:
     run = cli(None, run=False)
     started = time.perf_counter()
     # the probes' Trainers would each announce the devices again
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-    findings = examine(run.model, run.datamodule, run.trainer)
+    lightning_log = logging.getLogger("lightning.pytorch")
+    level = lightning_log.level
+    lightning_log.setLevel(logging.WARNING)
+    try:
+        findings = examine(run.model, run.datamodule, run.trainer)
+    finally:
+        lightning_log.setLevel(level)
     for finding in findings:
         print(finding.line())
     took = time.perf_counter() - started

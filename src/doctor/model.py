@@ -43,13 +43,15 @@ def _names(names: list[str], most: int = 4) -> str:
 
 def layers_in_python_lists(model: nn.Module) -> Finding | None:
     """Modules kept in a plain list, tuple or dict attribute, where ``nn.Module`` cannot see them."""
+    registered = {id(module) for module in model.modules()}
     hidden = []
     for prefix, module in model.named_modules():
         for attribute, value in vars(module).items():
-            if attribute == "_modules" or not isinstance(value, list | tuple | dict):
-                continue  # _modules is where nn.Module keeps the registered ones
+            if not isinstance(value, list | tuple | dict):
+                continue
             items = value.values() if isinstance(value, dict) else value
-            count = sum(isinstance(item, nn.Module) for item in items)
+            # a plain list of layers that are registered elsewhere too (self.a, then [self.a, ...]) is fine
+            count = sum(isinstance(item, nn.Module) and id(item) not in registered for item in items)
             if count:
                 hidden.append(f"{prefix + '.' if prefix else ''}{attribute} ({count} layers)")
     if not hidden:
