@@ -467,11 +467,12 @@ def test_the_callback_watches_a_real_run_switched_on_in_yaml(
     words = [
         "fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=1000", "--trainer.max_epochs=2",
         "--trainer.gradient_clip_val=0.0001", *QUIET,
+        "--model.init_args.batch_norm=true", "--model.init_args.dropout=0.2",  # extra passes could move them
     ]  # fmt: skip
     watched = main([*words, "--config", str(switch)])
     (doctor_callback,) = [c for c in watched.trainer.callbacks if isinstance(c, Doctor)]
     assert [f.id for f in doctor_callback.findings] == ["clipping-every-step"]
     assert "[clipping-every-step] saw:" in capsys.readouterr().out
-    # it draws none of the run's random numbers: the same weights as without it
+    # it draws none of the run's random numbers and moves no BatchNorm statistics: the same as without it
     unwatched = main(words)
     torch.testing.assert_close(watched.model.state_dict(), unwatched.model.state_dict(), rtol=0, atol=0)
