@@ -116,7 +116,7 @@ def test_a_longer_run_stretches_digits_cosine_to_its_last_epoch(workdir: Path) -
     assert run.trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)  # eta_min at 120
 
 
-@pytest.mark.parametrize(("given", "effect"), [(EPOCHS - 1, "restart"), (EPOCHS + 1, "stop short")])
+@pytest.mark.parametrize(("given", "effect"), [(EPOCHS - 1, "end before"), (EPOCHS + 1, "not be done when")])
 def test_a_typed_t_max_that_is_not_the_runs_length_is_refused(workdir: Path, given: int, effect: str) -> None:
     with pytest.raises(
         UserInputError, match=f"T_max={given}, but this run is {EPOCHS} epochs long.*{effect}"

@@ -272,8 +272,8 @@ class BaseTask(L.LightningModule, ABC):
         if given != length:
             raise UserInputError(
                 f"model.init_args.scheduler.init_args.{name}={given}, but this run is {length} {unit} "
-                f"long, so the schedule would {'restart' if given < length else 'stop short'}; leave "
-                f"{name} out and the run's length is filled in."
+                f"long, so the schedule would {'end before' if given < length else 'not be done when'} the "
+                f"run ends; leave {name} out and the run's length is filled in."
             )
         return factory(optimizer)
 
