@@ -18,7 +18,7 @@ FOLDS ?= 5
 SEEDS ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: help install train sweep cv repeat test test-full lint format tensorboard export serve bench lock clean clean-all
+.PHONY: help install train doctor sweep cv repeat test test-full lint format tensorboard export serve bench lock clean clean-all
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -32,6 +32,9 @@ install: $(STAMP) ## make .venv with the exact versions in requirements.lock (on
 
 train: $(STAMP) ## fit CONFIG (default configs/digits.yaml), then test the best checkpoint
 	$(PY) -m src.cli fit --config $(CONFIG) --test_after_fit true
+
+doctor: $(STAMP) ## check CONFIG's model, data and schedule for the silent training bugs (exit 1 on findings)
+	$(PY) -m src.doctor --config $(CONFIG)
 
 sweep: $(STAMP) ## search SPACE for CONFIG until the study has TRIALS trials (logs/sweeps/; resumable)
 	$(PY) -m src.sweep --space $(SPACE) --trials $(TRIALS) --config $(CONFIG)

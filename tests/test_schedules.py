@@ -1,6 +1,8 @@
 """LR-schedule fragments: the learning rate of every optimizer step equals the same torch scheduler's
 sequence stepped by hand at the fragment's interval."""
 
+import itertools
+import math
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -73,11 +75,74 @@ def by_hand(make: Callable[[torch.optim.Optimizer], LRScheduler], interval: str)
     return rates
 
 
-def test_cosine_steps_once_per_epoch(workdir: Path) -> None:
-    run, rates = fit_recording("--config", str(TRAINER / "cosine.yaml"), f"--trainer.max_epochs={EPOCHS}")
-    t_max = run.model.scheduler.keywords["T_max"]
-    assert rates == pytest.approx(by_hand(lambda o: CosineAnnealingLR(o, T_max=t_max), "epoch"))
+def test_cosine_steps_once_per_epoch_over_the_whole_run(workdir: Path) -> None:
+    run, rates = fit_recording("--config", str(TRAINER / "cosine.yaml"))
+    assert run.trainer.lr_scheduler_configs[0].scheduler.T_max == EPOCHS  # filled in by the task
+    assert rates == pytest.approx(by_hand(lambda o: CosineAnnealingLR(o, T_max=EPOCHS), "epoch"))
     assert len(set(rates)) == EPOCHS  # constant within an epoch, new at each
+    assert run.trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)  # eta_min
+
+
+def test_cosine_stepped_per_step_spans_the_runs_optimizer_steps(workdir: Path) -> None:
+    run, rates = fit_recording(
+        "--config", str(TRAINER / "cosine.yaml"), "--model.init_args.scheduler_interval=step"
+    )  # fmt: skip
+    assert run.trainer.lr_scheduler_configs[0].scheduler.T_max == EPOCHS * BATCHES
+    assert rates == pytest.approx(by_hand(lambda o: CosineAnnealingLR(o, T_max=EPOCHS * BATCHES), "step"))
+
+
+def test_a_longer_run_stretches_digits_cosine_to_its_last_epoch(workdir: Path) -> None:
+    """``--trainer.max_epochs=120`` on digits: the LR falls for all 120 epochs and reaches eta_min at the
+    end. With T_max typed as 60 beside it (as the YAML once had) it climbed back to its peak by epoch 120."""
+    epochs = 120
+    run = main(
+        [
+            "--config", str(CONFIGS / "digits.yaml"), f"--trainer.max_epochs={epochs}",
+            "--data.batch_size=2048", "--model.init_args.hidden_sizes=[8]",  # one small step per epoch
+            "--trainer.limit_val_batches=0", "--trainer.callbacks=[]",
+            "--trainer.logger=false", "--trainer.enable_checkpointing=false", *QUIET,
+        ],
+        run=False,
+    )  # fmt: skip
+    rates = LearningRates()
+    run.trainer.callbacks.append(rates)
+    run.trainer.fit(run.model, datamodule=run.datamodule)
+    base = 0.002  # configs/digits.yaml
+    assert run.trainer.lr_scheduler_configs[0].scheduler.T_max == epochs
+    assert rates.per_step == pytest.approx(
+        [base * (1 + math.cos(math.pi * e / epochs)) / 2 for e in range(epochs)]
+    )
+    assert all(later < earlier for earlier, later in itertools.pairwise(rates.per_step))  # never climbs back
+    assert run.trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)  # eta_min at 120
+
+
+@pytest.mark.parametrize(("given", "effect"), [(EPOCHS - 1, "end before"), (EPOCHS + 1, "not be done when")])
+def test_a_typed_t_max_that_is_not_the_runs_length_is_refused(workdir: Path, given: int, effect: str) -> None:
+    with pytest.raises(
+        UserInputError, match=f"T_max={given}, but this run is {EPOCHS} epochs long.*{effect}"
+    ):
+        fit_recording(
+            "--config", str(TRAINER / "cosine.yaml"), f"--model.init_args.scheduler.init_args.T_max={given}"
+        )
+
+
+def test_torchs_cosine_with_the_runs_length_typed_out_is_accepted(workdir: Path) -> None:
+    _, rates = fit_recording(
+        "--model.init_args.scheduler=torch.optim.lr_scheduler.CosineAnnealingLR",
+        f"--model.init_args.scheduler.init_args.T_max={EPOCHS}",
+    )  # fmt: skip
+    assert rates == pytest.approx(by_hand(lambda o: CosineAnnealingLR(o, T_max=EPOCHS), "epoch"))
+
+
+def test_a_typed_total_steps_that_is_not_the_runs_length_is_refused(workdir: Path) -> None:
+    with pytest.raises(
+        UserInputError, match=f"total_steps=100, but this run is {EPOCHS * BATCHES} optimizer"
+    ):
+        fit_recording(
+            "--config",
+            str(TRAINER / "onecycle.yaml"),
+            "--model.init_args.scheduler.init_args.total_steps=100",
+        )
 
 
 def test_warmup_then_cosine_steps_once_per_optimizer_step(workdir: Path) -> None:

@@ -1,7 +1,10 @@
 """The base task: one net, one shared step for train/val/test, injected optimizer and scheduler."""
 
 import functools
+import inspect
+import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, Literal
 
 import lightning as L
@@ -217,24 +220,80 @@ class BaseTask(L.LightningModule, ABC):
 
     def total_optimizer_steps(self) -> int:
         """Optimizer steps in the whole run, for schedules that span it (the Trainer's estimate)."""
-        return int(self.trainer.estimated_stepping_batches)
+        steps = self.trainer.estimated_stepping_batches
+        if steps == float("inf"):
+            raise UserInputError(
+                "a schedule that spans the run needs the run's length: set trainer.max_epochs or "
+                "trainer.max_steps."
+            )
+        return int(steps)
+
+    def total_epochs(self) -> int:
+        """Epochs in the whole run, for epoch schedules that span it: ``trainer.max_epochs``, or fewer
+        when ``trainer.max_steps`` ends the run first."""
+        trainer = self.trainer
+        if trainer.max_epochs is None or trainer.max_epochs < 0:
+            raise UserInputError(
+                "an epoch schedule that spans the run needs trainer.max_epochs; set it, or step the "
+                "schedule per optimizer step (model.init_args.scheduler_interval: step)."
+            )
+        steps = self.total_optimizer_steps()  # also makes the Trainer count the training batches
+        epochs = max(trainer.max_epochs, 1)
+        if trainer.max_steps != -1:
+            per_epoch = math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches)
+            epochs = min(epochs, math.ceil(steps / per_epoch))
+        return epochs
 
     def _call_scheduler(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
-        """Build the scheduler; one that needs the run's length (OneCycleLR) is given it here."""
-        scheduler = self.scheduler
-        assert scheduler is not None
-        # the CLI builds a functools.partial whose keywords hold every init argument, unset ones as None
-        if isinstance(scheduler, functools.partial):
-            keywords = scheduler.keywords
-            if (
-                "total_steps" in keywords
-                and keywords["total_steps"] is None
-                and keywords.get("epochs") is None
-            ):
-                if self.hparams["scheduler_interval"] != "step":
-                    raise UserInputError(
-                        "a scheduler that counts total_steps (OneCycleLR, WarmupCosine) steps per optimizer "
-                        "step: set model.init_args.scheduler_interval: step."
-                    )
-                return scheduler(optimizer, total_steps=self.total_optimizer_steps())
-        return scheduler(optimizer)
+        """Build the scheduler; one that spans the run is given the run's length by the Trainer.
+
+        The scheduler class's signature says which argument that is (:data:`SPANS_THE_RUN`). Left out, it
+        is filled in: ``total_steps`` in optimizer steps; ``T_max`` in the scheduler's own steps, epochs
+        or optimizer steps as ``scheduler_interval`` says. Written in the config, it must equal the run's
+        length: a value typed beside ``trainer.max_epochs`` drifts when that changes, and the schedule
+        then restarts or stops short without a word, so a disagreeing value is refused.
+        """
+        factory = self.scheduler
+        assert factory is not None
+        scheduler_class = _built_class(factory)
+        parameters = inspect.signature(scheduler_class).parameters if scheduler_class is not None else {}
+        name = next((name for name in SPANS_THE_RUN if name in parameters), None)
+        # the values the config binds (the CLI's partial holds every init argument, unset ones as None)
+        bound = factory.keywords if isinstance(factory, functools.partial) else {}
+        if name is None or (name == "total_steps" and bound.get("epochs") is not None):
+            return factory(optimizer)  # nothing spans the run, or OneCycleLR counts epochs itself
+        interval = self.hparams["scheduler_interval"]
+        if name == "total_steps" and interval != "step":
+            raise UserInputError(
+                "a scheduler that counts total_steps (OneCycleLR, WarmupCosine) steps per optimizer "
+                "step: set model.init_args.scheduler_interval: step."
+            )
+        if interval == "step":
+            length, unit = self.total_optimizer_steps(), "optimizer steps"
+        else:
+            length, unit = self.total_epochs(), "epochs"
+        given = bound.get(name)
+        if given is None:
+            return factory(optimizer, **{name: length})
+        if given != length:
+            raise UserInputError(
+                f"model.init_args.scheduler.init_args.{name}={given}, but this run is {length} {unit} "
+                f"long, so the schedule would {'end before' if given < length else 'not be done when'} the "
+                f"run ends; leave {name} out and the run's length is filled in."
+            )
+        return factory(optimizer)
+
+
+#: init arguments by which a scheduler spans the whole run: OneCycleLR's and WarmupCosine's
+#: ``total_steps``, CosineAnnealingLR's ``T_max``
+SPANS_THE_RUN = ("total_steps", "T_max")
+
+
+def _built_class(factory: Callable[..., Any]) -> type | None:
+    """The class a scheduler factory builds: the class itself, ``functools.partial(cls, ...)``, or the
+    CLI's ``partial(call, instantiator, cls, ...)``; ``None`` for any other callable."""
+    if inspect.isclass(factory):
+        return factory
+    if isinstance(factory, functools.partial):
+        return next((c for c in (factory.func, *factory.args) if inspect.isclass(c)), None)
+    return None

@@ -1,4 +1,4 @@
-"""Learning-rate schedules that YAML cannot compose by itself, built from torch's own schedulers."""
+"""Learning-rate schedules that YAML cannot compose or size by itself, built from torch's own schedulers."""
 
 import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
@@ -40,3 +40,30 @@ class WarmupCosine(SequentialLR):
         warmup = LinearLR(optimizer, start_factor=warmup_start_factor, total_iters=warmup_steps)
         cosine = CosineAnnealingLR(optimizer, T_max=total_steps - warmup_steps, eta_min=eta_min)
         super().__init__(optimizer, schedulers=[warmup, cosine], milestones=[warmup_steps])
+
+
+class Cosine(CosineAnnealingLR):
+    """torch's ``CosineAnnealingLR`` whose length is the run's: ``T_max`` may be left out of the config.
+
+    Left out, the task fills in the run's length from the Trainer (as for ``OneCycleLR``): in epochs with
+    ``model.scheduler_interval: epoch``, in optimizer steps with ``step``. The learning rate then reaches
+    ``eta_min`` as the run ends, however long ``trainer.max_epochs`` makes it. (torch's own class needs
+    ``T_max`` written out; the task refuses one that is not the run's length.)
+
+    Args:
+        optimizer: The optimizer whose learning rate is scheduled.
+        T_max: Scheduler steps from the base learning rate down to ``eta_min``; leave it out.
+        eta_min: Learning rate at the end of the run.
+        last_epoch: The index of the last scheduler step (-1 starts afresh).
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        T_max: int | None = None,
+        eta_min: float = 0.0,
+        last_epoch: int = -1,
+    ) -> None:
+        if T_max is None:
+            raise ValueError("Cosine needs T_max; BaseTask fills it in from the Trainer.")
+        super().__init__(optimizer, T_max=T_max, eta_min=eta_min, last_epoch=last_epoch)

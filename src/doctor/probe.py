@@ -1,0 +1,190 @@
+"""The doctor's probes: short runs of copies of the configured model, with the run's own settings.
+
+:func:`examine` runs two, on copies (the model given is left untouched):
+
+1. the configured run itself, cut off after a few optimizer steps: the same loader, precision, clipping,
+   accumulation, run length (so the scheduler is built as in the real run) and one validation batch,
+   watched by the :class:`~src.doctor.Doctor` callback;
+2. one fixed training batch, a few dozen steps, at the optimizer's own LR (a
+   :class:`~src.models.BaseTask`'s schedule is left out, so a warmup does not hide the answer).
+"""
+
+import copy
+import warnings
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch.utils.data import DataLoader, Dataset
+from typing_extensions import override
+
+from src.data.datamodule import keep_batch
+from src.doctor import model as model_checks
+from src.doctor.callback import Doctor
+from src.doctor.findings import Finding
+from src.models import BaseTask
+
+#: optimizer steps of the configured run that the doctor watches
+WATCH_STEPS = 16
+#: steps on one fixed batch
+OVERFIT_STEPS = 40
+
+
+class _StopAfter(Callback):
+    """Ends ``fit`` after ``steps`` optimizer steps, without changing the run length the model sees
+    (``max_steps`` would: schedules that span the run are sized from it)."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+
+    @override
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if trainer.global_step >= self.steps:
+            trainer.should_stop = True
+
+
+class _Losses(Callback):
+    """The training loss of each step."""
+
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+        self.rows = 0
+
+    @override
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if isinstance(loss, torch.Tensor):
+            self.losses.append(float(loss))
+        self.rows = len(batch[1]) if isinstance(batch, list | tuple) and len(batch) > 1 else 0
+
+
+def _settings(trainer: L.Trainer) -> dict[str, Any]:
+    """What the probes copy from the configured Trainer: the device, numerics and the loop's rules."""
+    return {
+        "accelerator": trainer.accelerator,
+        "devices": 1,
+        "precision": trainer.precision,
+        "gradient_clip_val": trainer.gradient_clip_val,
+        "gradient_clip_algorithm": trainer.gradient_clip_algorithm,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+    }
+
+
+def watch_the_run(
+    model: L.LightningModule, datamodule: L.LightningDataModule, trainer: L.Trainer, steps: int
+) -> list[Finding]:
+    """The configured run, cut off after ``steps`` optimizer steps, watched by the doctor."""
+    doctor = Doctor(steps=steps, report=False)
+    probe = L.Trainer(
+        **_settings(trainer),
+        max_epochs=trainer.max_epochs,
+        max_steps=trainer.max_steps,
+        limit_train_batches=trainer.limit_train_batches,
+        accumulate_grad_batches=trainer.accumulate_grad_batches,
+        limit_val_batches=1,
+        num_sanity_val_steps=1,  # one validation batch, before training: enough to see its mode and outputs
+        inference_mode=False,  # no_grad instead, so validation code that turns gradients back on shows
+        callbacks=[doctor, _StopAfter(steps)],
+    )
+    try:
+        probe.fit(copy.deepcopy(model), datamodule=datamodule)
+    except Exception as err:  # the user's code failing is itself a finding, beside those made before
+        return [*doctor.findings, _failed("the watched run", err)]
+    return doctor.findings
+
+
+class OneBatch(L.LightningDataModule):
+    """The configured DataModule with its training loader replaced by one fixed batch, ``steps`` times.
+
+    All the steps make one epoch. (Lightning's ``overfit_batches=1`` makes each step an epoch of its own,
+    paying an epoch's metric computation and loader start at every step.) Anything else, such as the
+    class weights or target statistics a task reads in ``setup``, comes from the configured DataModule.
+    """
+
+    def __init__(self, data: L.LightningDataModule, steps: int) -> None:
+        super().__init__()
+        self.data = data
+        self.steps = steps
+
+    def __getattr__(self, name: str) -> Any:
+        # only for what this class lacks: the configured DataModule's own methods and properties
+        if name == "data":
+            raise AttributeError(name)
+        return getattr(self.data, name)
+
+    @override
+    def setup(self, stage: str) -> None:
+        self.data.setup(stage)
+
+    @override
+    def train_dataloader(self) -> DataLoader:
+        batch = next(iter(self.data.train_dataloader()))
+        # batch_size=None: each item is a whole batch already
+        return DataLoader(_Repeated(batch, self.steps), batch_size=None, collate_fn=keep_batch)
+
+
+class _Repeated(Dataset[Any]):
+    """One item, ``times`` times."""
+
+    def __init__(self, item: Any, times: int) -> None:
+        self.item = item
+        self.times = times
+
+    def __len__(self) -> int:
+        return self.times
+
+    def __getitem__(self, index: int) -> Any:
+        return self.item
+
+
+def overfit_one_batch(
+    model: L.LightningModule, datamodule: L.LightningDataModule, trainer: L.Trainer, steps: int
+) -> Finding | None:
+    """Train a copy on one fixed training batch for ``steps`` steps and see its loss fall."""
+    model = copy.deepcopy(model)
+    if isinstance(model, BaseTask):
+        model.scheduler = None  # at the optimizer's own LR: a warmup or a cycle's start would hide the answer
+    losses = _Losses()
+    probe = L.Trainer(
+        **_settings(trainer), max_epochs=1, limit_val_batches=0, num_sanity_val_steps=0, callbacks=[losses]
+    )
+    try:
+        with warnings.catch_warnings():
+            # no validation here on purpose, which Lightning points out
+            warnings.filterwarnings("ignore", "You defined a `validation_step` but have no `val_dataloader`")
+            probe.fit(model, datamodule=OneBatch(datamodule, steps))
+    except Exception as err:
+        return _failed("overfitting one batch", err)
+    return model_checks.cannot_overfit(losses.losses, losses.rows)
+
+
+def _failed(probe: str, err: Exception) -> Finding:
+    return Finding(
+        "probe-failed",
+        f"{probe} stopped with {type(err).__name__}: {err}",
+        "the real run would stop there too, or the doctor could not finish its checks",
+        "fix the error; `python -m src.cli fit` with the same arguments shows its traceback",
+    )
+
+
+def examine(
+    model: L.LightningModule,
+    datamodule: L.LightningDataModule,
+    trainer: L.Trainer,
+    steps: int = WATCH_STEPS,
+    overfit_steps: int = OVERFIT_STEPS,
+) -> list[Finding]:
+    """Every check, on copies of ``model`` with ``trainer``'s settings, each problem once."""
+    findings = watch_the_run(model, datamodule, trainer, steps)
+    overfit = overfit_one_batch(model, datamodule, trainer, overfit_steps)
+    if overfit is not None and all(overfit.id != f.id for f in findings):
+        findings.append(overfit)
+    return findings

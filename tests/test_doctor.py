@@ -1,0 +1,478 @@
+"""The loop doctor against bugs planted in user-style code: one module, dataset or config per check.
+
+The planted bugs live here, not in ``src/``: each test writes the kind of code a person who cloned the
+template would write (their own net, loss, optimizer, scheduler, validation, data), runs the doctor on it
+and expects the check's id. ``test_a_healthy_model_on_clean_data_has_no_findings`` runs the same doctor on
+the unmodified code, so a check that fired on everything would fail there; the shipped configs must come
+out clean too.
+"""
+
+import math
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, OneCycleLR, StepLR
+from torch.utils.data import DataLoader
+
+from src.cli import main
+from src.data import TabularDataModule
+from src.data.datamodule import Stage, TensorBatches
+from src.doctor import Doctor, Finding, examine
+from src.doctor.__main__ import main as doctor_main
+from src.doctor.model import layers_in_python_lists
+from src.models import Classifier, Regressor
+from tests.conftest import CONFIGS, QUIET
+
+ADAM = partial(torch.optim.Adam, lr=0.01)
+EXPERIMENTS = sorted(p for p in CONFIGS.glob("*.yaml") if p.name != "defaults.yaml")
+
+
+@pytest.fixture(autouse=True)
+def _seeded() -> None:
+    torch.manual_seed(0)
+
+
+def spiral(**settings: Any) -> TabularDataModule:
+    return TabularDataModule(source="spiral", num_samples=300, batch_size=32, **settings)
+
+
+def classifier(cls: type[Classifier] = Classifier, **settings: Any) -> Classifier:
+    settings = {"hidden_sizes": [64, 64], "optimizer": ADAM, **settings}
+    return cls(2, 3, **settings)
+
+
+def doctor(model: L.LightningModule, data: L.LightningDataModule, **trainer: Any) -> dict[str, Finding]:
+    """The doctor's findings by id, for ``model`` on ``data`` under a Trainer with ``trainer``'s settings."""
+    settings = {"max_epochs": 3, "accelerator": "cpu", "logger": False, "enable_checkpointing": False}
+    found = examine(model, data, L.Trainer(**{**settings, **trainer}), steps=8, overfit_steps=30)
+    assert len({f.id for f in found}) == len(found)  # each problem once
+    return {f.id: f for f in found}
+
+
+def test_a_healthy_model_on_clean_data_has_no_findings() -> None:
+    assert doctor(classifier(), spiral()) == {}
+
+
+def test_a_finding_is_one_line_with_what_was_seen_why_and_the_fix() -> None:
+    line = Finding("some-check", "saw 3", "it matters", "change it").line()
+    assert line == "[some-check] saw: saw 3 | why: it matters | fix: change it"
+
+
+# -- the model ------------------------------------------------------------------------------------------
+
+
+class LoudHead(Classifier):
+    """A last layer initialized 30x too large: overconfident from the first step."""
+
+    def build_net(self) -> nn.Module:
+        net = super().build_net()
+        with torch.no_grad():
+            net.head.weight.mul_(30.0)
+        return net
+
+
+def test_initial_loss_far_above_ln_c() -> None:
+    finding = doctor(classifier(LoudHead), spiral())["initial-loss"]
+    assert f"scores {math.log(3):.4g}" in finding.saw  # ln(3): uniform over the 3 classes
+
+
+class SoftmaxNet(Classifier):
+    """Probabilities out of the net, into cross_entropy, which expects logits."""
+
+    def build_net(self) -> nn.Module:
+        return nn.Sequential(super().build_net(), nn.Softmax(dim=-1))
+
+
+class SigmoidBinary(Classifier):
+    """One sigmoid output into binary_cross_entropy_with_logits, which applies the sigmoid itself."""
+
+    def build_net(self) -> nn.Module:
+        return nn.Sequential(
+            nn.Linear(self.hparams["in_features"], 16), nn.ReLU(), nn.Linear(16, 1), nn.Sigmoid()
+        )
+
+    def check_shapes(self) -> None:
+        pass
+
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.binary_cross_entropy_with_logits(output.squeeze(-1), (target > 0).float())
+
+    def metric_inputs(self, output: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.cat([1 - output, output, torch.zeros_like(output)], dim=-1), (target > 0).long()
+
+
+@pytest.mark.parametrize(("cls", "layer"), [(SoftmaxNet, "a softmax"), (SigmoidBinary, "a sigmoid")])
+def test_probabilities_into_a_loss_that_expects_logits(cls: type[Classifier], layer: str) -> None:
+    finding = doctor(classifier(cls), spiral())["probabilities-into-loss"]
+    assert f"the net ends with {layer}" in finding.saw
+
+
+class UnusedBranch(Classifier):
+    """A layer built but never called in forward."""
+
+    def build_net(self) -> nn.Module:
+        net = super().build_net()
+        net.add_module("aux_head", nn.Linear(64, 3))
+        return net
+
+
+def test_parameters_that_get_no_gradient() -> None:
+    finding = doctor(classifier(UnusedBranch), spiral())["param-no-grad"]
+    assert "net.aux_head.weight" in finding.saw
+
+
+class BodyOnlyOptimizer(Classifier):
+    """An optimizer built from the body only: the head trains never."""
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.net.body.parameters(), lr=0.01)
+
+
+def test_parameters_missing_from_the_optimizer() -> None:
+    finding = doctor(classifier(BodyOnlyOptimizer), spiral())["param-not-in-optimizer"]
+    assert "net.head.weight" in finding.saw
+
+
+class ListedLayers(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = [nn.Linear(2, 16), nn.Tanh()]  # BUG: a plain list, not nn.ModuleList
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+class ListNet(Classifier):
+    def build_net(self) -> nn.Module:
+        return ListedLayers()
+
+
+def test_layers_kept_in_a_plain_python_list() -> None:
+    finding = doctor(classifier(ListNet), spiral())["layers-in-python-list"]
+    assert "net.blocks (2 layers)" in finding.saw
+    # a plain list of layers that are registered as well is only an ordering: not reported
+    net = nn.Module()
+    net.first, net.second = nn.Linear(2, 4), nn.Linear(4, 3)
+    net.order = [net.first, net.second]
+    assert layers_in_python_lists(net) is None
+
+
+class BroadcastingLoss(Regressor):
+    """Its own MSE: output (B, 1) against target (B,) broadcasts to (B, B) and learns only the mean."""
+
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        scaled = (target - self.target_mean) / self.target_std
+        return ((output - scaled) ** 2).mean()  # BUG: output is (B, 1)
+
+
+def test_a_model_that_cannot_overfit_one_batch() -> None:
+    data = TabularDataModule(source="friedman", num_samples=300, batch_size=32)
+    found = doctor(BroadcastingLoss(10, 1, hidden_sizes=[32], optimizer=ADAM), data)
+    assert "one fixed batch of 32 rows" in found["overfit-one-batch"].saw
+    assert "initial-loss" not in found  # the broadcast also makes the loss of a zero output: no alarm there
+    assert doctor(Regressor(10, 1, hidden_sizes=[32], optimizer=ADAM), data) == {}  # the same, fixed
+
+
+class ZeroGradBeforeStep(Classifier):
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.zero_grad()  # BUG: wipes the gradients backward just computed
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        pytest.param(
+            lambda: classifier(ZeroGradBeforeStep, optimizer=torch.optim.AdamW), id="zero_grad-before-step"
+        ),
+        pytest.param(lambda: classifier(optimizer=partial(torch.optim.AdamW, lr=0.0)), id="lr-0"),
+    ],
+)
+def test_a_loss_that_does_not_move(model: Callable[[], Classifier]) -> None:
+    # AdamW's default weight decay still shrinks every weight a little: that is not training
+    finding = doctor(model(), spiral())["loss-not-moving"]
+    assert "none of the 6 trainable parameter tensors moved in 8 optimizer steps" in finding.saw
+
+
+def test_frozen_weights() -> None:
+    model = classifier()
+    model.requires_grad_(False)
+    found = doctor(model, spiral())
+    assert "requires a gradient" in found["loss-not-moving"].saw
+    assert "probe-failed" in found  # backward has nothing to differentiate: the run itself fails
+
+
+def test_clipping_on_every_step() -> None:
+    finding = doctor(classifier(), spiral(), gradient_clip_val=1e-3)["clipping-every-step"]
+    assert "fired on 8 of 8 optimizer steps (threshold 0.001" in finding.saw
+
+
+# the NaN loss that follows reaches the task's metrics, and torchmetrics says so
+@pytest.mark.filterwarnings("ignore:Encountered `nan` values:UserWarning")
+def test_a_gradient_norm_that_explodes() -> None:
+    data = TabularDataModule(source="friedman", num_samples=300, batch_size=32)
+    model = Regressor(10, 1, hidden_sizes=[32], optimizer=partial(torch.optim.SGD, lr=3.0))
+    assert "grad-norm-exploding" in doctor(model, data, gradient_clip_val=None)
+
+
+# -- the schedule ---------------------------------------------------------------------------------------
+
+
+def scheduled(make: Callable[[torch.optim.Optimizer], Any], interval: str = "epoch") -> Classifier:
+    class Scheduled(Classifier):
+        """configure_optimizers written by hand, as the Lightning docs show it."""
+
+        def configure_optimizers(self) -> Any:
+            optimizer = torch.optim.Adam(self.parameters(), lr=0.01)
+            return {
+                "optimizer": optimizer,
+                "lr_scheduler": {"scheduler": make(optimizer), "interval": interval},
+            }
+
+    return classifier(Scheduled)
+
+
+def test_a_schedule_sized_by_hand_to_another_length_than_the_run() -> None:
+    # T_max typed as 60 beside max_epochs, then the run made longer
+    model = scheduled(lambda o: CosineAnnealingLR(o, T_max=60))
+    finding = doctor(model, spiral(), max_epochs=120)["schedule-length"]
+    assert "CosineAnnealingLR has T_max=60, but the run steps it 120 times (epochs)" in finding.saw
+    # total_steps typed for 2 epochs of 7 batches, in a run of 3: OneCycleLR would stop the run at step 15
+    model = scheduled(lambda o: OneCycleLR(o, max_lr=0.01, total_steps=14), interval="step")
+    finding = doctor(model, spiral(), max_epochs=3)["schedule-length"]
+    assert (
+        "OneCycleLR refuses to be stepped as often as the run steps it (Tried to step 15 times" in finding.saw
+    )
+    assert "schedule-length" not in doctor(
+        scheduled(lambda o: CosineAnnealingLR(o, T_max=120)), spiral(), max_epochs=120
+    )
+
+
+def test_a_schedule_that_climbs_back_up_before_the_run_ends() -> None:
+    # a period of 10 epochs in a run of 40: nothing to compare a T_max with, the LR curve shows it
+    model = scheduled(lambda o: LambdaLR(o, lambda epoch: 0.5 * (1 + math.cos(math.pi * epoch / 10))))
+    assert "schedule-restarts" in doctor(model, spiral(), max_epochs=40)
+
+
+def test_an_epoch_schedule_stepped_per_step_collapses() -> None:
+    model = scheduled(lambda o: StepLR(o, step_size=1, gamma=0.5), interval="step")
+    finding = doctor(model, spiral(), max_epochs=10)["schedule-collapses"]
+    assert "after 10 of 70 optimizer steps" in finding.saw  # 0.5**10 < 1/1000; 7 batches x 10 epochs
+
+
+def test_a_warmup_longer_than_the_run() -> None:
+    model = scheduled(lambda o: LinearLR(o, start_factor=0.01, total_iters=1000), interval="step")
+    assert "schedule-warmup-longer-than-run" in doctor(model, spiral())
+
+
+# -- validation -----------------------------------------------------------------------------------------
+
+
+class TrainModeValidation(Classifier):
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> Any:
+        self.train()  # BUG: dropout and BatchNorm back in training mode
+        return super().validation_step(batch, batch_idx)
+
+
+class FunctionalDropout(Classifier):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net.head(F.dropout(self.net.body(x), 0.5))  # BUG: F.dropout drops even in eval mode
+
+
+@pytest.mark.parametrize(
+    ("cls", "saw"),
+    [
+        (TrainModeValidation, "net.body.2, net.body.5 still in training mode"),
+        (FunctionalDropout, "gave different outputs"),
+    ],
+)
+def test_dropout_still_active_in_validation(cls: type[Classifier], saw: str) -> None:
+    finding = doctor(classifier(cls, dropout=0.2), spiral())["val-train-mode"]
+    assert saw in finding.saw
+
+
+class GradInValidation(Classifier):
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> Any:
+        with torch.enable_grad():  # BUG: builds and keeps a graph for every validation batch
+            return super().validation_step(batch, batch_idx)
+
+
+def test_validation_outputs_that_carry_a_graph() -> None:
+    assert "val-output-graph" in doctor(classifier(GradInValidation), spiral())
+
+
+# -- data -----------------------------------------------------------------------------------------------
+
+
+class SlowLoader(TabularDataModule):
+    """A training loader that builds each batch slowly (per-row work in the loader)."""
+
+    def train_dataloader(self) -> DataLoader:
+        def slow(batch: Any) -> Any:
+            time.sleep(0.1)  # BUG: the work of building a batch, in the training loop's path
+            return batch
+
+        return DataLoader(self.dataset("train"), batch_size=32, collate_fn=slow)
+
+
+def test_the_loader_takes_most_of_the_step_time() -> None:
+    data = SlowLoader(source="spiral", num_samples=300, batch_size=32)
+    assert "loader-share" in doctor(classifier(), data)
+
+
+class LogFeature(TabularDataModule):
+    """Its own feature transform after scaling: the log of a standardized column is NaN below the mean."""
+
+    def dataset(self, stage: Stage) -> TensorBatches:
+        x, y = super().dataset(stage).tensors
+        return TensorBatches(torch.cat([x[:, :1].log(), x[:, 1:]], dim=1), y)
+
+
+@pytest.mark.filterwarnings("ignore:Encountered `nan` values:UserWarning")  # the NaN reaches the metrics
+def test_non_finite_values_in_the_data() -> None:
+    found = doctor(classifier(), LogFeature(source="spiral", num_samples=300, batch_size=32))
+    assert "106 in the train features ('x')" in found["data-non-finite"].saw
+    # and what it does: NaN before the first step, not an explosion
+    assert "the loss of the very first batch is nan" in found["loss-non-finite"].saw
+    assert "grad-norm-exploding" not in found
+
+
+class ShiftedLabels(TabularDataModule):
+    """Labels 1..C, as a file may number its classes, with C outputs."""
+
+    def dataset(self, stage: Stage) -> TensorBatches:
+        x, y = super().dataset(stage).tensors
+        return TensorBatches(x, y + 1)
+
+
+def test_labels_out_of_range() -> None:
+    found = doctor(classifier(), ShiftedLabels(source="spiral", num_samples=300, batch_size=32))
+    assert (
+        "the training labels run from 1 to 3, but the net has 3 outputs"
+        in found["data-label-out-of-range"].saw
+    )
+
+
+def table(path: Path, rows: int = 300, **columns: Callable[[pd.DataFrame], Any]) -> Path:
+    """A two-feature, three-class CSV file, with extra columns computed from it."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"a": rng.normal(size=rows), "b": rng.normal(size=rows)})
+    frame["label"] = np.digitize(frame["a"] + 0.5 * frame["b"], [-0.5, 0.5])
+    for name, make in columns.items():
+        frame[name] = make(frame)
+    frame.to_csv(path, index=False)
+    return path
+
+
+def on_file(path: Path, **settings: Any) -> dict[str, Finding]:
+    data = TabularDataModule(path=str(path), target_column="label", task="classification", batch_size=32)
+    model = Classifier(data.in_features, data.out_features, hidden_sizes=[32], optimizer=ADAM, **settings)
+    return doctor(model, data)
+
+
+def test_clean_file_has_no_findings(tmp_path: Path) -> None:
+    assert on_file(table(tmp_path / "clean.csv")) == {}
+
+
+def test_a_feature_constant_in_training_that_varies_later(tmp_path: Path) -> None:
+    # a sensor that reads 0 in every training row and something else in validation and test
+    path = table(tmp_path / "data.csv")
+    split = TabularDataModule(path=str(path), target_column="label", task="classification").split_rows
+    held_out = np.zeros(300, dtype=bool)
+    held_out[np.concatenate([split["val"], split["test"]])] = True
+    table(path, sensor=lambda f: np.where(held_out, np.random.default_rng(1).normal(size=len(f)), 0.0))
+    finding = on_file(path)["data-constant-feature"]
+    assert "'sensor' constant over all 210 training rows but not over 90 validation/test rows" in finding.saw
+
+
+def test_rows_shared_between_training_and_validation(tmp_path: Path) -> None:
+    path = table(tmp_path / "data.csv", rows=150)
+    pd.concat([pd.read_csv(path)] * 2).to_csv(path, index=False)  # every row twice, then a random split
+    finding = on_file(path)["data-duplicates-across-splits"]
+    assert "val rows" in finding.saw
+
+
+def test_a_feature_that_nearly_determines_the_target(tmp_path: Path) -> None:
+    # not a copy (the DataModule refuses copies): the label, scaled and blurred
+    path = table(
+        tmp_path / "data.csv", code=lambda f: 10 * f["label"] + np.random.default_rng(2).normal(size=len(f))
+    )
+    finding = on_file(path)["data-feature-determines-target"]
+    assert "'code' alone predicts the validation targets with balanced accuracy 1.000" in finding.saw
+
+
+def test_heavy_class_imbalance_without_weights(tmp_path: Path) -> None:
+    path = tmp_path / "rare.csv"
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"a": rng.normal(size=400), "b": rng.normal(size=400)})
+    frame["label"] = (frame["a"] + rng.normal(scale=0.5, size=400) > 1.9).astype(int)  # about 1 row in 20
+    frame.to_csv(path, index=False)
+    assert "the largest class has" in on_file(path)["data-class-imbalance"].saw
+    assert "data-class-imbalance" not in on_file(path, class_weights=True)
+
+
+# -- the front doors: make doctor, and the callback in any run ----------------------------------------------
+
+
+def test_a_probe_that_fails_is_reported() -> None:
+    class Crashes(Classifier):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            raise RuntimeError("shapes do not match")
+
+    finding = doctor(classifier(Crashes), spiral())["probe-failed"]
+    assert "RuntimeError: shapes do not match" in finding.saw
+
+
+def test_make_doctor_exits_1_on_findings_and_0_when_clean(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spiral_yaml = ["fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=600"]
+    assert doctor_main([*spiral_yaml, *QUIET]) == 0
+    assert "doctor: no findings" in capsys.readouterr().out
+    assert doctor_main([*spiral_yaml, "--trainer.gradient_clip_val=0.0001"]) == 1
+    out = capsys.readouterr().out
+    assert "[clipping-every-step] saw: clipping fired on 16 of 16 optimizer steps (threshold 0.0001" in out
+    assert "doctor: 1 finding" in out
+    assert not (workdir / "logs").exists()  # the probes write nothing
+
+
+@pytest.mark.parametrize(
+    "config",
+    [pytest.param(c, marks=[] if c.name == "digits.yaml" else pytest.mark.slow) for c in EXPERIMENTS],
+    ids=lambda p: p.name,
+)
+def test_the_shipped_configs_come_out_clean(
+    config: Path, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert doctor_main(["--config", str(config), *QUIET]) == 0, capsys.readouterr().out
+
+
+def test_the_callback_watches_a_real_run_switched_on_in_yaml(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    switch = workdir / "doctor.yaml"
+    switch.write_text("trainer:\n  callbacks+:\n    - class_path: src.doctor.Doctor\n")
+    words = [
+        "fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=1000", "--trainer.max_epochs=2",
+        "--trainer.gradient_clip_val=0.0001", *QUIET,
+        "--model.init_args.batch_norm=true", "--model.init_args.dropout=0.2",  # extra passes could move them
+    ]  # fmt: skip
+    watched = main([*words, "--config", str(switch)])
+    (doctor_callback,) = [c for c in watched.trainer.callbacks if isinstance(c, Doctor)]
+    assert [f.id for f in doctor_callback.findings] == ["clipping-every-step"]
+    assert "[clipping-every-step] saw:" in capsys.readouterr().out
+    # it draws none of the run's random numbers and moves no BatchNorm statistics: the same as without it
+    unwatched = main(words)
+    torch.testing.assert_close(watched.model.state_dict(), unwatched.model.state_dict(), rtol=0, atol=0)
