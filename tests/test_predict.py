@@ -13,39 +13,17 @@ from src.cli import main
 from src.data.preprocessing import Location, NumericColumn, Preprocessor
 from src.errors import UserInputError
 from src.predict import Predictor
-from tests.conftest import CONFIGS, QUIET
+from tests.conftest import QUIET
 from tests.test_dashboard import Run, parse_counts, read_events
-from tests.test_preprocessing import messy_frame
 
 TINY = ["--trainer.max_epochs=3", "--trainer.limit_val_batches=2"]
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory):
-    """One fit on a messy CSV (text, yes/no words, booleans, empty cells, "?", named classes)."""
-    folder = tmp_path_factory.mktemp("messy")
-    frame = messy_frame(n=300)
-    frame.to_csv(folder / "train.csv", index=False)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(folder)
-        patch.setattr(sys, "argv", ["src.cli"])
-        run = main(
-            [
-                "fit",
-                "--config",
-                str(CONFIGS / "digits.yaml"),
-                "--data.source=csv",
-                "--data.path=train.csv",
-                "--data.target_column=label",
-                "--data.task=classification",
-                "--data.max_categories=4",
-                "--data.missing_indicator=true",
-                f"--trainer.logger.init_args.save_dir={folder / 'logs'}",
-                *TINY,
-                *QUIET,
-            ]
-        )
-    return run, folder, frame
+@pytest.fixture
+def trained(messy_trained):
+    """The shared fit on a messy CSV (tests/conftest.py): its CLI run, its folder and the raw frame."""
+    run = messy_trained.run
+    return run, Path(run.trainer.log_dir).parents[2], messy_trained.frame
 
 
 def in_run_probabilities(run, x: torch.Tensor) -> np.ndarray:
