@@ -9,10 +9,12 @@ A checkpoint carries its run's model and data settings and the fitted preprocess
     python -m src.cli predict --ckpt_path CKPT --data.predict_path new.csv --output predictions.csv
 """
 
+import logging
 import os
 import shutil
 import signal
 import sys
+import warnings
 from pathlib import Path
 
 # Lightning 2.6.6 calls jsonargparse APIs that jsonargparse 4.53 marks deprecated; the notice is meant
@@ -258,11 +260,28 @@ def _log_with_the_run(subcommand: str, ckpt_path: Path, checkpoint: dict[str, An
     ]
 
 
+class _WithoutAdvertising(logging.Filter):
+    """Lightning logs a tip for a cloud service it sells on every run; it says nothing about the run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("💡 Tip")
+
+
+def quiet_dependencies() -> None:
+    """Silence what the dependencies print about themselves on every run, each by its exact message."""
+    # Lightning 2.6.6 flattens loaders with a torch pytree API that torch 2.13 deprecates; not ours to fix
+    warnings.filterwarnings(
+        "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
+    )
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_WithoutAdvertising())
+
+
 def main(args: list[str] | None = None, run: bool = True) -> CLI:
     """Run the CLI as a user would; tests call ``main([...])`` with the same words.
 
     Bad input (a missing file, column or value) ends with one sentence on stderr and exit status 2.
     """
+    quiet_dependencies()
     try:
         if run:
             if args is None:

@@ -1,6 +1,9 @@
 """The command line, driven in-process exactly as a user types it."""
 
 import importlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -10,7 +13,7 @@ import yaml
 
 from src.cli import main
 from src.models import Classifier, Regressor
-from tests.conftest import CONFIGS
+from tests.conftest import CONFIGS, ROOT
 
 EXPERIMENTS = sorted(p for p in CONFIGS.glob("*.yaml") if p.name != "defaults.yaml")
 FRAGMENTS = sorted((CONFIGS / "trainer").glob("*.yaml"))
@@ -187,3 +190,16 @@ def test_the_optimizer_is_set_in_one_place_only(cli, capsys) -> None:
     assert "--model.init_args.optimizer" in help_text or "--model CONFIG" in help_text
     assert "--optimizer " not in help_text
     assert "--lr_scheduler " not in help_text
+
+
+def test_an_ordinary_run_prints_no_notices_of_the_dependencies_about_themselves(tmp_path: Path) -> None:
+    """As a user runs it, in a process of its own: no torch deprecation notice, no advertisement."""
+    done = subprocess.run(
+        [sys.executable, "-m", "src.cli", "fit", "--config", str(CONFIGS / "spiral.yaml"),
+         "--data.num_samples=300", "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    printed = done.stdout + done.stderr
+    assert "Trainer.fit` stopped: `max_epochs=1` reached." in printed  # the run's own messages still show
+    assert "LeafSpec" not in printed
+    assert "Tip" not in printed
