@@ -92,6 +92,19 @@ class Trained:
         return self.frame.iloc[self.run.datamodule.split_rows[stage]].drop(columns="label")
 
 
+def fit_in(folder: Path, *words: str) -> CLI:
+    """A short fit run from ``folder`` as a user would, logging under ``folder/logs``."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        patch.setattr(sys, "argv", ["src.cli"])
+        return main(
+            [
+                "fit", *words, f"--trainer.logger.init_args.save_dir={folder / 'logs'}",
+                "--trainer.max_epochs=3", "--trainer.limit_val_batches=2", *QUIET,
+            ]
+        )  # fmt: skip
+
+
 @pytest.fixture(scope="session")
 def messy_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     """One short fit on a messy CSV (text, yes/no words, booleans, empty cells, "?", named classes),
@@ -101,26 +114,11 @@ def messy_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     folder = tmp_path_factory.mktemp("messy-trained")
     frame = messy_frame(n=300)
     frame.to_csv(folder / "train.csv", index=False)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(folder)
-        patch.setattr(sys, "argv", ["src.cli"])
-        run = main(
-            [
-                "fit",
-                "--config",
-                str(CONFIGS / "digits.yaml"),
-                "--data.source=csv",
-                "--data.path=train.csv",
-                "--data.target_column=label",
-                "--data.task=classification",
-                "--data.max_categories=4",
-                "--data.missing_indicator=true",
-                f"--trainer.logger.init_args.save_dir={folder / 'logs'}",
-                "--trainer.max_epochs=3",
-                "--trainer.limit_val_batches=2",
-                *QUIET,
-            ]
-        )
+    run = fit_in(
+        folder, "--config", str(CONFIGS / "digits.yaml"), "--data.source=csv", "--data.path=train.csv",
+        "--data.target_column=label", "--data.task=classification", "--data.max_categories=4",
+        "--data.missing_indicator=true",
+    )  # fmt: skip
     return Trained(run, frame, Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt")
 
 
@@ -128,20 +126,6 @@ def messy_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
 def regression_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
     """A short fit of the friedman regression; returns its last checkpoint and raw validation rows."""
     folder = tmp_path_factory.mktemp("regression-trained")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(folder)
-        patch.setattr(sys, "argv", ["src.cli"])
-        run = main(
-            [
-                "fit",
-                "--config",
-                str(CONFIGS / "friedman.yaml"),
-                "--data.num_samples=400",
-                f"--trainer.logger.init_args.save_dir={folder / 'logs'}",
-                "--trainer.max_epochs=3",
-                "--trainer.limit_val_batches=2",
-                *QUIET,
-            ]
-        )
+    run = fit_in(folder, "--config", str(CONFIGS / "friedman.yaml"), "--data.num_samples=400")
     rows = run.datamodule.table.features.iloc[run.datamodule.split_rows["val"]]
     return Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt", rows
