@@ -108,7 +108,7 @@ def fit_probed(fragment: str, clip: float) -> tuple[CLI, GradientProbe]:
         "--model.init_args.optimizer=torch.optim.SGD", f"--model.init_args.optimizer.init_args.lr={lr}",
         "--model.init_args.optimizer.init_args.weight_decay=0",
         "--model.init_args.scheduler=null", "--data.batch_size=32", "--trainer.max_epochs=1",
-        "--trainer.limit_train_batches=5",
+        "--trainer.limit_train_batches=5", "--trainer.log_every_n_steps=1",
     )  # fmt: skip
     probe = GradientProbe()
     run.trainer.callbacks.append(probe)

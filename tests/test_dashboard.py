@@ -22,7 +22,7 @@ from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 from tensorboard.util import tensor_util
 
-from src.callbacks import Dashboard, TrainLearningRateMonitor, ValidationFigures
+from src.callbacks import Dashboard, ValidationFigures
 from src.callbacks.dashboard import ROOT
 from src.cli import CLI, main
 from src.data import TabularDataModule
@@ -132,7 +132,7 @@ def test_scalars_follow_one_naming_scheme(runs: dict[str, Run]) -> None:
     tags = set(runs["fit"].events.Tags()["scalars"])
     expected = {
         *(f"{stage}/{name}" for stage in ("train", "val", "test") for name in ("loss", "acc", "f1")),
-        "train/lr-AdamW",
+        "train/lr",
         "train/grad_norm",
         "train/grad_clipped",
         "train/samples_per_sec",
@@ -147,12 +147,13 @@ def test_scalars_follow_one_naming_scheme(runs: dict[str, Run]) -> None:
 
 
 def test_learning_rate_is_the_schedulers(runs: dict[str, Run]) -> None:
-    steps, lrs = runs["fit"].scalars("train/lr-AdamW")
-    # CosineAnnealingLR, stepped per epoch, written as each epoch starts; closed form, eta_min = 0
+    steps, lrs = runs["fit"].scalars("train/lr")
+    # CosineAnnealingLR, stepped per epoch; closed form, eta_min = 0; written on every logging step
+    # (log_every_n_steps=1 here) with the rate that step used
     base = 0.002  # configs/digits.yaml
-    expected = [base * (1 + math.cos(math.pi * epoch / EPOCHS)) / 2 for epoch in range(EPOCHS)]
+    assert steps == list(range(EPOCHS * BATCHES))
+    expected = [base * (1 + math.cos(math.pi * (step // BATCHES) / EPOCHS)) / 2 for step in steps]
     torch.testing.assert_close(torch.tensor(lrs), torch.tensor(expected), rtol=1e-6, atol=0)
-    assert steps == [epoch * BATCHES for epoch in range(EPOCHS)]
 
 
 class TwoGroups(Classifier):
@@ -179,18 +180,19 @@ def test_learning_rate_per_parameter_group(tmp_path: Path) -> None:
         limit_train_batches=2,
         limit_val_batches=1,
         logger=logger,
-        callbacks=[TrainLearningRateMonitor(), Dashboard()],
+        log_every_n_steps=1,
+        callbacks=[Dashboard()],
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
     )
     trainer.fit(model, datamodule=data)
     run = Run(None, Path(logger.log_dir), read_events(Path(logger.log_dir)))  # type: ignore[arg-type]
-    halving = [0.5**epoch for epoch in range(3)]
+    halving = [0.5**epoch for epoch in range(3) for _ in range(2)]  # StepLR per epoch; 2 steps an epoch
     # an unnamed group is numbered (pg1), a named one keeps its name
-    for tag, base in {"train/lr-SGD/pg1": 0.1, "train/lr-SGD/head": 0.01}.items():
+    for tag, base in {"train/lr/pg1": 0.1, "train/lr/head": 0.01}.items():
         torch.testing.assert_close(run.scalars(tag)[1], [base * h for h in halving])
-    assert not [tag for tag in run.events.Tags()["scalars"] if tag.startswith("lr-")]
+    assert "train/lr" not in run.events.Tags()["scalars"]
     # outside the CLI the HParams come from the module's and the data's saved hyperparameters
     hparams = session_hparams(run)
     assert hparams["model"] == f"{TwoGroups.__module__}.TwoGroups"

@@ -29,10 +29,11 @@ from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 from tensorboard.plugins.hparams import metadata as hparams_metadata
 from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 from torch.utils.tensorboard import SummaryWriter
-from torchmetrics import Metric, MetricCollection
+from torch.utils.tensorboard.writer import FileWriter
 from typing_extensions import override
 
 from src.errors import UserInputError
+from src.models import BaseTask
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 #: Trainer settings that change what a run learns; the rest (callbacks, logger, ...) stay out of HParams.
@@ -120,10 +121,9 @@ class Dashboard(Callback):
         writer.add_text("run/config", f"```yaml\n{_config_text(trainer, pl_module)}\n```")
         writer.add_text("run/environment", _environment_text(trainer))
         # no experiment summary: TensorBoard then takes the union of all runs' hyperparameters and
-        # metrics, so runs of different configs share one HParams table. SummaryWriter has no public
-        # way to add a ready-made summary; Lightning's TensorBoardLogger uses the same file writer.
-        writer._get_file_writer().add_summary(
-            hparams_summary.hparams_pb(run_hparams(trainer, pl_module), trial_id=writer.log_dir)
+        # metrics, so runs of different configs share one HParams table
+        _add_summary(
+            writer, hparams_summary.hparams_pb(run_hparams(trainer, pl_module), trial_id=writer.log_dir)
         )
         if stage == "fit":
             writer.add_custom_scalars(scalars_layout(pl_module))
@@ -146,7 +146,7 @@ class Dashboard(Callback):
         """The HParams table's status column: success, or failure when the run raised."""
         writer = tensorboard_writer(trainer)
         if writer is not None and writer.log_dir in self._runs_written:
-            writer._get_file_writer().add_summary(_session_end_pb(status))
+            _add_summary(writer, _session_end_pb(status))
 
     # -- speed and the generalization gap, per epoch --------------------------------------------------
 
@@ -189,10 +189,11 @@ class Dashboard(Callback):
             return
         _synchronize(trainer)
         pl_module.log("val/epoch_time", time.perf_counter() - self._val_start, sync_dist=True)
-        val_loss = getattr(pl_module, "val_loss", None)
-        if trainer.state.fn == TrainerFn.FITTING and isinstance(val_loss, Metric) and val_loss.update_called:
-            # (,) on the device; torchmetrics caches it, so Lightning's own compute reuses it
-            self._val_loss = val_loss.compute()
+        if trainer.state.fn == TrainerFn.FITTING and isinstance(pl_module, BaseTask):
+            val_loss = pl_module.epoch_loss("val")
+            if val_loss.update_called:
+                # (,) on the device; torchmetrics caches it, so Lightning's own compute reuses it
+                self._val_loss = val_loss.compute()
 
     @override
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -206,10 +207,11 @@ class Dashboard(Callback):
                 "train/samples_per_sec", self._samples * trainer.world_size / train_time, sync_dist=True
             )
             pl_module.log("train/data_time_share", self._data_time / train_time, sync_dist=True)
-        train_loss = getattr(pl_module, "train_loss", None)
-        if self._val_loss is not None and isinstance(train_loss, Metric) and train_loss.update_called:
-            # both losses are already reduced over processes, so every rank holds the same gap
-            pl_module.log("val/generalization_gap", self._val_loss - train_loss.compute(), sync_dist=True)
+        if self._val_loss is not None and isinstance(pl_module, BaseTask):
+            train_loss = pl_module.epoch_loss("train")
+            if train_loss.update_called:
+                # both losses are already reduced over processes, so every rank holds the same gap
+                pl_module.log("val/generalization_gap", self._val_loss - train_loss.compute(), sync_dist=True)
         self._val_loss = None
 
     # -- optional: histograms and graph ---------------------------------------------------------------
@@ -223,8 +225,9 @@ class Dashboard(Callback):
         if not every or epoch % every or epoch == self._histogram_epoch or writer is None:
             return
         self._histogram_epoch = epoch
-        # gradients here are unscaled and not yet clipped
-        step = logging_step(trainer)
+        # gradients here are unscaled and not yet clipped; the step about to be taken is the
+        # global_step-th (from 0), the one Lightning gives this step's scalars
+        step = trainer.global_step
         for name, param in pl_module.named_parameters():
             writer.add_histogram(f"weights/{name}", param.detach(), step)
             if param.grad is not None:
@@ -235,8 +238,8 @@ class Dashboard(Callback):
         writer = tensorboard_writer(trainer)
         if writer is None:
             return
-        # the plain net when the task has one: tracing the task would walk into its metric modules too
-        net = getattr(pl_module, "net", pl_module)
+        # the plain net of a task: tracing the task would walk into its metric modules too
+        net = pl_module.net if isinstance(pl_module, BaseTask) else pl_module
         # traced in eval mode on one row: BatchNorm must not update its statistics from the trace
         modes = {module: module.training for module in net.modules()}
         net.eval()
@@ -250,9 +253,8 @@ class Dashboard(Callback):
 
 def scalars_layout(pl_module: L.LightningModule) -> dict[str, dict[str, list[Any]]]:
     """The custom-scalars layout: each metric's train and val curves on one chart (tags are regexes)."""
-    collection = getattr(pl_module, "val_metrics", None)
     # keys() is typed Hashable (a ModuleDict's keys); a collection's keys are its metrics' str names
-    keys = collection.keys(keep_base=True) if isinstance(collection, MetricCollection) else []
+    keys = pl_module.stage_metrics("val").keys(keep_base=True) if isinstance(pl_module, BaseTask) else []
     names = ["loss", *map(str, keys)]
 
     def chart(*tags: str) -> list[Any]:
@@ -263,7 +265,7 @@ def scalars_layout(pl_module: L.LightningModule) -> dict[str, dict[str, list[Any
     return {
         "train vs val": train_vs_val,
         "optimization": {
-            "learning rate": ["Multiline", ["^train/lr"]],
+            "learning rate": ["Multiline", ["^train/lr($|/)"]],
             "gradient norm before clipping": chart("train/grad_norm"),
             "clipping fired (1 = yes)": chart("train/grad_clipped"),
         },
@@ -396,8 +398,22 @@ def tensorboard_writer(trainer: L.Trainer) -> SummaryWriter | None:
 
 
 def logging_step(trainer: L.Trainer) -> int:
-    """The step Lightning gives the metrics logged now, so images and histograms line up with them."""
-    return trainer.fit_loop.epoch_loop._batches_that_stepped
+    """The step Lightning gives the values logged after a training step (in validation, at an epoch's end),
+    so images line up with them: the index of the last optimizer step.
+
+    Lightning's own counter is private; the public ``global_step`` (optimizer steps taken) is one more
+    under automatic optimization with one optimizer. Under manual optimization it counts optimizer
+    steps, not batches, so with accumulation the images sit at earlier steps than the scalars.
+    """
+    return max(trainer.global_step - 1, 0)
+
+
+def _add_summary(writer: SummaryWriter, summary: summary_pb2.Summary) -> None:
+    """Add a ready-made summary to the run: SummaryWriter has no public method for one, so a FileWriter of
+    our own writes it to an event file of its own in the run's folder (TensorBoard reads them all)."""
+    own = FileWriter(writer.log_dir)
+    own.add_summary(summary)
+    own.close()
 
 
 def _synchronize(trainer: L.Trainer) -> None:

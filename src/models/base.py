@@ -134,28 +134,72 @@ class BaseTask(L.LightningModule, ABC):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
+    def epoch_loss(self, stage: Stage) -> MeanMetric:
+        """The stage's sample-weighted mean loss of the epoch (``train/loss``, ``val/loss`` ...)."""
+        loss: MeanMetric = getattr(self, f"{stage}_loss")
+        return loss
+
+    def stage_metrics(self, stage: Stage) -> MetricCollection:
+        """The stage's metrics, prefixed ``<stage>/`` (``val/acc``, ``val/f1`` ...)."""
+        metrics: MetricCollection = getattr(self, f"{stage}_metrics")
+        return metrics
+
     def _shared_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: Stage) -> dict[str, torch.Tensor]:
         """The step's ``loss`` (with its graph) and the detached ``preds``, ``target`` the metrics saw."""
         x, target = batch
         output = self(x)
         loss = self.loss(output, target)
-        # detached: a logged tensor that keeps its graph keeps every activation of the step alive
-        epoch_loss: MeanMetric = getattr(self, f"{stage}_loss")
+        epoch_loss, metrics = self.epoch_loss(stage), self.stage_metrics(stage)
+        # updated on the device every step, with no host sync; detached: a tensor that keeps its graph
+        # keeps every activation of the step alive
         epoch_loss.update(loss.detach(), weight=len(target))
-        self.log(f"{stage}/loss", epoch_loss, on_step=False, on_epoch=True)
-        metrics: MetricCollection = getattr(self, f"{stage}_metrics")
         with torch.no_grad():
             preds, metric_target = self.metric_inputs(output.detach(), target)
             metrics.update(preds, metric_target)
-        self.log_dict(metrics, on_step=False, on_epoch=True)
+        if epoch_loss.update_count == 1:
+            # The first update since the metric was reset: the epoch's first batch (or the first after a
+            # resume). The metric objects are handed to self.log once per epoch, not per step: Lightning
+            # keeps the object, calls its compute() (reduced across processes) when the epoch ends and
+            # resets it, so the epoch value holds every step's update. Each self.log call walks
+            # Lightning's result collection, and six per step cost more than a small net's step itself.
+            self.log(f"{stage}/loss", epoch_loss, on_step=False, on_epoch=True)
+            self.log_dict(metrics, on_step=False, on_epoch=True)
         return {"loss": loss, "preds": preds, "target": metric_target}
+
+    def is_logging_step(self) -> bool:
+        """Whether the Trainer writes this training step's values to the loggers.
+
+        Lightning writes step values every ``log_every_n_steps`` optimizer steps (and on the step that
+        stops the run); values logged on other steps are never written. Under automatic optimization
+        with one optimizer the step about to be taken is ``global_step + 1``.
+        """
+        try:
+            trainer = self.trainer
+        except RuntimeError:  # a step called by hand, outside a Trainer: nothing is written anywhere
+            return False
+        # public and documented, but Lightning assigns it in a connector without declaring it on the class
+        every: int = trainer.log_every_n_steps  # type: ignore[attr-defined]
+        return every > 0 and ((trainer.global_step + 1) % every == 0 or trainer.should_stop)
 
     @override
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self._shared_step(batch, "train")["loss"]
-        # per-step value for the progress bar and TensorBoard; no cross-process sync per step
-        self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
+        if self.is_logging_step():
+            # per-step values only on the steps the loggers receive; the progress bar reads what it shows
+            # from here, so it too costs a read-back only on these steps
+            self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
+            self.log_dict(self._learning_rates(), on_step=True, on_epoch=False)
         return loss
+
+    def _learning_rates(self) -> dict[str, float]:
+        """``train/lr`` for one parameter group; ``train/lr/<group name or pgN>`` for several."""
+        rates = {}
+        for optimizer in self.trainer.optimizers:
+            groups = optimizer.param_groups
+            for index, group in enumerate(groups, start=1):
+                name = "train/lr" if len(groups) == 1 else f"train/lr/{group.get('name', f'pg{index}')}"
+                rates[name] = float(group["lr"])  # a Python number: reading it syncs nothing
+        return rates
 
     @override
     def validation_step(
@@ -176,18 +220,21 @@ class BaseTask(L.LightningModule, ABC):
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str | None = None,
     ) -> None:
-        # runs after backward (and after unscaling under mixed precision), before optimizer.step()
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
-        if grads:
-            norm = torch.nn.utils.get_total_norm(grads)
-            self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
-            if gradient_clip_val:
-                if gradient_clip_algorithm == "value":
-                    largest = torch.stack([g.abs().max() for g in grads]).max()
-                    fired = largest > gradient_clip_val
-                else:
-                    fired = norm > gradient_clip_val
-                self.log("train/grad_clipped", fired.float(), on_step=True, on_epoch=False)
+        # runs after backward (and after unscaling under mixed precision), before optimizer.step();
+        # the norm is computed for the dashboard only on the steps the loggers receive
+        if self.is_logging_step():
+            grads = [p.grad for p in self.parameters() if p.grad is not None]
+            if grads:
+                norm = torch.nn.utils.get_total_norm(grads)
+                values = {"train/grad_norm": norm}
+                if gradient_clip_val:
+                    if gradient_clip_algorithm == "value":
+                        largest = torch.stack([g.abs().max() for g in grads]).max()
+                        fired = largest > gradient_clip_val
+                    else:
+                        fired = norm > gradient_clip_val
+                    values["train/grad_clipped"] = fired.float()
+                self.log_dict(values, on_step=True, on_epoch=False)
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     @override

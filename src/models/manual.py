@@ -106,10 +106,18 @@ class ManualClassifier(Classifier):
         return loss.detach()
 
     @override
+    def is_logging_step(self) -> bool:
+        # Every step: under manual optimization Lightning's logging schedule counts batches while a group
+        # of k micro-batches makes one optimizer step, and Lightning writes the latest value of each tag
+        # on its logging batches, so a gradient norm logged only on some steps would be written stale.
+        # This module is the explicit variant, not the fast default; the extra self.log calls are its cost.
+        return True
+
+    @override
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # Lightning calls this inside optimizer.step(), after the group's last backward and after the
         # precision plugin unscaled the gradients (16-mixed), before the update: where clipping belongs.
-        # The base's hook logs train/grad_norm and train/grad_clipped, then calls self.clip_gradients.
+        # The base's hook logs train/grad_norm and train/grad_clipped on logging steps, then clips.
         self.configure_gradient_clipping(
             optimizer, self.hparams["gradient_clip_val"], self.hparams["gradient_clip_algorithm"]
         )

@@ -1,0 +1,163 @@
+"""What the task logs reaches TensorBoard with the meaning it says, though it is logged sparingly.
+
+Per-step values (``train/loss_step``, ``train/lr``, ``train/grad_norm``, ``train/grad_clipped``) are logged
+only on the steps the Trainer writes, and the epoch metrics are handed to Lightning once per epoch. The
+tests hold each written value against the ground truth a probe records on every step, and the steps
+they are written at against Lightning's own schedule.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pytest
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import TensorBoardLogger
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from torchmetrics.functional.classification import multiclass_accuracy, multiclass_f1_score
+from typing_extensions import override
+
+from src.data import TabularDataModule
+from src.models import BaseTask, Classifier, ManualClassifier
+
+BATCHES, EPOCHS, EVERY, CLIP = 7, 2, 3, 0.5
+
+
+class Probe(Callback):
+    """Every batch: its loss, logits and targets; every optimizer step: the gradient norm before clipping."""
+
+    def __init__(self) -> None:
+        self.logits: dict[int, list[torch.Tensor]] = {}
+        self.targets: dict[int, list[torch.Tensor]] = {}
+        self.norms: list[float] = []
+
+    def losses(self) -> list[tuple[int, float, int]]:
+        """``(epoch, loss, rows)`` per training batch, from the logits and targets the probe kept."""
+        return [
+            (epoch, F.cross_entropy(logits, target).item(), len(target))
+            for epoch in sorted(self.logits)
+            for logits, target in zip(self.logits[epoch], self.targets[epoch], strict=True)
+        ]
+
+    @override
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        assert isinstance(pl_module, BaseTask)
+
+        def keep(module: torch.nn.Module, inputs: Any, output: torch.Tensor) -> None:
+            if module.training:
+                self.logits.setdefault(trainer.current_epoch, []).append(output.detach().clone())
+
+        pl_module.net.register_forward_hook(keep)
+
+    @override
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, idx: int
+    ) -> None:
+        self.targets.setdefault(trainer.current_epoch, []).append(batch[1].clone())
+
+    @override
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
+        self.norms.append(torch.nn.utils.get_total_norm(grads).item())
+
+
+def fit(
+    tmp_path: Path, model: BaseTask, clip: float | None = CLIP, **trainer: Any
+) -> tuple[Probe, EventAccumulator]:
+    data = TabularDataModule(source="spiral", num_samples=600, batch_size=50)
+    probe = Probe()
+    logger = TensorBoardLogger(tmp_path, name="steps", default_hp_metric=False)
+    L.Trainer(
+        max_epochs=EPOCHS,
+        limit_train_batches=BATCHES,
+        limit_val_batches=2,
+        log_every_n_steps=EVERY,
+        gradient_clip_val=clip,
+        logger=logger,
+        callbacks=[probe],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **trainer,
+    ).fit(model, datamodule=data)
+    events = EventAccumulator(logger.log_dir, size_guidance={"scalars": 0}).Reload()
+    return probe, events
+
+
+def scalars(events: EventAccumulator, tag: str) -> dict[int, float]:
+    return {point.step: point.value for point in events.Scalars(tag)}
+
+
+def model(cls: type[BaseTask] = Classifier, **hparams: Any) -> BaseTask:
+    return cls(in_features=2, out_features=3, hidden_sizes=[16], **hparams)
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_step_values_are_written_on_lightnings_logging_steps(tmp_path: Path, accumulate: int) -> None:
+    probe, events = fit(
+        tmp_path,
+        model(optimizer=lambda params: torch.optim.SGD(params, lr=0.05)),
+        accumulate_grad_batches=accumulate,
+    )
+    # optimizer steps per epoch: groups of `accumulate` batches, the last one shorter
+    steps_per_epoch = -(-BATCHES // accumulate)
+    steps = EPOCHS * steps_per_epoch
+    assert len(probe.norms) == steps
+    # Lightning writes step values every EVERY optimizer steps
+    logged = [s for s in range(steps) if (s + 1) % EVERY == 0]
+    # a step's loss is its last micro-batch's (the one that ends the group)
+    last_batch_of_step = [
+        epoch * BATCHES + min((k + 1) * accumulate, BATCHES) - 1
+        for epoch in range(EPOCHS)
+        for k in range(steps_per_epoch)
+    ]
+    loss_step = scalars(events, "train/loss_step")
+    assert sorted(loss_step) == logged
+    for step in logged:
+        assert loss_step[step] == pytest.approx(probe.losses()[last_batch_of_step[step]][1], rel=1e-6)
+    norms, clipped = scalars(events, "train/grad_norm"), scalars(events, "train/grad_clipped")
+    assert sorted(norms) == sorted(clipped) == logged
+    for step in logged:
+        assert norms[step] == pytest.approx(probe.norms[step], rel=1e-5)
+        assert clipped[step] == float(probe.norms[step] > CLIP)
+    assert scalars(events, "train/lr") == {step: pytest.approx(0.05) for step in logged}
+
+
+def test_epoch_metrics_hold_every_step_of_the_epoch(tmp_path: Path) -> None:
+    probe, events = fit(tmp_path, model())
+    loss, acc, f1 = (scalars(events, f"train/{name}") for name in ("loss", "acc", "f1"))
+    assert len(loss) == len(acc) == len(f1) == EPOCHS
+    for epoch, step in enumerate(sorted(loss)):
+        rows = [(value, n) for e, value, n in probe.losses() if e == epoch]
+        mean = sum(value * n for value, n in rows) / sum(n for _, n in rows)  # weighted by rows
+        assert loss[step] == pytest.approx(mean, rel=1e-6)
+        logits, target = torch.cat(probe.logits[epoch]), torch.cat(probe.targets[epoch])
+        assert len(target) == BATCHES * 50
+        assert acc[step] == pytest.approx(multiclass_accuracy(logits, target, 3, average="micro").item())
+        assert f1[step] == pytest.approx(multiclass_f1_score(logits, target, 3, average="macro").item())
+
+
+def test_manual_optimization_logs_on_its_batches(tmp_path: Path) -> None:
+    # under manual optimization Lightning's logging schedule counts batches; with groups of 2 micro-batches
+    # the optimizer steps on every second batch and at the epoch's end
+    task = model(ManualClassifier, accumulate_grad_batches=2, gradient_clip_val=CLIP)
+    probe, events = fit(tmp_path, task, clip=None)  # the task clips itself
+    batches = EPOCHS * BATCHES
+    logged = [b for b in range(batches) if (b + 1) % EVERY == 0]
+    loss_step = scalars(events, "train/loss_step")
+    assert sorted(loss_step) == logged
+    for batch in logged:
+        assert loss_step[batch] == pytest.approx(probe.losses()[batch][1], rel=1e-6)
+    # on each logged batch, the gradient norm of the latest optimizer step (steps end each group of 2)
+    stepping = [
+        e * BATCHES + b for e in range(EPOCHS) for b in range(BATCHES) if (b + 1) % 2 == 0 or b == BATCHES - 1
+    ]
+    norms = scalars(events, "train/grad_norm")
+    assert sorted(norms) == logged
+    for batch in logged:
+        latest = max(i for i, stepped in enumerate(stepping) if stepped <= batch)
+        assert norms[batch] == pytest.approx(probe.norms[latest], rel=1e-5)
