@@ -9,6 +9,8 @@ A checkpoint carries its run's model and data settings and the fitted preprocess
     python -m src.cli predict --ckpt_path CKPT --data.predict_path new.csv --output predictions.csv
 """
 
+import copy
+import functools
 import logging
 import os
 import shutil
@@ -33,6 +35,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from src.callbacks import PredictionWriter
+from src.callbacks.dashboard import environment_text, tensorboard_writer
 from src.checkpoints import load_checkpoint
 from src.cli_errors import Parser, check_config_files, check_log_folder, check_output, user_error
 from src.data import TabularDataModule
@@ -55,18 +58,38 @@ class SaveConfig(SaveConfigCallback):
     #: whether the run's version folder is new (an automatic ``version_N``, or a named one not there yet)
     new_version: bool = False
 
-    @override
-    def on_save_checkpoint(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
-    ) -> None:
-        # plain YAML data (strings, numbers, lists), so torch.load(weights_only=True) still reads it
-        dumped = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
+    @functools.cached_property
+    def config_text(self) -> str:
+        """The run's resolved config as YAML; dumped once, since it does not change while the run lasts
+        (a dump takes about 0.2 s, and checkpoints are saved every epoch)."""
+        return self.parser.dump(self.config, skip_none=False)
+
+    @functools.cached_property
+    def carried(self) -> dict[str, Any]:
+        """What every checkpoint carries of the config: plain YAML data (strings, numbers, lists), so
+        ``torch.load(weights_only=True)`` still reads it."""
+        dumped = yaml.safe_load(self.config_text)
         carried = {key: dumped[key] for key in CARRIED if key in dumped}
         # the logger too, so that evaluations of this checkpoint log under the run's own name
         carried["trainer"] = {"logger": dumped.get("trainer", {}).get("logger")}
         for key in PER_INVOCATION:
             carried.get("data", {}).pop(key, None)
-        checkpoint["config"] = carried
+        return carried
+
+    @override
+    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # Lightning's hook for saving the config elsewhere (global rank 0, once per run): TensorBoard's
+        # Text tab shows the resolved config and the environment beside the run's curves
+        writer = tensorboard_writer(trainer)
+        if writer is not None and stage != "predict":
+            writer.add_text("run/config", f"```yaml\n{self.config_text}\n```")
+            writer.add_text("run/environment", environment_text(trainer))
+
+    @override
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        checkpoint["config"] = copy.deepcopy(self.carried)
 
     @override
     def on_exception(

@@ -1,10 +1,14 @@
 """What TensorBoard shows beside the losses and metrics the task logs itself.
 
-Scalars follow one scheme, ``train/…``, ``val/…``, ``test/…``: the learning rate per parameter group,
-throughput, epoch time, the share of time spent waiting for data and the generalization gap. Once per
-run the dashboard also writes a custom-scalars layout (train and val on one chart), the run's
-hyperparameters for the HParams table, and the resolved config and environment as text; histograms
-and the model graph are optional.
+Scalars follow one scheme, ``train/…``, ``val/…``, ``test/…``. The task logs its losses, metrics,
+learning rates and gradient norm; the dashboard adds throughput, epoch time, the share of time spent
+waiting for data and the generalization gap. Once per run it also writes a custom-scalars layout (train
+and val on one chart) and the run's hyperparameters for the HParams table; histograms and the model
+graph are optional. (The resolved config and the environment, as text, are written by the CLI's
+config saver, ``src.cli.SaveConfig``.)
+
+It reads the task through :class:`src.models.BaseTask`'s methods (``epoch_loss``, ``stage_metrics``,
+``net``); for a LightningModule of another kind the gap and the metric charts are left out.
 
 Every per-step hook here is host bookkeeping (a clock read, an integer add). Values reach the logger once
 per epoch, so the dashboard adds no device sync per step.
@@ -81,7 +85,7 @@ class TrainLearningRateMonitor(LearningRateMonitor):
 
 
 class Dashboard(Callback):
-    """Speed, generalization gap, HParams, layout, config and environment; histograms and graph on request.
+    """Speed, generalization gap, HParams and layout; histograms and graph on request.
 
     Args:
         histogram_every_n_epochs: Write weight and gradient histograms (``weights/<param>``,
@@ -118,8 +122,6 @@ class Dashboard(Callback):
             return
         # fit followed by test in one process shares the run: it is written once
         self._runs_written.add(writer.log_dir)
-        writer.add_text("run/config", f"```yaml\n{_config_text(trainer, pl_module)}\n```")
-        writer.add_text("run/environment", _environment_text(trainer))
         # no experiment summary: TensorBoard then takes the union of all runs' hyperparameters and
         # metrics, so runs of different configs share one HParams table
         _add_summary(
@@ -328,15 +330,7 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> HParams:
     return flat
 
 
-def _config_text(trainer: L.Trainer, pl_module: L.LightningModule) -> str:
-    config = _cli_config(trainer)
-    if config is not None:
-        return config.parser.dump(config.config, skip_none=False)
-    lines = [f"model: {_qualname(pl_module)}", *(f"  {k}: {v}" for k, v in pl_module.hparams.items())]
-    return "\n".join(lines)
-
-
-def _environment_text(trainer: L.Trainer) -> str:
+def environment_text(trainer: L.Trainer) -> str:
     """A Markdown table: versions, git commit, device and precision."""
     device = trainer.strategy.root_device
     rows = {

@@ -1,13 +1,17 @@
-"""Pictures of the validation errors, drawn once per validation epoch for TensorBoard's Images tab."""
+"""Pictures of the validation errors for TensorBoard's Images tab, drawn off the training path."""
 
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.trainer.states import TrainerFn
 from matplotlib.figure import Figure
 from sklearn.metrics import ConfusionMatrixDisplay
+from torch.utils.tensorboard import SummaryWriter
 from torchmetrics.aggregation import CatMetric
 from torchmetrics.classification import MulticlassConfusionMatrix
 from typing_extensions import override
@@ -19,6 +23,19 @@ from src.errors import UserInputError
 DPI = 100
 
 
+@dataclass
+class _Epoch:
+    """What one validation epoch leaves to draw: (K, K) counts, or (N,) predictions and targets."""
+
+    epoch: int
+    step: int
+    counts: torch.Tensor | None = None
+    preds: torch.Tensor | None = None
+    target: torch.Tensor | None = None
+    labels: list[str] | None = None
+    drawn: bool = False
+
+
 class ValidationFigures(Callback):
     """The confusion matrix (classification) or predicted against true values (regression).
 
@@ -26,16 +43,21 @@ class ValidationFigures(Callback):
     ``(B, K)`` scores for classification, ``(B,)`` values in the target's units for regression. The
     counts accumulate on the device; the only host transfer is at the end of the validation epoch.
 
+    Drawn on every n-th validation epoch, and always on the first and on the last one of a fit (also
+    when early stopping or a stop signal ends it). Drawing (matplotlib, PNG encoding) runs on a
+    background thread, one figure at a time, so the next training steps do not wait for it; the fit
+    ends only once every figure is written.
+
     Tags: ``val/confusion_matrix`` (image) and ``val/confusion_counts`` (the same counts as a text table),
     or ``val/predicted_vs_true`` (image).
 
     Args:
-        every_n_epochs: Draw on every n-th validation epoch.
+        every_n_epochs: Draw on every n-th validation epoch (and on the first and the last).
         image_size: Width and height of the images, in pixels.
         max_points: Regression: at most this many validation rows (the first ones) in the scatter plot.
     """
 
-    def __init__(self, every_n_epochs: int = 1, image_size: int = 480, max_points: int = 2000) -> None:
+    def __init__(self, every_n_epochs: int = 5, image_size: int = 480, max_points: int = 2000) -> None:
         for name, value in {"every_n_epochs": every_n_epochs, "image_size": image_size}.items():
             if value < 1:
                 raise UserInputError(f"ValidationFigures {name}={value} must be at least 1.")
@@ -46,11 +68,16 @@ class ValidationFigures(Callback):
         self._preds = CatMetric(nan_strategy="disable")  # "disable": a NaN check would sync per step
         self._target = CatMetric(nan_strategy="disable")
         self._points = 0
-        self._drawing = False
+        self._collecting = False
+        self._latest: _Epoch | None = None
+        self._pending: list[Future[None]] = []
+        self._painter: ThreadPoolExecutor | None = None
 
     @override
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._drawing = not trainer.sanity_checking and trainer.current_epoch % self.every_n_epochs == 0
+        # every epoch is collected (a confusion-matrix update per batch, on the device): the last one
+        # is drawn at the fit's end, and which one is last is known only then
+        self._collecting = not trainer.sanity_checking
         self._points = 0
         for metric in (self._confusion, self._preds, self._target):
             if metric is not None:
@@ -66,7 +93,7 @@ class ValidationFigures(Callback):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        if not self._drawing or not isinstance(outputs, Mapping):
+        if not self._collecting or not isinstance(outputs, Mapping):
             return
         preds, target = outputs["preds"], outputs["target"]
         if preds.ndim == 2:  # (B, K) scores
@@ -82,39 +109,73 @@ class ValidationFigures(Callback):
 
     @override
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not self._drawing:
+        if not self._collecting:
             return
         # compute() runs on every process: it gathers the other processes' counts or values
+        latest = _Epoch(trainer.current_epoch, logging_step(trainer))
         if self._confusion is not None and self._confusion.update_called:
-            counts = self._confusion.compute()  # (K, K): rows true, columns predicted
+            # copies: the thread draws them while the next epoch updates the metric's own tensors
+            latest.counts = self._confusion.compute().cpu().clone()  # (K, K): rows true, columns predicted
+            latest.labels = _label_names(trainer, len(latest.counts))
         elif self._preds.update_called:
-            preds, target = self._preds.compute().cpu(), self._target.compute().cpu()  # (N,) each
-            counts = None
+            latest.preds = self._preds.compute().cpu().clone()
+            latest.target = self._target.compute().cpu().clone()
         else:
             return
+        self._latest = latest
+        # a fit draws every n-th epoch from the first; a validate run draws its one epoch
+        if trainer.state.fn != TrainerFn.FITTING or latest.epoch % self.every_n_epochs == 0:
+            self._draw_later(trainer, latest)
+
+    @override
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # the fit's last validation epoch, whatever ended the fit
+        if self._latest is not None and not self._latest.drawn:
+            self._draw_later(trainer, self._latest)
+
+    @override
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # before Lightning closes the loggers: every figure is written, and a drawing error is raised here
+        pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
+        if self._painter is not None:
+            self._painter.shutdown()
+            self._painter = None
+        self._latest = None
+
+    def _draw_later(self, trainer: L.Trainer, epoch: _Epoch) -> None:
+        epoch.drawn = True
         writer = tensorboard_writer(trainer)
         if writer is None:
             return
-        step = logging_step(trainer)
+        if self._painter is None:
+            self._painter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="validation-figures")
+        self._pending = [f for f in self._pending if not f.done() or f.exception() is not None]
+        self._pending.append(self._painter.submit(self._draw, writer, epoch))
+
+    def _draw(self, writer: SummaryWriter, epoch: _Epoch) -> None:
         figure = self._figure()
         ax = figure.axes[0]
-        if counts is not None:
+        if epoch.counts is not None:
+            labels = epoch.labels or [str(k) for k in range(len(epoch.counts))]
             # scikit-learn's display takes the counts as numpy (torchmetrics' own plot hands matplotlib a
             # tensor, which numpy 2 warns about); it writes each count into its cell
-            labels = _label_names(trainer, len(counts))
-            ConfusionMatrixDisplay(counts.cpu().numpy(), display_labels=labels).plot(
+            ConfusionMatrixDisplay(epoch.counts.numpy(), display_labels=labels).plot(
                 ax=ax, colorbar=False, xticks_rotation="vertical" if len(labels) > 6 else "horizontal"
             )
-            writer.add_text("val/confusion_counts", _markdown_table(counts, labels), step)
+            writer.add_text("val/confusion_counts", _markdown_table(epoch.counts, labels), epoch.step)
             tag = "val/confusion_matrix"
         else:
-            _scatter(ax, target, preds)
+            assert epoch.preds is not None
+            assert epoch.target is not None
+            _scatter(ax, epoch.target, epoch.preds)
             tag = "val/predicted_vs_true"
-        ax.set_title(f"validation, epoch {trainer.current_epoch}")
-        writer.add_figure(tag, figure, step, close=False)
+        ax.set_title(f"validation, epoch {epoch.epoch}")
+        writer.add_figure(tag, figure, epoch.step, close=False)
 
     def _figure(self) -> Figure:
-        # a bare Figure, not pyplot: no global state, no display backend
+        # a bare Figure, not pyplot: no global state, no display backend, safe on a thread of its own
         inches = self.image_size / DPI
         figure = Figure(figsize=(inches, inches), dpi=DPI, layout="constrained")
         figure.add_subplot()

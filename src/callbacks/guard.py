@@ -14,6 +14,9 @@ from src.errors import UserInputError
 class NonFiniteGuard(Callback):
     """Skips an optimizer step whose gradients hold a NaN or an infinity, and stops a run that keeps at it.
 
+    (Precisely: a step whose gradients' global L2 norm is not finite; with finite elements that takes a
+    norm beyond the dtype's range, about 1.8e19 in float32.)
+
     After backward (and after unscaling under mixed precision), before clipping and the update: if any
     gradient is not finite on any process (all processes agree), every gradient is dropped, so the
     optimizer leaves weights and moments as they were, and a per-step scheduler is set back as if that
@@ -45,14 +48,18 @@ class NonFiniteGuard(Callback):
         if not named:
             return
         self._epoch_steps += 1
-        finite = torch.stack([torch.isfinite(grad).all() for _, grad in named]).all()
-        bad = trainer.strategy.reduce((~finite).float(), reduce_op="max")
+        # one fused norm over all gradients instead of a check per tensor: it is NaN or infinite when any
+        # element is (or, with every element finite, when the norm itself exceeds the dtype's range,
+        # a step that clipping would turn into a zero update anyway)
+        norm = torch.nn.utils.get_total_norm([grad for _, grad in named])
+        bad = trainer.strategy.reduce((~torch.isfinite(norm)).float(), reduce_op="max")
         if not bool(bad.item()):
             self.consecutive = 0
             return
         self.skipped += 1
         self.consecutive += 1
         self._epoch_skipped += 1
+        # named only on this rare path, tensor by tensor
         offenders = [name for name, grad in named if not torch.isfinite(grad).all()][:3]
         for param in pl_module.parameters():
             param.grad = None  # an optimizer leaves a parameter without a gradient untouched

@@ -1,0 +1,111 @@
+"""Validation figures: every n-th epoch, the first and the last always, drawn off the training thread."""
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pytest
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import TensorBoardLogger
+from matplotlib.figure import Figure
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from typing_extensions import override
+
+from src.callbacks import ValidationFigures
+from src.data import TabularDataModule
+from src.models import Classifier
+
+BATCHES = 3
+
+
+class StopAfter(Callback):
+    """Ends the fit after the given epoch's validation, as early stopping would."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    @override
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch == self.epoch:
+            trainer.should_stop = True
+
+
+class Threads(ValidationFigures):
+    """Records the thread each figure is drawn on."""
+
+    threads: list[str]
+
+    @override
+    def _figure(self) -> Figure:
+        self.threads.append(threading.current_thread().name)
+        return super()._figure()
+
+
+def fit(
+    tmp_path: Path, epochs: int, every: int, *callbacks: Callback
+) -> tuple[Threads, dict[str, list[int]]]:
+    data = TabularDataModule(source="spiral", num_samples=300, batch_size=50)
+    model = Classifier(in_features=data.in_features, out_features=data.out_features, hidden_sizes=[8])
+    figures = Threads(every_n_epochs=every, image_size=120)
+    figures.threads = []
+    logger = TensorBoardLogger(tmp_path, name="figures", default_hp_metric=False)
+    L.Trainer(
+        max_epochs=epochs,
+        limit_train_batches=BATCHES,
+        logger=logger,
+        callbacks=[figures, *callbacks],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    ).fit(model, datamodule=data)
+    events = EventAccumulator(logger.log_dir, size_guidance={"images": 0, "tensors": 0}).Reload()
+    steps = {
+        "images": [image.step for image in events.Images("val/confusion_matrix")],
+        "texts": [text.step for text in events.Tensors("val/confusion_counts/text_summary")],
+    }
+    return figures, steps
+
+
+@pytest.mark.parametrize(
+    ("epochs", "every", "stop", "drawn"),
+    [
+        (7, 3, None, [0, 3, 6]),  # the last epoch falls on the schedule: drawn once
+        (6, 3, None, [0, 3, 5]),  # the last epoch is drawn though off the schedule
+        (10, 4, 1, [0, 1]),  # stopped early after epoch 1: that one is the last
+        (3, 1, None, [0, 1, 2]),
+    ],
+)
+def test_figures_every_n_epochs_and_the_first_and_the_last(
+    tmp_path: Path, epochs: int, every: int, stop: int | None, drawn: list[int]
+) -> None:
+    callbacks = [StopAfter(stop)] if stop is not None else []
+    figures, steps = fit(tmp_path, epochs, every, *callbacks)
+    # an epoch's images sit at its last optimizer step, as its validation scalars do
+    expected = [(epoch + 1) * BATCHES - 1 for epoch in drawn]
+    assert steps["images"] == steps["texts"] == expected
+    assert len(figures.threads) == len(drawn)
+    assert all(name.startswith("validation-figures") for name in figures.threads)
+    assert threading.current_thread().name not in figures.threads
+
+
+class Broken(ValidationFigures):
+    @override
+    def _figure(self) -> Any:
+        raise RuntimeError("no canvas")
+
+
+def test_a_drawing_error_is_raised_by_the_fit(tmp_path: Path) -> None:
+    data = TabularDataModule(source="spiral", num_samples=300, batch_size=50)
+    model = Classifier(in_features=data.in_features, out_features=data.out_features, hidden_sizes=[8])
+    trainer = L.Trainer(
+        max_epochs=1,
+        limit_train_batches=BATCHES,
+        logger=TensorBoardLogger(tmp_path, name="broken"),
+        callbacks=[Broken()],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    with pytest.raises(RuntimeError, match="no canvas"):
+        trainer.fit(model, datamodule=data)
