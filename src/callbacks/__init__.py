@@ -1,5 +1,6 @@
 """Callbacks for what the Trainer does not ship."""
 
+from src.callbacks.checkpoint import TopKCheckpoint
 from src.callbacks.dashboard import Dashboard, TrainLearningRateMonitor
 from src.callbacks.figures import ValidationFigures
 from src.callbacks.guard import NonFiniteGuard
@@ -12,6 +13,7 @@ __all__ = [
     "PredictionWriter",
     "Preemption",
     "RandomState",
+    "TopKCheckpoint",
     "TrainLearningRateMonitor",
     "ValidationFigures",
 ]
