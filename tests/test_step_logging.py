@@ -20,6 +20,7 @@ from torchmetrics.functional.classification import multiclass_accuracy, multicla
 from typing_extensions import override
 
 from src.data import TabularDataModule
+from src.callbacks import ProgressBar
 from src.models import BaseTask, Classifier, ManualClassifier
 
 BATCHES, EPOCHS, EVERY, CLIP = 7, 2, 3, 0.5
@@ -161,3 +162,36 @@ def test_manual_optimization_logs_on_its_batches(tmp_path: Path) -> None:
     for batch in logged:
         latest = max(i for i, stepped in enumerate(stepping) if stepped <= batch)
         assert norms[batch] == pytest.approx(probe.norms[latest], rel=1e-5)
+
+
+class CountingBar(ProgressBar):
+    """Counts the training refreshes, each of which reads the metrics back."""
+
+    refreshes = 0
+
+    @override
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        if trainer.training:
+            self.refreshes += 1
+        return super().get_metrics(trainer, pl_module)
+
+
+@pytest.mark.parametrize(("refresh_rate", "refreshes"), [(None, 4), (1, BATCHES + 1)])
+def test_the_progress_bar_refreshes_on_logging_steps(refresh_rate: int | None, refreshes: int) -> None:
+    data = TabularDataModule(source="spiral", num_samples=600, batch_size=50)
+    bar = CountingBar(refresh_rate=refresh_rate)
+    trainer = L.Trainer(
+        max_epochs=1,
+        limit_train_batches=BATCHES,
+        limit_val_batches=0,
+        log_every_n_steps=EVERY,
+        logger=False,
+        callbacks=[bar],
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(model(), datamodule=data)
+    # following the logging steps: batches 3 and 6 of 7 (every EVERY), the last one and the epoch's end;
+    # at refresh_rate 1 every batch and the epoch's end
+    assert bar.refreshes == refreshes
+    assert "train/loss_step" in trainer.progress_bar_metrics

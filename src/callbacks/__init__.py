@@ -5,6 +5,7 @@ from src.callbacks.dashboard import Dashboard, TrainLearningRateMonitor
 from src.callbacks.figures import ValidationFigures
 from src.callbacks.guard import NonFiniteGuard
 from src.callbacks.predictions import PredictionWriter
+from src.callbacks.progress import ProgressBar
 from src.callbacks.resume import Preemption, RandomState
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "NonFiniteGuard",
     "PredictionWriter",
     "Preemption",
+    "ProgressBar",
     "RandomState",
     "TopKCheckpoint",
     "TrainLearningRateMonitor",
