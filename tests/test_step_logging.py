@@ -19,8 +19,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torchmetrics.functional.classification import multiclass_accuracy, multiclass_f1_score
 from typing_extensions import override
 
-from src.data import TabularDataModule
 from src.callbacks import ProgressBar
+from src.data import TabularDataModule
 from src.models import BaseTask, Classifier, ManualClassifier
 
 BATCHES, EPOCHS, EVERY, CLIP = 7, 2, 3, 0.5
