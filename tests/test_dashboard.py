@@ -69,17 +69,10 @@ def read_events(log_dir: Path) -> EventAccumulator:
 
 
 def config_with_dashboard(tmp: Path, config: str, **dashboard: object) -> Path:
-    """The shipped config with its full callbacks list, where the Dashboard gets the given init_args."""
-    shipped = yaml.safe_load((CONFIGS / config).read_text())
-    callbacks = (
-        shipped["trainer"].get("callbacks")
-        or yaml.safe_load((CONFIGS / "defaults.yaml").read_text())["trainer"]["callbacks"]
-    )
-    for callback in callbacks:
-        if callback["class_path"] == "src.callbacks.Dashboard":
-            callback["init_args"] = {**callback.get("init_args", {}), **dashboard}
+    """A fragment to stack on ``config`` that gives the Dashboard the given init_args; every other
+    setting and callback stays as shipped (a callback's section merges into defaults.yaml's)."""
     path = tmp / f"dashboard-{config}"
-    path.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}}))
+    path.write_text(yaml.safe_dump({"dashboard": {"init_args": dashboard}}))
     return path
 
 
@@ -413,17 +406,23 @@ def test_histograms_and_graph_when_asked_for(runs: dict[str, Run]) -> None:
 # -- configuration --------------------------------------------------------------------------------------
 
 
-def test_shipped_callback_lists_agree() -> None:
-    """A callbacks list replaces the defaults' whole: every config that has one carries the dashboard."""
-    lists = {
-        path.name: [c["class_path"] for c in config["trainer"]["callbacks"]]
-        for path in CONFIGS.rglob("*.yaml")
-        if (config := yaml.safe_load(path.read_text())) and "callbacks" in config.get("trainer", {})
+def test_every_shipped_config_keeps_the_dashboard() -> None:
+    """The dashboard and the figures are sections of defaults.yaml; no shipped config switches them off or
+    swaps their class, but bare.yaml, whose point is a Trainer without the shipped callbacks."""
+    shipped = {
+        "dashboard": "src.callbacks.Dashboard",
+        "validation_figures": "src.callbacks.ValidationFigures",
     }
-    assert "defaults.yaml" in lists
-    for name, class_paths in lists.items():
-        assert class_paths == lists["defaults.yaml"], name
-    assert {"src.callbacks.Dashboard", "src.callbacks.ValidationFigures"} <= set(lists["defaults.yaml"])
+    defaults = yaml.safe_load((CONFIGS / "defaults.yaml").read_text())
+    assert {section: defaults[section]["class_path"] for section in shipped} == shipped
+    for path in CONFIGS.rglob("*.yaml"):
+        config = yaml.safe_load(path.read_text()) or {}
+        for section, class_path in shipped.items():
+            if path.name == "bare.yaml":
+                assert config[section] is None
+            elif section in config:
+                assert config[section] is not None, f"{path.name} switches off {section}"
+                assert config[section].get("class_path", class_path) == class_path, path.name
 
 
 @pytest.mark.parametrize(
