@@ -13,7 +13,7 @@ import yaml
 
 from src.cli import CALLBACK_SECTIONS, DEFAULTS, main
 from src.models import Classifier, Regressor
-from tests.conftest import CONFIGS, QUIET, ROOT
+from tests.conftest import BARE, CONFIGS, QUIET, ROOT
 
 EXPERIMENTS = sorted(p for p in CONFIGS.glob("*.yaml") if p.name != "defaults.yaml")
 FRAGMENTS = sorted((CONFIGS / "trainer").glob("*.yaml"))
@@ -199,6 +199,14 @@ def test_own_callbacks_come_after_the_shipped_ones(workdir: Path) -> None:
     assert callback_types("--trainer.callbacks+=src.doctor.Doctor") == doctor
     (workdir / "own.yaml").write_text("trainer:\n  callbacks:\n    - class_path: src.doctor.Doctor\n")
     assert callback_types("--config", "own.yaml") == doctor  # a list of one's own replaces no shipped one
+
+
+def test_bare_leaves_no_shipped_callback(workdir: Path) -> None:
+    bare = yaml.safe_load((CONFIGS / "trainer" / "bare.yaml").read_text())
+    assert bare == {section: None for section, *_ in CALLBACK_SECTIONS}
+    # Lightning's own default ModelCheckpoint stands in while trainer.enable_checkpointing is left on
+    assert callback_types(*BARE) == ["SaveConfig", "ModelCheckpoint"]
+    assert callback_types(*BARE, "--trainer.enable_checkpointing=false") == ["SaveConfig"]
 
 
 def test_enable_checkpointing_false_leaves_out_the_checkpoint_sections(cli, workdir: Path) -> None:
