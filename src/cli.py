@@ -27,14 +27,27 @@ from typing import Any
 
 import lightning as L
 import yaml
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import (
+    BasePredictionWriter,
+    Callback,
+    EarlyStopping,
+    ModelCheckpoint,
+)
+from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
-from src.callbacks import PredictionWriter
+from src.callbacks import (
+    Dashboard,
+    NonFiniteGuard,
+    PredictionWriter,
+    Preemption,
+    RandomState,
+    ValidationFigures,
+)
 from src.callbacks.dashboard import environment_text, tensorboard_writer
 from src.checkpoints import load_checkpoint
 from src.cli_errors import Parser, check_config_files, check_log_folder, check_output, user_error
@@ -48,6 +61,24 @@ SUBCOMMANDS = ("fit", "validate", "test", "predict")
 CARRIED = ("seed_everything", "model", "data")
 #: data settings that belong to one invocation, not to the run that made the checkpoint
 PER_INVOCATION = ("predict_path", "preprocessing_from")
+#: the shipped callbacks, one top-level config section each (settings in configs/defaults.yaml), in the
+#: order the Trainer gets them: (section, the class it accepts, itself or a subclass; what it is for).
+#: A later config changes one setting (``early_stopping: {init_args: {patience: 5}}``) without repeating
+#: the others, and ``null`` switches a section off; ``trainer.callbacks`` holds the user's own. Every
+#: subcommand has them, so that a config fit reads is one validate/test/predict read too: checkpoints and
+#: early stopping act only while fitting, and the prediction writer only in predict.
+CALLBACK_SECTIONS: tuple[tuple[str, type[Callback], str], ...] = (
+    ("best_checkpoint", ModelCheckpoint, "Keeps the best checkpoints by val/loss."),
+    ("last_checkpoint", ModelCheckpoint, "Rewrites last.ckpt at every epoch's end, for resuming."),
+    ("early_stopping", EarlyStopping, "Stops training when val/loss stops improving."),
+    ("dashboard", Dashboard, "TensorBoard's speed, generalization gap, HParams and layout."),
+    ("validation_figures", ValidationFigures, "Confusion matrix or predicted vs true per validation."),
+    ("prediction_writer", BasePredictionWriter, "Writes predict's CSV file."),
+    ("random_state", RandomState, "Keeps the random generators' states in checkpoints, for resuming."),
+    ("preemption", Preemption, "On SIGTERM, saves last.ckpt at the end of the step and stops."),
+    ("nonfinite_guard", NonFiniteGuard, "Skips steps with non-finite gradients; stops after too many."),
+    ("progress_bar", LightningProgressBar, "The progress bar, refreshed on the logging steps."),
+)
 
 
 class SaveConfig(SaveConfigCallback):
@@ -120,6 +151,13 @@ class CLI(LightningCLI):
         # shapes known only to the data reach the model here; nobody types them twice
         parser.link_arguments("data.in_features", "model.init_args.in_features", apply_on="instantiate")
         parser.link_arguments("data.out_features", "model.init_args.out_features", apply_on="instantiate")
+        for section, base, purpose in CALLBACK_SECTIONS:
+            # add_lightning_class_args(subclass_mode=True, required=False) but for two things: a help line
+            # of our own, and no entry in LightningCLI's callback keys, which would hand the Trainer a None
+            # for a section set to null; instantiate_trainer gives it the sections that are on instead
+            parser.add_subclass_arguments(
+                base, section, required=False, fail_untyped=False, help=f"{purpose} null: off."
+            )
         parser.add_argument(
             "--test_after_fit",
             type=bool,
@@ -154,6 +192,26 @@ class CLI(LightningCLI):
         logger = trainer.get("logger")
         if isinstance(logger, dict | type(config)) and logger.get("init_args"):
             check_log_folder(logger["init_args"].get("save_dir"))
+
+    @override
+    def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
+        """The Trainer with the shipped callbacks of the sections that are on, then ``trainer.callbacks``.
+
+        ``trainer.enable_checkpointing=false`` leaves out the sections that are ModelCheckpoints, and
+        ``trainer.enable_progress_bar=false`` the progress bar, so that each means what it says instead of
+        clashing with them (one given in ``trainer.callbacks`` still clashes: the user asked for both).
+        """
+        config = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        trainer = config.get("trainer") or {}
+        shipped = [config[section] for section, *_ in CALLBACK_SECTIONS if config.get(section) is not None]
+        if trainer.get("enable_checkpointing") is False:
+            shipped = [c for c in shipped if not isinstance(c, ModelCheckpoint)]
+        if trainer.get("enable_progress_bar") is False:
+            shipped = [c for c in shipped if not isinstance(c, LightningProgressBar)]
+        own = trainer.get("callbacks") or []  # a list, or one callback: the Trainer takes either
+        return super().instantiate_trainer(
+            **{"callbacks": [*shipped, *(own if isinstance(own, list) else [own])], **kwargs}
+        )
 
     @override
     def after_instantiate_classes(self) -> None:

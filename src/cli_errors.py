@@ -52,7 +52,12 @@ def summarize(message: str) -> str:
         why = (telling or reasons or ["not accepted"])[0].split(". Got value")[0]
         why = re.sub(r"Expected a <class '(\w+)'>", r"expected \1", why)
     where = ".".join(dict.fromkeys(k for k in keys if k))  # outer key, then the nested one, once each
-    value = f" {given.group(1).strip()!r}" if given and not given.group(1).startswith("NestedArg") else ""
+    # a value jsonargparse assembled itself (a nested key, a class with all its arguments) says nothing
+    value = (
+        f" {given.group(1).strip()!r}"
+        if given and not given.group(1).startswith(("NestedArg", "Namespace("))
+        else ""
+    )
     return f"{where}:{value} is not accepted ({why.rstrip('.')})"
 
 

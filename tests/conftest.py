@@ -35,6 +35,9 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
+#: every shipped callback's section switched off (configs/trainer/bare.yaml): for tests of the loop itself,
+#: where checkpoints, figures and dashboards play no part and only cost time
+BARE = ["--config", str(CONFIGS / "trainer" / "bare.yaml")]
 
 
 @pytest.fixture

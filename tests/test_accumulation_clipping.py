@@ -8,12 +8,12 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from src.cli import CLI, main
-from tests.conftest import CONFIGS, QUIET
+from tests.conftest import BARE, CONFIGS, QUIET
 
 TRAINER = CONFIGS / "trainer"
 # spiral's net: Linear/tanh only, no dropout or BatchNorm, so the loss of a batch is a plain mean
 # the callbacks of defaults.yaml (figures, dashboards) play no part here and only cost time
-SPIRAL = ["--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=600", "--trainer.callbacks=[]"]
+SPIRAL = ["--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=600", *BARE]
 
 
 def build(*args: str) -> CLI:

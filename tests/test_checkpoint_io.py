@@ -14,7 +14,7 @@ import torch
 from src.checkpoint_io import TEMPORARY, AtomicCheckpointIO, remove_leftovers
 from src.checkpoints import load_checkpoint
 from src.cli import main
-from tests.conftest import CONFIGS, QUIET, ROOT
+from tests.conftest import BARE, CONFIGS, QUIET, ROOT
 
 
 def checkpoint(value: float) -> dict:
@@ -81,7 +81,7 @@ def test_killed_during_saves_twenty_times_every_checkpoint_reads_and_the_run_res
     words = [
         sys.executable, "-m", "src.cli", "fit", "--config", str(CONFIGS / "spiral.yaml"),
         "--data.num_samples=20000", "--model.init_args.hidden_sizes=[512, 512]", "--trainer.max_epochs=1000",
-        "--trainer.logger.init_args.version=killed", "--trainer.callbacks=[]",
+        "--trainer.logger.init_args.version=killed", *BARE,
         "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
         "--trainer.callbacks.filename=last", "--trainer.callbacks.every_n_train_steps=1",
         "--trainer.callbacks.enable_version_counter=false", *QUIET,

@@ -10,7 +10,7 @@ import yaml
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from src.cli import CLI, main
+from src.cli import CALLBACK_SECTIONS, CLI, main
 from tests.conftest import CONFIGS, QUIET, plant_val_loss
 
 TRAINER = CONFIGS / "trainer"
@@ -127,16 +127,24 @@ def test_fit_ckpt_path_last_resumes_optimizer_and_scheduler_state(workdir: Path)
     assert states[1]["end"]["step"] == 10  # and it went on training
 
 
-def test_checkpoints_fragment_changes_only_what_it_says() -> None:
-    """A callbacks list replaces the defaults' list whole: the fragment must carry every other callback."""
-    defaults = yaml.safe_load((CONFIGS / "defaults.yaml").read_text())["trainer"]["callbacks"]
-    fragment = yaml.safe_load((TRAINER / "checkpoints.yaml").read_text())["trainer"]["callbacks"]
-    best, latest, stopper, *others = fragment
-    assert best == {**defaults[0], "init_args": {**defaults[0]["init_args"], "save_top_k": 3}}
-    assert latest == defaults[1]  # last.ckpt, rewritten every epoch, as in the defaults
-    assert "monitor" not in latest["init_args"]
-    assert stopper == {
-        **defaults[2],
-        "init_args": {**defaults[2]["init_args"], "patience": 5, "min_delta": 0.0},
-    }
-    assert others == defaults[3:]
+def test_checkpoints_fragment_changes_its_settings_and_keeps_every_other_callback(workdir: Path) -> None:
+    """The fragment names only what it changes; every callback and every other setting stays as in
+    defaults.yaml, which a fragment no longer repeats."""
+    assert "class_path" not in (TRAINER / "checkpoints.yaml").read_text()
+    defaults = yaml.safe_load((CONFIGS / "defaults.yaml").read_text())
+    plain, stacked = build(), build("--config", str(TRAINER / "checkpoints.yaml"))
+    changed = {"best_checkpoint": {"save_top_k": 3}, "early_stopping": {"patience": 5}}
+    for section, *_ in CALLBACK_SECTIONS:
+        shipped = defaults[section]
+        assert plain.config[section].class_path == shipped["class_path"], section
+        for name, value in shipped.get("init_args", {}).items():
+            assert plain.config[section].init_args[name] == value, f"{section}.{name}"
+        expected = plain.config[section].clone()
+        for name, value in changed.get(section, {}).items():
+            assert expected.init_args[name] != value, f"{section}.{name} is changed by the fragment"
+            expected.init_args[name] = value
+        assert stacked.config[section] == expected, section
+    assert [type(c) for c in stacked.trainer.callbacks] == [type(c) for c in plain.trainer.callbacks]
+    assert stacked.trainer.checkpoint_callback.save_top_k == 3  # the best-k one
+    assert stacked.trainer.early_stopping_callback.patience == 5
+    assert stacked.trainer.checkpoint_callbacks[1].filename == "last"  # last.ckpt, as in the defaults

@@ -11,9 +11,10 @@ import pytest
 import torch
 import yaml
 
-from src.cli import main
+from src.callbacks import ProgressBar
+from src.cli import CALLBACK_SECTIONS, DEFAULTS, main
 from src.models import Classifier, Regressor
-from tests.conftest import CONFIGS, ROOT
+from tests.conftest import BARE, CONFIGS, QUIET, ROOT
 
 EXPERIMENTS = sorted(p for p in CONFIGS.glob("*.yaml") if p.name != "defaults.yaml")
 FRAGMENTS = sorted((CONFIGS / "trainer").glob("*.yaml"))
@@ -148,6 +149,85 @@ def test_later_config_wins(cli, workdir: Path) -> None:
     run = main(["--config", str(CONFIGS / "digits.yaml"), "--config", "override.yaml"], run=False)
     assert run.datamodule.hparams.batch_size == 17
     assert run.model.hparams.dropout == 0.4
+
+
+SMALL = ["--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300"]
+
+
+def callback_types(*words: str) -> list[str]:
+    """The classes of the built Trainer's callbacks, in order, without those Lightning adds itself."""
+    run = main([*SMALL, *words, *QUIET], run=False)
+    own = [c for c in run.trainer.callbacks if type(c).__module__.startswith(("src.", "lightning"))]
+    return [type(c).__name__ for c in own if type(c).__name__ not in ("ModelSummary", "TQDMProgressBar")]
+
+
+SHIPPED = [
+    "EarlyStopping",
+    "Dashboard",
+    "ValidationFigures",
+    "PredictionWriter",
+    "RandomState",
+    "Preemption",
+    "NonFiniteGuard",
+    "SaveConfig",
+    "TopKCheckpoint",
+    "ModelCheckpoint",
+]  # fmt: skip  (Lightning moves the checkpoint callbacks last, in their order: the best, then last.ckpt;
+#   the progress bar section is left out by QUIET's enable_progress_bar=false)
+
+
+def test_defaults_give_each_shipped_callback_a_section_of_its_own(workdir: Path) -> None:
+    defaults = yaml.safe_load(DEFAULTS.read_text())
+    assert [key for key in defaults if key not in ("seed_everything", "trainer")] == [
+        section for section, *_ in CALLBACK_SECTIONS
+    ]
+    assert defaults["trainer"]["callbacks"] == []  # the user's own
+    assert callback_types() == SHIPPED
+
+
+def test_a_callback_section_changes_one_setting_or_switches_it_off(workdir: Path) -> None:
+    run = main([*SMALL, "--early_stopping.patience=3", *QUIET], run=False)
+    assert run.trainer.early_stopping_callback.patience == 3
+    assert run.trainer.early_stopping_callback.monitor == "val/loss"  # the rest as in defaults.yaml
+    (workdir / "off.yaml").write_text("early_stopping: null\nvalidation_figures: null\n")
+    expected = [name for name in SHIPPED if name not in ("EarlyStopping", "ValidationFigures")]
+    assert callback_types("--config", "off.yaml") == expected
+    assert callback_types("--early_stopping=null", "--validation_figures=null") == expected
+
+
+def test_own_callbacks_come_after_the_shipped_ones(workdir: Path) -> None:
+    doctor = [*SHIPPED[:7], "Doctor", *SHIPPED[7:]]  # before the CLI's config saver
+    assert callback_types("--trainer.callbacks+=src.doctor.Doctor") == doctor
+    (workdir / "own.yaml").write_text("trainer:\n  callbacks:\n    - class_path: src.doctor.Doctor\n")
+    assert callback_types("--config", "own.yaml") == doctor  # a list of one's own replaces no shipped one
+
+
+def test_bare_leaves_no_shipped_callback(workdir: Path) -> None:
+    bare = yaml.safe_load((CONFIGS / "trainer" / "bare.yaml").read_text())
+    assert bare == {section: None for section, *_ in CALLBACK_SECTIONS}
+    # Lightning's own default ModelCheckpoint stands in while trainer.enable_checkpointing is left on
+    assert callback_types(*BARE) == ["SaveConfig", "ModelCheckpoint"]
+    assert callback_types(*BARE, "--trainer.enable_checkpointing=false") == ["SaveConfig"]
+
+
+def test_enable_checkpointing_false_leaves_out_the_checkpoint_sections(cli, workdir: Path) -> None:
+    """Lightning refuses a ModelCheckpoint beside enable_checkpointing=false; the shipped ones step aside."""
+    run = cli("fit", *SMALL, *TINY, "--trainer.enable_checkpointing=false")
+    assert run.trainer.state.finished
+    assert run.trainer.checkpoint_callbacks == []
+    assert not list(workdir.rglob("*.ckpt"))
+    names = [type(c).__name__ for c in run.trainer.callbacks]
+    kept = [n for n in SHIPPED if n not in ("TopKCheckpoint", "ModelCheckpoint")]
+    assert kept == [n for n in names if n in SHIPPED]
+
+
+def test_the_progress_bar_section_unless_the_bar_is_off(workdir: Path) -> None:
+    run = main([*SMALL, "--trainer.enable_model_summary=false"], run=False)
+    assert type(run.trainer.progress_bar_callback) is ProgressBar
+    plain = main([*SMALL, "--trainer.enable_model_summary=false", "--progress_bar=null"], run=False)
+    assert type(plain.trainer.progress_bar_callback).__name__ == "TQDMProgressBar"  # Lightning's own
+    quiet = main([*SMALL, *QUIET], run=False)
+    assert quiet.trainer.progress_bar_callback is None
 
 
 def test_shapes_are_linked_from_the_data(cli) -> None:

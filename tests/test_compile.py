@@ -8,13 +8,13 @@ from torch._dynamo.utils import counters
 
 from src.cli import CLI, main
 from src.models import Classifier
-from tests.conftest import CONFIGS, QUIET
+from tests.conftest import BARE, CONFIGS, QUIET
 
 TRAINER = CONFIGS / "trainer"
 SPIRAL = [
     "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", "--data.batch_size=32",
     "--trainer.max_epochs=2", "--trainer.limit_train_batches=5", "--trainer.limit_val_batches=0",
-    "--trainer.callbacks=[]", "--trainer.logger=false", "--trainer.enable_checkpointing=false",
+    *BARE, "--trainer.logger=false", "--trainer.enable_checkpointing=false",
 ]  # fmt: skip
 
 

@@ -9,14 +9,14 @@ import yaml
 from src.cv import cross_validate, mean_std, repeat
 from src.data import TabularDataModule
 from src.errors import UserInputError
-from tests.conftest import CONFIGS, QUIET
+from tests.conftest import BARE, CONFIGS, QUIET
 
 TINY = [
     "--config",
     str(CONFIGS / "spiral.yaml"),
     "--data.num_samples=300",
     "--trainer.max_epochs=2",
-    "--trainer.callbacks=[]",
+    *BARE,
     *QUIET,
 ]
 

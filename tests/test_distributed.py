@@ -22,7 +22,7 @@ from typing_extensions import override
 from src.callbacks import RandomState
 from src.cli import CLI, main
 from src.data.datamodule import TabularDataModule, keep_batch
-from tests.conftest import CONFIGS, QUIET, ROOT
+from tests.conftest import BARE, CONFIGS, QUIET, ROOT
 
 TRAINER = CONFIGS / "trainer"
 SEED = 42  # defaults.yaml's seed_everything; Lightning's DistributedSampler is seeded with it
@@ -31,7 +31,7 @@ SPIRAL = [
     "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", "--trainer.max_epochs=2",
     "--model.init_args.optimizer=torch.optim.SGD", "--model.init_args.optimizer.init_args.lr=0.1",
     "--model.init_args.optimizer.init_args.weight_decay=0", "--trainer.num_sanity_val_steps=0",
-    "--trainer.callbacks=[]", "--trainer.logger=false", "--trainer.enable_checkpointing=false",
+    *BARE, "--trainer.logger=false", "--trainer.enable_checkpointing=false",
 ]  # fmt: skip
 
 
@@ -155,7 +155,7 @@ def test_two_nodes_with_torchrun_on_localhost(tmp_path: Path) -> None:
             "--config", str(CONFIGS / "spiral.yaml"), "--config", str(TRAINER / "ddp.yaml"),
             "--trainer.devices=1", "--trainer.num_nodes=2",
             "--data.num_samples=300", f"--data.batch_size={B}", "--trainer.max_epochs=1",
-            "--trainer.callbacks=[]", *QUIET,
+            *BARE, *QUIET,
         ]  # fmt: skip
         log = (folder / "output.txt").open("w")
         launches.append(
@@ -183,7 +183,7 @@ def test_fsdp2_shards_checkpoints_resumes_and_consolidates(tmp_path: Path, cli, 
     """FSDP2 through ModelParallelStrategy in 2 processes, then the checkpoint in 1 process."""
     words = [
         "--config", str(CONFIGS / "spiral.yaml"), "--config", str(TRAINER / "fsdp.yaml"),
-        "--data.num_samples=300", "--data.batch_size=32", "--trainer.callbacks=[]", *QUIET,
+        "--data.num_samples=300", "--data.batch_size=32", *BARE, *QUIET,
     ]  # fmt: skip
     command = [
         str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node=2",
@@ -230,7 +230,7 @@ def test_fsdp2_shards_checkpoints_resumes_and_consolidates(tmp_path: Path, cli, 
     # and loads in one process, without any strategy, for test and predict (the callbacks as in the
     # sharded run, whose checkpoint carries their state)
     base = [
-        "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", "--trainer.callbacks=[]",
+        "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", *BARE,
         "--ckpt_path", str(single),
     ]  # fmt: skip
     tested = cli("test", *base)

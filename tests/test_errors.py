@@ -180,6 +180,13 @@ def test_unknown_key_inside_a_config_file(cli, capsys, workdir: Path) -> None:
     assert "hiden_sizes" in capsys.readouterr().err
 
 
+def test_unknown_key_in_a_callback_section_of_a_config_file(cli, capsys, workdir: Path) -> None:
+    (workdir / "typo.yaml").write_text("early_stopping:\n  init_args:\n    patiense: 5\n")
+    line = fails(cli, capsys, "--config", "spiral.yaml", "--config", "typo.yaml")
+    assert "early_stopping" in line
+    assert "'patiense' is not accepted" in line
+
+
 SPIRAL = ["--config", "spiral.yaml", "--data.num_samples=300"]
 SCHEDULER = "--model.init_args.scheduler.init_args"
 
@@ -197,6 +204,12 @@ SCHEDULER = "--model.init_args.scheduler.init_args"
         (["--trainer.precision=bf17"], "trainer.precision: 'bf17' is not accepted (expected one of"),
         (["--model.init_args.optimizer=torch.optim.Adamm"], "module 'torch.optim' has no attribute 'Adamm'"),
         (["--data.batch_sise=3"], "unrecognized arguments: --data.batch_sise=3"),
+        (["--early_stopping.patiense=5"], "early_stopping: is not accepted (Option 'patiense' is not"),
+        (["--early_stoping.patience=5"], "unrecognized arguments: --early_stoping.patience=5"),
+        (
+            ["--early_stopping=null", "--early_stopping.patience=5"],  # switched off, then half set up
+            "early_stopping: is not accepted (the following arguments are required: monitor)",
+        ),
         (["--trainer.logger.init_args.save_dir=/proc/runs"], "save_dir='/proc/runs' is not writable"),
         (
             ["--config", "trainer/warmup_cosine.yaml", f"{SCHEDULER}.warmup_steps=9999"],
@@ -204,7 +217,8 @@ SCHEDULER = "--model.init_args.scheduler.init_args"
         ),
     ],
     ids=["negative-lr", "negative-epochs", "zero-epochs", "negative-width", "negative-workers", "gpu-on-cpu",
-         "batch-size-text", "precision-typo", "optimizer-typo", "unknown-key", "unwritable-log-folder",
+         "batch-size-text", "precision-typo", "optimizer-typo", "unknown-key", "callback-key-typo",
+         "callback-section-typo", "callback-without-class", "unwritable-log-folder",
          "warmup-longer-than-the-run"],
 )  # fmt: skip
 def test_mistaken_settings_are_one_sentence(cli, capsys, args, sentence, nothing_written) -> None:

@@ -287,10 +287,11 @@ def test_best_checkpoint_test_catches_testing_the_last_weights(
 def test_checkpoint_tests_catch_a_last_ckpt_written_only_beside_a_best_one(
     workdir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The trap checkpoints.yaml warns of: ``save_last`` on the best-k callback, no callback of its own."""
+    """The trap defaults.yaml warns of: ``save_last`` on the best-k callback, no callback of its own."""
     fragment = checkpointing.TRAINER / "checkpoints.yaml"
-    text = replace_once(fragment.read_text(), "save_last: false", "save_last: true", where=fragment.name)
-    text = replace_once(text, "filename: last", "filename: newest", where=fragment.name)
+    saves_last = "    save_top_k: 3\n    save_last: true\n"
+    text = replace_once(fragment.read_text(), "    save_top_k: 3\n", saves_last, where=fragment.name)
+    text += "last_checkpoint:\n  init_args:\n    filename: newest\n"  # no longer last.ckpt
     (tmp_path / "mutant").mkdir()
     (tmp_path / "mutant" / fragment.name).write_text(text)
     monkeypatch.setattr(checkpointing, "TRAINER", tmp_path / "mutant")

@@ -7,12 +7,12 @@ import torch
 from lightning.pytorch.plugins import MixedPrecision
 
 from src.cli import CLI, main
-from tests.conftest import CONFIGS, QUIET
+from tests.conftest import BARE, CONFIGS, QUIET
 
 TRAINER = CONFIGS / "trainer"
 SPIRAL = [
     "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", "--trainer.max_epochs=1",
-    "--trainer.callbacks=[]",  # only the dtypes matter here
+    *BARE,  # only the dtypes matter here
 ]  # fmt: skip
 # Lightning says so when it turns fp16 into bf16 on CPU; the test asserts the swap itself
 CPU_FP16 = "ignore:You passed `Trainer\\(accelerator='cpu', precision='16-mixed'\\)`:UserWarning"
@@ -75,7 +75,7 @@ def test_bf16_mixed_learns_as_well_as_fp32(workdir: Path) -> None:
             "--config", str(CONFIGS / "digits.yaml"), "--config", str(TRAINER / fragment),
             "--trainer.max_epochs=3", "--model.init_args.scheduler=null",
             "--model.init_args.hidden_sizes=[64]", "--model.init_args.optimizer.init_args.lr=0.005",
-            "--trainer.callbacks=[]", "--trainer.logger=false", "--trainer.enable_checkpointing=false",
+            *BARE, "--trainer.logger=false", "--trainer.enable_checkpointing=false",
         )  # fmt: skip
         run.trainer.fit(run.model, datamodule=run.datamodule)
         accuracy[fragment] = run.trainer.callback_metrics["val/acc"].item()

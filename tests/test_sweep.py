@@ -26,7 +26,7 @@ from src.sweep import (
     run_sweep,
     suggest,
 )
-from tests.conftest import CONFIGS, QUIET, ROOT
+from tests.conftest import BARE, CONFIGS, QUIET, ROOT
 from tests.test_dashboard import Run, read_events, session_hparams
 
 LR = "model.init_args.optimizer.init_args.lr"
@@ -38,7 +38,7 @@ TINY = [
     "--data.num_samples=300",
     "--data.batch_size=32",
     "--trainer.max_epochs=4",
-    "--trainer.callbacks=[]",
+    *BARE,
     *QUIET,
 ]
 
@@ -62,7 +62,7 @@ def space(**changes: object) -> Space:
 def test_a_sweep_finds_a_better_config_than_a_bad_start(workdir: Path, capsys) -> None:
     bad_start = [*TINY, f"--{LR}=1e-5"]  # learns next to nothing in 4 epochs
     baseline = run_metrics(main(["fit", *bad_start]))["val/acc"]
-    words = [*bad_start, "--trainer.callbacks=[{class_path: src.callbacks.Dashboard}]"]
+    words = [*bad_start, "--dashboard=src.callbacks.Dashboard"]  # the HParams rows below
     study = run_sweep(words, space(), trials=4, name="better")
 
     assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 4

@@ -1,7 +1,7 @@
 """Callbacks for what the Trainer does not ship."""
 
 from src.callbacks.checkpoint import TopKCheckpoint
-from src.callbacks.dashboard import Dashboard, TrainLearningRateMonitor
+from src.callbacks.dashboard import Dashboard
 from src.callbacks.figures import ValidationFigures
 from src.callbacks.guard import NonFiniteGuard
 from src.callbacks.predictions import PredictionWriter
@@ -16,6 +16,5 @@ __all__ = [
     "ProgressBar",
     "RandomState",
     "TopKCheckpoint",
-    "TrainLearningRateMonitor",
     "ValidationFigures",
 ]

@@ -23,7 +23,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback, LearningRateMonitor
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.trainer.states import TrainerFn
@@ -52,36 +52,6 @@ TRAINER_HPARAMS = (
 PACKAGES = ("torch", "lightning", "torchmetrics", "tensorboard", "numpy", "scikit-learn", "jsonargparse")
 
 HParams = dict[str, bool | int | float | str]
-
-
-class TrainLearningRateMonitor(LearningRateMonitor):
-    """Lightning's ``LearningRateMonitor`` with its tags under ``train/``.
-
-    Tags: ``train/lr-<Optimizer>`` for one parameter group; ``train/lr-<Optimizer>/pg1``, ``/pg2`` … (or
-    the group's ``name``) for several; a scheduler config's ``name`` replaces ``lr-<Optimizer>``.
-    """
-
-    # without a logger (--trainer.logger=false) there is nowhere to write: the monitor stands aside
-    # instead of refusing the run, as Lightning's own does
-    @override
-    def on_train_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
-        if trainer.loggers:
-            super().on_train_start(trainer, *args, **kwargs)
-
-    @override
-    def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
-        if trainer.loggers:
-            super().on_train_batch_start(trainer, *args, **kwargs)
-
-    @override
-    def on_train_epoch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
-        if trainer.loggers:
-            super().on_train_epoch_start(trainer, *args, **kwargs)
-
-    @override
-    def _add_prefix(self, name: str, optimizer_cls: type[torch.optim.Optimizer], seen: Any) -> str:
-        # the one place every tag passes through, for schedulers and bare optimizers alike
-        return "train/" + super()._add_prefix(name, optimizer_cls, seen)
 
 
 class Dashboard(Callback):
