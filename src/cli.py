@@ -41,6 +41,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from src.callbacks import (
+    CpuThreads,
     Dashboard,
     NonFiniteGuard,
     PredictionWriter,
@@ -78,6 +79,7 @@ CALLBACK_SECTIONS: tuple[tuple[str, type[Callback], str], ...] = (
     ("preemption", Preemption, "On SIGTERM, saves last.ckpt at the end of the step and stops."),
     ("nonfinite_guard", NonFiniteGuard, "Skips steps with non-finite gradients; stops after too many."),
     ("progress_bar", LightningProgressBar, "The progress bar, refreshed on the logging steps."),
+    ("cpu_threads", CpuThreads, "Threads torch uses within one operation on the CPU, during the run."),
 )
 
 

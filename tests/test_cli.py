@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from lightning.pytorch.callbacks import Callback
 
 from src.callbacks import ProgressBar
 from src.cli import CALLBACK_SECTIONS, DEFAULTS, main
@@ -169,6 +170,7 @@ SHIPPED = [
     "RandomState",
     "Preemption",
     "NonFiniteGuard",
+    "CpuThreads",
     "SaveConfig",
     "TopKCheckpoint",
     "ModelCheckpoint",
@@ -196,7 +198,7 @@ def test_a_callback_section_changes_one_setting_or_switches_it_off(workdir: Path
 
 
 def test_own_callbacks_come_after_the_shipped_ones(workdir: Path) -> None:
-    doctor = [*SHIPPED[:7], "Doctor", *SHIPPED[7:]]  # before the CLI's config saver
+    doctor = [*SHIPPED[:8], "Doctor", *SHIPPED[8:]]  # before the CLI's config saver
     assert callback_types("--trainer.callbacks+=src.doctor.Doctor") == doctor
     (workdir / "own.yaml").write_text("trainer:\n  callbacks:\n    - class_path: src.doctor.Doctor\n")
     assert callback_types("--config", "own.yaml") == doctor  # a list of one's own replaces no shipped one
@@ -283,3 +285,23 @@ def test_an_ordinary_run_prints_no_notices_of_the_dependencies_about_themselves(
     assert "Trainer.fit` stopped: `max_epochs=1` reached." in printed  # the run's own messages still show
     assert "LeafSpec" not in printed
     assert "Tip" not in printed
+
+
+class ThreadsDuringFit(Callback):
+    seen: list[int]
+
+    def on_train_batch_start(self, *args: object) -> None:
+        self.seen.append(torch.get_num_threads())
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_cpu_threads_hold_for_the_run_and_are_restored(cli, threads: int) -> None:
+    before = torch.get_num_threads()
+    probe = ThreadsDuringFit()
+    probe.seen = []
+    run = main([*SMALL, *TINY, *QUIET, f"--cpu_threads.threads={threads}"], run=False)
+    run.trainer.callbacks.append(probe)
+    run.trainer.fit(run.model, datamodule=run.datamodule)
+    assert probe.seen
+    assert set(probe.seen) == {threads}
+    assert torch.get_num_threads() == before

@@ -7,8 +7,10 @@ from src.callbacks.guard import NonFiniteGuard
 from src.callbacks.predictions import PredictionWriter
 from src.callbacks.progress import ProgressBar
 from src.callbacks.resume import Preemption, RandomState
+from src.callbacks.threads import CpuThreads
 
 __all__ = [
+    "CpuThreads",
     "Dashboard",
     "NonFiniteGuard",
     "PredictionWriter",
