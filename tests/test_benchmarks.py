@@ -2,13 +2,14 @@
 
 No timing is asserted (the machines that run the suite are shared and noisy); what is checked is what a
 broken benchmark would get wrong: a variant that takes another number of steps, never starts or stops
-its clock, or trains a different model.
+its clock, or trains a different model; a verdict that does not follow from its numbers.
 """
 
 import math
 
 import pytest
 
+from benchmarks import scaling
 from benchmarks.train_speed import COLUMNS, TARGETS, VARIANTS, Setup, measure, table
 
 STEPS = 4
@@ -49,3 +50,20 @@ def test_the_table_has_a_row_per_variant_and_a_verdict_per_target(results) -> No
 def test_steps_beyond_one_epoch_are_refused() -> None:
     with pytest.raises(ValueError, match="one epoch"):
         Setup(rows=1000, batch_size=256, steps=4)
+
+
+def size(rows: int, epoch: float, peak: int) -> dict:
+    return {"rows": rows, "train_rows": rows, "steps": rows // 100, "train": [epoch], "validation": [0.1],
+            "peak_rss": peak, "data_bytes": rows * 264}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("epoch_at_1e6", "peak_at_1e6", "verdicts"),
+    [(10.0, 500 * 2**20, ["PASS", "PASS"]), (12.0, 900 * 2**20, ["FAIL", "FAIL"])],
+)
+def test_scaling_verdicts_follow_from_the_numbers(epoch_at_1e6, peak_at_1e6, verdicts) -> None:
+    """Linear within 15 %: x10 the rows in x10 the time passes, x12 fails; the peak is held to
+    2 x 264 MB of data + the importing process's 100 MiB."""
+    sizes = [size(100_000, 1.0, 300 * 2**20), size(1_000_000, epoch_at_1e6, peak_at_1e6)]
+    text = scaling.table(sizes, imported=100 * 2**20, epochs=1, threads=1)
+    assert [line[2:6] for line in text.splitlines() if line.startswith("- ")] == verdicts
