@@ -45,7 +45,9 @@ Each round runs every variant once, in the order above, after one unmeasured war
 steps; each variant's steps per second is the median over rounds, and each ratio is the median over
 rounds of the two variants' ratio within a round (neighbours in time share the machine's load). Process
 CPU time per step is printed beside wall time, and the targets' ratios by CPU time beside those by wall
-time: on a machine shared with other work CPU time is the steadier.
+time: on a machine shared with other work CPU time is the steadier. There, one 2-second run can come
+out 10 % slower than the same run just before or after it, so each verdict line also gives the range of
+the per-round ratios; a verdict whose range straddles its target wants more ``--rounds``.
 """
 
 import argparse
@@ -469,11 +471,15 @@ class Results:
         """Median optimizer steps per second of wall time on the clock."""
         return statistics.median(1 / run.per_step() for run in self.runs[key])
 
-    def ratio(self, key: str, reference: str, by: Literal["wall", "cpu"] = "wall") -> float:
-        """Median over rounds of the variant's speed over the reference's speed in the same round, in
-        steps per second of wall time, or per second of process CPU time."""
+    def ratios(self, key: str, reference: str, by: Literal["wall", "cpu"] = "wall") -> list[float]:
+        """Per round, the variant's speed over the reference's speed in the same round, in steps per
+        second of wall time, or per second of process CPU time."""
         pairs = zip(self.runs[key], self.runs[reference], strict=True)
-        return statistics.median(ref.per_step(by) / run.per_step(by) for run, ref in pairs)
+        return [ref.per_step(by) / run.per_step(by) for run, ref in pairs]
+
+    def ratio(self, key: str, reference: str, by: Literal["wall", "cpu"] = "wall") -> float:
+        """The median of :meth:`ratios`."""
+        return statistics.median(self.ratios(key, reference, by))
 
     @property
     def rounds(self) -> int:
@@ -548,8 +554,10 @@ def table(results: Results) -> str:
     lines.append("")
     for key, reference, least, what in TARGETS:
         ratio, by_cpu = results.ratio(key, reference), results.ratio(key, reference, by="cpu")
+        rounds = results.ratios(key, reference)
         lines.append(
-            f"- {'PASS' if ratio >= least else 'FAIL'}: {what}: {ratio:.2f}x (by CPU time {by_cpu:.2f}x)"
+            f"- {'PASS' if ratio >= least else 'FAIL'}: {what}: {ratio:.2f}x (rounds {min(rounds):.2f} to "
+            f"{max(rounds):.2f}; by CPU time {by_cpu:.2f}x)"
         )
     return "\n".join(lines)
 
