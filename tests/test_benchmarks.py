@@ -53,8 +53,8 @@ def test_steps_beyond_one_epoch_are_refused() -> None:
 
 
 def size(rows: int, epoch: float, peak: int) -> dict:
-    return {"rows": rows, "train_rows": rows, "steps": rows // 100, "train": [epoch], "validation": [0.1],
-            "peak_rss": peak, "data_bytes": rows * 264}  # fmt: skip
+    return {"rows": rows, "train_rows": rows, "steps": rows // 100, "train": [epoch], "train_cpu": [epoch],
+            "validation": [0.1], "peak_rss": peak, "data_bytes": rows * 264}  # fmt: skip
 
 
 @pytest.mark.parametrize(
