@@ -74,7 +74,10 @@ serve: $(STAMP) ## serve CKPT=... over HTTP on 127.0.0.1 (PORT=8000): POST /pred
 	@test -n "$(CKPT)" || { echo "error: say which checkpoint: make serve CKPT=path/to/last.ckpt" >&2; exit 2; }
 	$(PY) -m src.serve --ckpt_path "$(CKPT)" --port $(PORT)
 
-bench: $(STAMP) ## measure the dashboard's cost per step, predict's rows per second, the server and the exports
+bench: $(STAMP) ## training speed side by side, make train's time, epoch time and memory by rows, the dashboard's cost, predict, the server and the exports (benchmarks/results/)
+	$(PY) -m benchmarks.train_speed --write
+	$(PY) -m benchmarks.make_train --write
+	$(PY) -m benchmarks.scaling --write
 	$(PY) -m benchmarks.dashboard_overhead
 	$(PY) -m benchmarks.predict_throughput
 	$(PY) -m benchmarks.serve_throughput

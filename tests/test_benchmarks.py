@@ -1,0 +1,69 @@
+"""The benchmarks' machinery on tiny sizes: every variant trains what the table says it trained.
+
+No timing is asserted (the machines that run the suite are shared and noisy); what is checked is what a
+broken benchmark would get wrong: a variant that takes another number of steps, never starts or stops
+its clock, or trains a different model; a verdict that does not follow from its numbers.
+"""
+
+import math
+
+import pytest
+
+from benchmarks import scaling
+from benchmarks.train_speed import COLUMNS, TARGETS, VARIANTS, Setup, measure, table
+
+STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def results():
+    return measure(Setup(rows=2048, steps=STEPS), rounds=1, warm_up=False)
+
+
+def test_every_variant_takes_the_same_steps_on_its_clock(results) -> None:
+    assert results.runs.keys() == VARIANTS.keys()
+    for key, runs in results.runs.items():
+        (run,) = runs
+        assert run.steps == STEPS, key
+        # a clock that never started or never stopped reads 0 or the time since the epoch
+        assert 0 < run.wall <= run.whole < 60, key
+        assert 0 < run.loss < math.inf, key  # NaN fails too
+
+
+def test_the_cli_variant_trains_what_the_quiet_template_trains(results) -> None:
+    """Same weights, same file, same split and shuffle: the shipped defaults add work, not a difference
+    in what is learnt, so the last step's loss is the same to the bit."""
+    assert results.runs["cli"][0].loss == results.runs["template"][0].loss
+
+
+def test_the_table_has_a_row_per_variant_and_a_verdict_per_target(results) -> None:
+    text = table(results)
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows[0] == "| " + " | ".join(COLUMNS) + " |"
+    assert [row.split(" | ")[0][2:] for row in rows[1:]] == [v.title for v in VARIANTS.values()]
+    verdicts = [line for line in text.splitlines() if line.startswith(("- PASS", "- FAIL"))]
+    assert len(verdicts) == len(TARGETS)
+    # the compute-only row is its own reference
+    assert rows[1].split(" | ")[6] == "1.00"
+
+
+def test_steps_beyond_one_epoch_are_refused() -> None:
+    with pytest.raises(ValueError, match="one epoch"):
+        Setup(rows=1000, batch_size=256, steps=4)
+
+
+def size(rows: int, epoch: float, peak: int) -> dict:
+    return {"rows": rows, "train_rows": rows, "steps": rows // 100, "train": [epoch], "train_cpu": [epoch],
+            "validation": [0.1], "peak_rss": peak, "data_bytes": rows * 264}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("epoch_at_1e6", "peak_at_1e6", "verdicts"),
+    [(10.0, 500 * 2**20, ["PASS", "PASS"]), (12.0, 900 * 2**20, ["FAIL", "FAIL"])],
+)
+def test_scaling_verdicts_follow_from_the_numbers(epoch_at_1e6, peak_at_1e6, verdicts) -> None:
+    """Linear within 15 %: x10 the rows in x10 the time passes, x12 fails; the peak is held to
+    2 x 264 MB of data + the importing process's 100 MiB."""
+    sizes = [size(100_000, 1.0, 300 * 2**20), size(1_000_000, epoch_at_1e6, peak_at_1e6)]
+    text = scaling.table(sizes, imported=100 * 2**20, epochs=1, threads=1)
+    assert [line[2:6] for line in text.splitlines() if line.startswith("- ")] == verdicts
