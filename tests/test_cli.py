@@ -305,3 +305,10 @@ def test_cpu_threads_hold_for_the_run_and_are_restored(cli, threads: int) -> Non
     assert probe.seen
     assert set(probe.seen) == {threads}
     assert torch.get_num_threads() == before
+
+
+def test_max_steps_may_end_the_run_inside_an_epoch(cli) -> None:
+    # the shipped early stopping waits for a validation instead of asking for val/loss at the cut
+    run = cli("fit", *SMALL, "--trainer.max_steps=3")
+    assert run.trainer.global_step == 3
+    assert run.trainer.state.finished
