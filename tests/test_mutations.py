@@ -119,8 +119,8 @@ def test_clipping_test_catches_a_grad_norm_logged_after_clipping(
 ) -> None:
     # clip first, then measure: train/grad_norm would never show a norm above the threshold
     grads = "grads = [p.grad for p in self.parameters() if p.grad is not None]"
-    clip_then_grads = (
-        f"self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)\n    {grads}"
+    clip_then_grads = (  # (the measuring happens inside the logging step's branch, one level deeper)
+        f"self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)\n        {grads}"
     )
     mutate(monkeypatch, BaseTask, "configure_gradient_clipping", grads, clip_then_grads)
     with pytest.raises(AssertionError, match="not close"):
