@@ -1,6 +1,7 @@
 """Validation figures: every n-th epoch, the first and the last always, drawn off the training thread."""
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +110,41 @@ def test_a_drawing_error_is_raised_by_the_fit(tmp_path: Path) -> None:
     )
     with pytest.raises(RuntimeError, match="no canvas"):
         trainer.fit(model, datamodule=data)
+
+
+class Slow(ValidationFigures):
+    """Takes its time over each figure and says when one is done."""
+
+    done = 0
+
+    @override
+    def _figure(self) -> Figure:
+        time.sleep(0.3)
+        self.done += 1
+        return super()._figure()
+
+
+class FailAfterValidation(Callback):
+    @override
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        raise RuntimeError("the run failed")
+
+
+def test_a_failed_run_waits_for_the_figure_being_drawn(tmp_path: Path) -> None:
+    # a failed run's folder may be removed right after: nothing may still be writing into it
+    data = TabularDataModule(source="spiral", num_samples=300, batch_size=50)
+    model = Classifier(in_features=data.in_features, out_features=data.out_features, hidden_sizes=[8])
+    slow = Slow(image_size=120)
+    trainer = L.Trainer(
+        max_epochs=3,
+        limit_train_batches=BATCHES,
+        logger=TensorBoardLogger(tmp_path, name="failed"),
+        callbacks=[slow, FailAfterValidation()],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    with pytest.raises(RuntimeError, match="the run failed"):
+        trainer.fit(model, datamodule=data)
+    assert slow.done == 1  # epoch 0's figure, begun before the failure, was finished first
+    assert not [t for t in threading.enumerate() if t.name.startswith("validation-figures")]

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from src.data import TabularDataModule
+from src.data import TabularDataModule, preprocessing
 from src.data.preprocessing import MISSING, Location, Preprocessor, encoder_input, infer_kinds
 from src.errors import UserInputError
 
@@ -63,7 +63,12 @@ def test_column_kinds_are_read_from_the_data_and_can_be_named(messy_csv: Path, c
     assert "age" not in numeric
 
 
-def test_transform_equals_the_fitted_scikit_learn_column_transformer(messy_csv: Path) -> None:
+@pytest.mark.parametrize("column_by_column", [False, True])
+def test_transform_equals_the_fitted_scikit_learn_column_transformer(
+    messy_csv: Path, column_by_column: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if column_by_column:  # numeric columns fitted one block (of one column) at a time, as for big tables
+        monkeypatch.setattr(preprocessing, "FIT_BLOCK_CELLS", 1)
     dm = data(messy_csv, missing_indicator=True)
     fitted = dm.fitted_column_transformer()
     table, prep = dm.table, dm.preprocessor

@@ -136,9 +136,25 @@ class ValidationFigures(Callback):
     @override
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # before Lightning closes the loggers: every figure is written, and a drawing error is raised here
+        self._finish(drawn=True)
+
+    @override
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        # a failed run: figures not begun are dropped and the one being drawn is waited for (an error of
+        # its own would only hide the run's), so that nothing writes into a run folder being removed
+        self._finish(drawn=False)
+
+    def _finish(self, drawn: bool) -> None:
         pending, self._pending = self._pending, []
         for future in pending:
-            future.result()
+            if not drawn:
+                future.cancel()
+            if not future.cancelled():
+                error = future.exception()  # waits for it
+                if error is not None and drawn:
+                    raise error
         if self._painter is not None:
             self._painter.shutdown()
             self._painter = None

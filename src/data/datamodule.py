@@ -18,7 +18,15 @@ from torch.utils.data import DataLoader, Dataset
 
 from src.checkpoints import load_checkpoint
 from src.data import sources
-from src.data.preprocessing import Label, Options, Preprocessor, fit_preprocessor, infer_kinds, label_values
+from src.data.preprocessing import (
+    Label,
+    Options,
+    Preprocessor,
+    fit_column_transformer,
+    fit_preprocessor,
+    infer_kinds,
+    label_values,
+)
 from src.errors import UserInputError
 
 Stage = Literal["train", "val", "test", "predict"]
@@ -286,19 +294,33 @@ class TabularDataModule(L.LightningDataModule):
             return preprocessing_of(
                 load_checkpoint(self.settings.preprocessing_from), self.settings.preprocessing_from
             )
-        return self._fit()[0]
+        table, train = self.table, self.split_rows["train"]
+        return fit_preprocessor(
+            table.features.iloc[train],
+            self._kinds(),
+            table.task,
+            table.target.name,
+            table.target.iloc[train],
+            self._options(),
+            table.location,
+        )
 
     def fitted_column_transformer(self) -> ColumnTransformer:
-        """The scikit-learn pipeline the preprocessing's numbers come from (for inspection and tests)."""
-        return self._fit()[1]
+        """The scikit-learn pipeline the preprocessing's numbers come from, fitted whole on the train
+        split (for inspection and tests; the preprocessing itself is fitted block by block)."""
+        table = self.table
+        train = table.features.iloc[self.split_rows["train"]]
+        return fit_column_transformer(train, self._kinds(), self._options(), table.location)
 
-    def _fit(self) -> tuple[Preprocessor, ColumnTransformer]:
-        table, hp = self.table, self.settings
-        train = self.split_rows["train"]
-        kinds = infer_kinds(
-            table.features, table.location, hp.categorical_columns or [], hp.numeric_columns or []
+    def _kinds(self) -> tuple[list[str], list[str], dict[str, list[str]]]:
+        hp = self.settings
+        return infer_kinds(
+            self.table.features, self.table.location, hp.categorical_columns or [], hp.numeric_columns or []
         )
-        options = Options(
+
+    def _options(self) -> Options:
+        hp = self.settings
+        return Options(
             categorical_columns=hp.categorical_columns or [],
             numeric_columns=hp.numeric_columns or [],
             standardize=hp.standardize,
@@ -307,15 +329,6 @@ class TabularDataModule(L.LightningDataModule):
             max_categories=hp.max_categories,
             min_category_frequency=hp.min_category_frequency,
             na_values=hp.na_values or [],
-        )
-        return fit_preprocessor(
-            table.features.iloc[train],
-            kinds,
-            table.task,
-            table.target.name,
-            table.target.iloc[train],
-            options,
-            table.location,
         )
 
     @property

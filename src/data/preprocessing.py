@@ -254,21 +254,23 @@ class Preprocessor:
         """
         frame = frame.rename(columns=lambda name: name.strip() if isinstance(name, str) else name)
         self.check_columns(frame, location)
-        blocks: list[np.ndarray] = []
-        indicators: list[np.ndarray] = []
-        for column in self.numeric:
+        # written column by column into the float32 result: the float64 work is one column at a time,
+        # never a float64 copy of the whole table (computed in float64 and rounded once, as before)
+        indicated = [column for column in self.numeric if column.indicator]
+        widths = [len(cat.categories) + int(cat.other) for cat in self.categorical]
+        out = np.empty((len(frame), len(self.numeric) + len(indicated) + sum(widths)), np.float32)
+        at = len(self.numeric)
+        for j, column in enumerate(self.numeric):
             values = numeric_values(frame[column.name], location, [*column.missing_tokens, *self.na_values])
             missing = np.isnan(values)
-            values = np.where(missing, column.fill, values)
-            blocks.append((values - column.mean) / column.scale)
+            out[:, j] = (np.where(missing, column.fill, values) - column.mean) / column.scale
             if column.indicator:
-                indicators.append(missing.astype(np.float64))
-        out = [np.stack(blocks + indicators, axis=1)] if blocks or indicators else []
-        for cat in self.categorical:
-            out.append(_one_hot(category_strings(frame[cat.name], self.na_values), cat))
-        if not out:
-            return np.zeros((len(frame), 0), np.float32)
-        return np.concatenate(out, axis=1).astype(np.float32)
+                out[:, at] = missing
+                at += 1
+        for cat, width in zip(self.categorical, widths, strict=True):
+            out[:, at : at + width] = _one_hot(category_strings(frame[cat.name], self.na_values), cat)
+            at += width
+        return out
 
     def encode_labels(self, target: pd.Series, location: Location) -> np.ndarray:
         """Labels → ``(N,)`` int64 class ids; a label the training rows never had is an error."""
@@ -361,9 +363,15 @@ def encoder_input(
 ) -> pd.DataFrame:
     """The frame as the ``ColumnTransformer`` reads it: numbers as float64 (NaN = missing), categories as
     canonical strings."""
-    columns = {name: numeric_values(frame[name], location, tokens.get(name, ())) for name in numeric}
-    columns.update({name: category_strings(frame[name]) for name in categorical})
-    return pd.DataFrame(columns, index=frame.index)[numeric + categorical]
+    # the numbers go straight into one (N, numeric) float64 block that the frame wraps without a copy: a
+    # frame built from a dict of columns would hold them twice while it consolidates them
+    values = np.empty((len(frame), len(numeric)), np.float64)
+    for j, name in enumerate(numeric):
+        values[:, j] = numeric_values(frame[name], location, tokens.get(name, ()))
+    encoded = pd.DataFrame(values, index=frame.index, columns=numeric, copy=False)
+    for name in categorical:
+        encoded[name] = category_strings(frame[name])
+    return encoded
 
 
 def _informative(
@@ -393,6 +401,11 @@ def _informative(
     return [c for c in numeric if c not in empty], [c for c in categorical if c not in unique]
 
 
+#: numbers fitted at once: numeric columns are fitted in blocks of about this many float64 cells (128 MiB),
+#: since scikit-learn's imputer and scaler each copy their input; small tables fit in one block
+FIT_BLOCK_CELLS = 1 << 24
+
+
 def fit_preprocessor(
     train: pd.DataFrame,
     kinds: tuple[list[str], list[str], dict[str, list[str]]],
@@ -401,27 +414,25 @@ def fit_preprocessor(
     train_target: pd.Series | None,
     options: Options,
     location: Location,
-) -> tuple[Preprocessor, ColumnTransformer]:
-    """Fit on the training rows alone; returns the plain-data result and the scikit-learn pipeline it
-    came from (kept for tests and inspection, never saved)."""
-    numeric, categorical, tokens = kinds
-    numeric, categorical = _informative(train, numeric, categorical, location, tokens)
-    if not numeric and not categorical:
-        raise UserInputError(f"{location.what} has no feature column with values in the training rows.")
-    if options.max_categories < 2 or options.min_category_frequency < 1:
-        raise UserInputError(
-            f"data.max_categories={options.max_categories} must be at least 2 and "
-            f"data.min_category_frequency={options.min_category_frequency} at least 1."
-        )
-    fitted = column_transformer(numeric, categorical, options)
-    fitted.fit(encoder_input(train, numeric, categorical, location, tokens))
-    steps = fitted.named_transformers_
+) -> Preprocessor:
+    """Fit on the training rows alone; the result is plain data (numbers, strings, lists).
+
+    scikit-learn fits it: the pipeline of :func:`column_transformer`, one block of numeric columns at a
+    time (each column's numbers depend on that column alone, so the result is the whole pipeline's; see
+    :func:`fit_column_transformer`), then the categorical columns.
+    """
+    numeric, categorical, tokens = _checked_columns(train, kinds, options, location)
     numeric_columns: list[NumericColumn] = []
-    if numeric:
+    block = max(1, FIT_BLOCK_CELLS // max(len(train), 1))
+    for start in range(0, len(numeric), block):
+        names = numeric[start : start + block]
+        fitted = column_transformer(names, [], options)
+        fitted.fit(encoder_input(train, names, [], location, tokens))
+        steps = fitted.named_transformers_
         imputer: SimpleImputer = steps["numeric"].named_steps["impute"]
         scaler = steps["numeric"].named_steps["scale"]
         with_indicator = set(steps["missing"].features_.tolist()) if options.missing_indicator else set()
-        for i, name in enumerate(numeric):
+        for i, name in enumerate(names):
             numeric_columns.append(
                 NumericColumn(
                     name=name,
@@ -434,7 +445,9 @@ def fit_preprocessor(
             )
     categorical_columns: list[CategoricalColumn] = []
     if categorical:
-        encoder: OneHotEncoder = steps["categorical"]
+        fitted = column_transformer([], categorical, options)
+        fitted.fit(encoder_input(train, [], categorical, location, tokens))
+        encoder: OneHotEncoder = fitted.named_transformers_["categorical"]
         for name, values, rare in zip(
             categorical, encoder.categories_, encoder.infrequent_categories_, strict=True
         ):
@@ -458,5 +471,36 @@ def fit_preprocessor(
         assert train_target is not None
         classes = LabelEncoder().fit(label_values(train_target)).classes_
         labels = [int(v) if isinstance(v, np.integer) else str(v) for v in classes]
-    result = Preprocessor(task, target, numeric_columns, categorical_columns, labels, list(options.na_values))
-    return result, fitted
+    return Preprocessor(task, target, numeric_columns, categorical_columns, labels, list(options.na_values))
+
+
+def fit_column_transformer(
+    train: pd.DataFrame,
+    kinds: tuple[list[str], list[str], dict[str, list[str]]],
+    options: Options,
+    location: Location,
+) -> ColumnTransformer:
+    """The whole scikit-learn pipeline fitted on all columns at once, for tests and inspection: what
+    :func:`fit_preprocessor` fits block by block, and what its :class:`Preprocessor` is proven equal to."""
+    numeric, categorical, tokens = _checked_columns(train, kinds, options, location)
+    fitted = column_transformer(numeric, categorical, options)
+    return fitted.fit(encoder_input(train, numeric, categorical, location, tokens))
+
+
+def _checked_columns(
+    train: pd.DataFrame,
+    kinds: tuple[list[str], list[str], dict[str, list[str]]],
+    options: Options,
+    location: Location,
+) -> tuple[list[str], list[str], dict[str, list[str]]]:
+    """The columns to fit, those that cannot teach anything left out; bad options refused."""
+    numeric, categorical, tokens = kinds
+    numeric, categorical = _informative(train, numeric, categorical, location, tokens)
+    if not numeric and not categorical:
+        raise UserInputError(f"{location.what} has no feature column with values in the training rows.")
+    if options.max_categories < 2 or options.min_category_frequency < 1:
+        raise UserInputError(
+            f"data.max_categories={options.max_categories} must be at least 2 and "
+            f"data.min_category_frequency={options.min_category_frequency} at least 1."
+        )
+    return numeric, categorical, tokens
