@@ -148,7 +148,10 @@ class Dashboard(Callback):
         now = time.perf_counter()
         self._step_time += now - self._mark
         self._mark = now
-        self._samples += extract_batch_size(batch)  # read from the shape: no device sync
+        # read from the shape, no device sync; the task's (x, y) batches directly, others through
+        # Lightning's walk over the batch's structure
+        first = batch[0] if isinstance(batch, tuple | list) and batch else None
+        self._samples += len(first) if isinstance(first, torch.Tensor) else extract_batch_size(batch)
 
     @override
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -193,8 +196,10 @@ class Dashboard(Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
         every, epoch = self.histogram_every_n_epochs, trainer.current_epoch
+        if not every or epoch % every or epoch == self._histogram_epoch:
+            return
         writer = tensorboard_writer(trainer)
-        if not every or epoch % every or epoch == self._histogram_epoch or writer is None:
+        if writer is None:
             return
         self._histogram_epoch = epoch
         # gradients here are unscaled and not yet clipped; the step about to be taken is the

@@ -39,12 +39,19 @@ class NonFiniteGuard(Callback):
         self.consecutive = 0
         self._epoch_steps = self._epoch_skipped = 0
         self._rewind: list[tuple[Any, dict[str, Any], list[float]]] = []
+        self._parameters: list[tuple[str, torch.nn.Parameter]] = []
+
+    @override
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # once: walking the module tree on every step costs more than the check itself; the parameters
+        # are final here (a strategy that shards them has done so in configure_model)
+        self._parameters = list(pl_module.named_parameters())
 
     @override
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
-        named = [(name, p.grad) for name, p in pl_module.named_parameters() if p.grad is not None]
+        named = [(name, p.grad) for name, p in self._parameters if p.grad is not None]
         if not named:
             return
         self._epoch_steps += 1
