@@ -14,13 +14,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torchmetrics.functional.classification import multiclass_accuracy, multiclass_f1_score
 from typing_extensions import override
 
 from src.callbacks import ProgressBar
 from src.data import TabularDataModule
+from src.loggers import TensorBoardLogger
 from src.models import BaseTask, Classifier, ManualClassifier
 
 BATCHES, EPOCHS, EVERY, CLIP = 7, 2, 3, 0.5
@@ -195,3 +195,20 @@ def test_the_progress_bar_refreshes_on_logging_steps(refresh_rate: int | None, r
     # at refresh_rate 1 every batch and the epoch's end
     assert bar.refreshes == refreshes
     assert "train/loss_step" in trainer.progress_bar_metrics
+
+
+def test_the_logger_saves_at_most_once_in_its_interval_and_always_at_the_end(tmp_path: Path) -> None:
+    logger = TensorBoardLogger(tmp_path, name="saves", save_every_s=3600)
+    logger.log_hyperparams({"lr": 0.1})
+    logger.log_metrics({"train/loss": 1.0}, step=0)
+    logger.save()
+    hparams = Path(logger.log_dir) / "hparams.yaml"
+    assert hparams.is_file()  # the first save runs
+    hparams.unlink()
+    logger.log_metrics({"train/loss": 0.5}, step=1)
+    logger.save()
+    assert not hparams.exists()  # within the interval: skipped
+    logger.finalize("success")
+    assert hparams.is_file()  # the end always saves
+    events = EventAccumulator(logger.log_dir, size_guidance={"scalars": 0}).Reload()
+    assert scalars(events, "train/loss") == {0: 1.0, 1: 0.5}  # nothing logged is lost
