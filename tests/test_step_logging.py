@@ -21,7 +21,7 @@ from typing_extensions import override
 from src.callbacks import ProgressBar
 from src.data import TabularDataModule
 from src.loggers import TensorBoardLogger
-from src.models import BaseTask, Classifier, ManualClassifier
+from src.models import BaseTask, Classifier, ManualClassifier, base
 
 BATCHES, EPOCHS, EVERY, CLIP = 7, 2, 3, 0.5
 
@@ -128,7 +128,12 @@ def test_step_values_are_written_on_lightnings_logging_steps(tmp_path: Path, acc
     assert scalars(events, "train/lr") == {step: pytest.approx(0.05) for step in logged}
 
 
-def test_epoch_metrics_hold_every_step_of_the_epoch(tmp_path: Path) -> None:
+@pytest.mark.parametrize("metric_batches", [None, 3])
+def test_epoch_metrics_hold_every_step_of_the_epoch(
+    tmp_path: Path, metric_batches: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if metric_batches is not None:  # the train metrics updated every 3 batches, the last group shorter
+        monkeypatch.setattr(base, "METRIC_BATCHES", metric_batches)
     probe, events = fit(tmp_path, model())
     loss, acc, f1 = (scalars(events, f"train/{name}") for name in ("loss", "acc", "f1"))
     assert len(loss) == len(acc) == len(f1) == EPOCHS
@@ -212,3 +217,11 @@ def test_the_logger_saves_at_most_once_in_its_interval_and_always_at_the_end(tmp
     assert hparams.is_file()  # the end always saves
     events = EventAccumulator(logger.log_dir, size_guidance={"scalars": 0}).Reload()
     assert scalars(events, "train/loss") == {0: 1.0, 1: 0.5}  # nothing logged is lost
+
+
+def test_a_run_that_max_steps_ends_mid_epoch_counts_each_of_its_batches(tmp_path: Path) -> None:
+    probe, events = fit(tmp_path, model(), max_steps=5)  # 5 of the epoch's 7 batches
+    [acc] = scalars(events, "train/acc").values()
+    logits, target = torch.cat(probe.logits[0]), torch.cat(probe.targets[0])
+    assert len(target) == 5 * 50
+    assert acc == pytest.approx(multiclass_accuracy(logits, target, 3, average="micro").item())

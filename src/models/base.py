@@ -22,6 +22,8 @@ from src.nets.mlp import Activation
 Stage = Literal["train", "val", "test"]
 STAGES: tuple[Stage, ...] = ("train", "val", "test")
 DEFAULT_OPTIMIZER = functools.partial(torch.optim.AdamW, lr=1e-3)
+#: training batches whose metric inputs the train metrics take in one update
+METRIC_BATCHES = 32
 
 
 class BaseTask(L.LightningModule, ABC):
@@ -89,6 +91,8 @@ class BaseTask(L.LightningModule, ABC):
             # nan_strategy="ignore": a step whose loss is NaN (NonFiniteGuard skips it) is left out of the
             # epoch's mean instead of warning on every such step ("disable" would also drop the weights)
             setattr(self, f"{stage}_loss", MeanMetric(nan_strategy="ignore"))
+        # the train metrics' inputs of the batches since their last update
+        self._metric_inputs: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     # -- what subclasses define -----------------------------------------------------------------------
 
@@ -144,8 +148,13 @@ class BaseTask(L.LightningModule, ABC):
         metrics: MetricCollection = getattr(self, f"{stage}_metrics")
         return metrics
 
-    def _shared_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: Stage) -> dict[str, torch.Tensor]:
-        """The step's ``loss`` (with its graph) and the detached ``preds``, ``target`` the metrics saw."""
+    def _shared_step(
+        self, batch: tuple[torch.Tensor, torch.Tensor], stage: Stage, last: bool = True
+    ) -> dict[str, torch.Tensor]:
+        """The step's ``loss`` (with its graph) and the detached ``preds``, ``target`` the metrics see.
+
+        ``last``: whether no training batch of the epoch follows this one (for the batched metric update).
+        """
         x, target = batch
         output = self(x)
         loss = self.loss(output, target)
@@ -155,7 +164,15 @@ class BaseTask(L.LightningModule, ABC):
         epoch_loss.update(loss.detach(), weight=len(target))
         with torch.no_grad():
             preds, metric_target = self.metric_inputs(output.detach(), target)
-            metrics.update(preds, metric_target)
+            if stage == "train":
+                # The train metrics take the inputs of METRIC_BATCHES batches in one update: their
+                # counts are sums over rows, so the epoch's values are the same, and one update of a
+                # metric collection costs about as much as a small net's step spends on the metrics.
+                self._metric_inputs.append((preds, metric_target))
+                if last or len(self._metric_inputs) >= METRIC_BATCHES:
+                    self._update_train_metrics()
+            else:
+                metrics.update(preds, metric_target)
         if epoch_loss.update_count == 1:
             # The first update since the metric was reset: the epoch's first batch (or the first after a
             # resume). The metric objects are handed to self.log once per epoch, not per step: Lightning
@@ -181,9 +198,34 @@ class BaseTask(L.LightningModule, ABC):
         every: int = trainer.log_every_n_steps  # type: ignore[attr-defined]
         return every > 0 and ((trainer.global_step + 1) % every == 0 or trainer.should_stop)
 
+    def _update_train_metrics(self) -> None:
+        """Update the train metrics with the gathered inputs (the batches, concatenated)."""
+        if self._metric_inputs:
+            preds, target = (torch.cat(parts) for parts in zip(*self._metric_inputs, strict=True))
+            self.stage_metrics("train").update(preds, target)
+            self._metric_inputs = []
+
+    def _last_training_batch(self, batch_idx: int) -> bool:
+        """Whether the epoch's training ends after this batch (its last batch, or a stop, or max_steps)."""
+        try:
+            trainer = self.trainer
+        except RuntimeError:  # a step called by hand, outside a Trainer
+            return True
+        return (
+            batch_idx + 1 >= trainer.num_training_batches
+            or trainer.should_stop
+            or 0 < trainer.max_steps <= trainer.global_step + 1
+        )
+
+    @override
+    def on_train_epoch_end(self) -> None:
+        # a backstop: an epoch that ended where _last_training_batch did not foresee still counts every
+        # batch before Lightning computes the epoch's metrics, right after this hook
+        self._update_train_metrics()
+
     @override
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss = self._shared_step(batch, "train")["loss"]
+        loss = self._shared_step(batch, "train", last=self._last_training_batch(batch_idx))["loss"]
         if self.is_logging_step():
             # per-step values only on the steps the loggers receive; the progress bar reads what it shows
             # from here, so it too costs a read-back only on these steps
