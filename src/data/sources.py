@@ -13,6 +13,8 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 from lightning.pytorch.utilities import rank_zero_info
 from sklearn import datasets
 
@@ -128,7 +130,12 @@ def read_file(
         if fmt == "csv":
             frame = _read_csv(path, na_values)
         else:
-            frame = pd.read_parquet(path).reset_index(drop=True)
+            # pyarrow's reader, converted column by column with the Arrow buffers freed as it goes
+            # (pandas.read_parquet holds the table twice at its peak, Arrow's copy and pandas'), and the
+            # memory Arrow's allocator kept handed back before pandas and numpy allocate their own
+            frame = pq.read_table(path).to_pandas(split_blocks=True, self_destruct=True)
+            pa.default_memory_pool().release_unused()
+            frame.index = pd.RangeIndex(len(frame))  # rows numbered from 0, a saved index dropped
             if na_values:
                 frame = frame.replace(list(na_values), np.nan)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError, ValueError) as err:
