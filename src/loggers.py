@@ -13,8 +13,9 @@ class TensorBoardLogger(loggers.TensorBoardLogger):
     Lightning calls ``save()`` after every ``log_metrics``: each call flushes the event file and asks the
     filesystem (through fsspec) whether ``hparams.yaml`` exists, about 5 ms on a CPU machine, four times
     an epoch of a short run. Here a call within ``save_every_s`` seconds of the last one that ran is
-    skipped: the event file's own writer thread still writes every event as it comes, what waits is the
-    flush of the file's buffer. The run's end (``finalize``) flushes and saves as Lightning's does.
+    skipped, so a value may wait in the event file's buffer until a later save (the next logging step's,
+    at the latest the writer's own flush every ``flush_secs``) before a live TensorBoard shows it; the
+    run's end (``finalize``) flushes and saves as Lightning's does, and nothing logged is lost to it.
 
     Args:
         save_every_s: Seconds between two saves that run; 0 saves on every call, as Lightning's does.

@@ -312,3 +312,17 @@ def test_max_steps_may_end_the_run_inside_an_epoch(cli) -> None:
     run = cli("fit", *SMALL, "--trainer.max_steps=3")
     assert run.trainer.global_step == 3
     assert run.trainer.state.finished
+
+
+class Crash(Callback):
+    def on_train_batch_start(self, *args: object) -> None:
+        raise RuntimeError("crash")
+
+
+def test_cpu_threads_are_restored_after_a_failed_run(cli) -> None:
+    before = torch.get_num_threads()
+    run = main([*SMALL, *TINY, *QUIET, f"--cpu_threads.threads={before + 1}"], run=False)
+    run.trainer.callbacks.append(Crash())
+    with pytest.raises(RuntimeError, match="crash"):
+        run.trainer.fit(run.model, datamodule=run.datamodule)
+    assert torch.get_num_threads() == before

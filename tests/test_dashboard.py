@@ -18,6 +18,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from PIL import Image
 from sklearn.metrics import confusion_matrix
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 from tensorboard.util import tensor_util
@@ -450,3 +451,12 @@ def test_regressor_run_logs_its_metrics_under_the_scheme(runs: dict[str, Run]) -
     assert {f"{s}/{m}" for s in ("train", "val") for m in ("loss", "mae", "rmse", "r2")} <= tags
     assert "train/lr" in tags
     assert isinstance(runs["diabetes"].cli.model, Regressor)
+
+
+def test_hparams_are_in_the_event_file_the_scalars_stream_into(runs: dict[str, Run]) -> None:
+    # a live TensorBoard follows a run's newest event file only: HParams written to a file of their own
+    # at the start would hide every later scalar until it is restarted
+    first = sorted(runs["fit"].log_dir.glob("events.out.tfevents.*"))[0]
+    tags = {value.tag for event in EventFileLoader(str(first)).Load() for value in event.summary.value}
+    assert "_hparams_/session_start_info" in tags
+    assert {"train/loss", "val/loss"} <= tags

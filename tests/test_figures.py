@@ -44,7 +44,7 @@ class Threads(ValidationFigures):
 
 
 def fit(
-    tmp_path: Path, epochs: int, every: int, *callbacks: Callback
+    tmp_path: Path, epochs: int, every: int, *callbacks: Callback, validate_every: int = 1
 ) -> tuple[Threads, dict[str, list[int]]]:
     data = TabularDataModule(source="spiral", num_samples=300, batch_size=50)
     model = Classifier(in_features=data.in_features, out_features=data.out_features, hidden_sizes=[8])
@@ -56,6 +56,7 @@ def fit(
         limit_train_batches=BATCHES,
         logger=logger,
         callbacks=[figures, *callbacks],
+        check_val_every_n_epoch=validate_every,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -148,3 +149,9 @@ def test_a_failed_run_waits_for_the_figure_being_drawn(tmp_path: Path) -> None:
         trainer.fit(model, datamodule=data)
     assert slow.done == 1  # epoch 0's figure, begun before the failure, was finished first
     assert not [t for t in threading.enumerate() if t.name.startswith("validation-figures")]
+
+
+def test_the_first_and_the_last_validation_are_drawn_when_validation_skips_epochs(tmp_path: Path) -> None:
+    # validation after epochs 1, 3 and 5 of 0..6; none of them a multiple of 4
+    _, steps = fit(tmp_path, 7, 4, validate_every=2)
+    assert steps["images"] == [(epoch + 1) * BATCHES - 1 for epoch in (1, 5)]

@@ -225,3 +225,41 @@ def test_a_run_that_max_steps_ends_mid_epoch_counts_each_of_its_batches(tmp_path
     logits, target = torch.cat(probe.logits[0]), torch.cat(probe.targets[0])
     assert len(target) == 5 * 50
     assert acc == pytest.approx(multiclass_accuracy(logits, target, 3, average="micro").item())
+
+
+class FailAt(Callback):
+    """Raises in the middle of the first training epoch, as a crash would."""
+
+    @override
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, idx: int
+    ) -> None:
+        if idx == 4:
+            raise RuntimeError("crash")
+
+
+def test_a_second_fit_of_the_same_module_after_a_crash_starts_from_empty_metrics(tmp_path: Path) -> None:
+    task = model()
+    data = TabularDataModule(source="spiral", num_samples=600, batch_size=50)
+    crashing = L.Trainer(
+        max_epochs=1,
+        limit_train_batches=BATCHES,
+        logger=False,
+        callbacks=[FailAt()],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    with pytest.raises(RuntimeError, match="crash"):
+        crashing.fit(task, datamodule=data)
+    probe, events = fit(tmp_path, task)
+    for epoch, step in enumerate(sorted(scalars(events, "train/acc"))):
+        logits, target = torch.cat(probe.logits[epoch]), torch.cat(probe.targets[epoch])
+        expected = multiclass_accuracy(logits, target, 3, average="micro").item()
+        assert scalars(events, "train/acc")[step] == pytest.approx(expected)
+    assert len(scalars(events, "val/loss")) == EPOCHS  # handed to self.log again in the second fit
+
+
+def test_refresh_rate_0_turns_the_bar_off_as_in_lightning() -> None:
+    assert not ProgressBar(refresh_rate=0).is_enabled
+    assert ProgressBar().is_enabled

@@ -378,8 +378,17 @@ def logging_step(trainer: L.Trainer) -> int:
 
 
 def _add_summary(writer: SummaryWriter, summary: summary_pb2.Summary) -> None:
-    """Add a ready-made summary to the run: SummaryWriter has no public method for one, so a FileWriter of
-    our own writes it to an event file of its own in the run's folder (TensorBoard reads them all)."""
+    """Add a ready-made summary (HParams) to the run.
+
+    Into the writer's own event file while it is open: a TensorBoard that watches a run reads only its
+    newest event file, so a file of its own written at the start would hide every later scalar until
+    TensorBoard is restarted. SummaryWriter has no method for a ready-made summary; its ``file_writer``
+    (a public attribute, ``None`` once closed) has one. Once closed (a test run after a fit ends the
+    session), a FileWriter of our own writes it to a file of its own, the run's last.
+    """
+    if writer.file_writer is not None:
+        writer.file_writer.add_summary(summary)
+        return
     own = FileWriter(writer.log_dir)
     own.add_summary(summary)
     own.close()

@@ -43,10 +43,10 @@ class ValidationFigures(Callback):
     ``(B, K)`` scores for classification, ``(B,)`` values in the target's units for regression. The
     counts accumulate on the device; the only host transfer is at the end of the validation epoch.
 
-    Drawn on every n-th validation epoch, and always on the first and on the last one of a fit (also
-    when early stopping or a stop signal ends it). Drawing (matplotlib, PNG encoding) runs on a
-    background thread, one figure at a time, so the next training steps do not wait for it; the fit
-    ends only once every figure is written.
+    Drawn on every n-th epoch's validation, and always on the first and the last validation of a fit
+    (also when it resumes, or when early stopping or a stop signal ends it). Drawing (matplotlib, PNG
+    encoding) runs on a background thread, one figure at a time, so the next training steps do not
+    wait for it; the fit ends only once every figure is written.
 
     Tags: ``val/confusion_matrix`` (image) and ``val/confusion_counts`` (the same counts as a text table),
     or ``val/predicted_vs_true`` (image).
@@ -72,6 +72,7 @@ class ValidationFigures(Callback):
         self._latest: _Epoch | None = None
         self._pending: list[Future[None]] = []
         self._painter: ThreadPoolExecutor | None = None
+        self._drew = False  # whether this run has drawn a figure yet
 
     @override
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -123,8 +124,9 @@ class ValidationFigures(Callback):
         else:
             return
         self._latest = latest
-        # a fit draws every n-th epoch from the first; a validate run draws its one epoch
-        if trainer.state.fn != TrainerFn.FITTING or latest.epoch % self.every_n_epochs == 0:
+        # a fit draws its first validation (also after a resume) and every n-th epoch; a validate run its one
+        first = not self._drew
+        if trainer.state.fn != TrainerFn.FITTING or first or latest.epoch % self.every_n_epochs == 0:
             self._draw_later(trainer, latest)
 
     @override
@@ -148,20 +150,22 @@ class ValidationFigures(Callback):
 
     def _finish(self, drawn: bool) -> None:
         pending, self._pending = self._pending, []
+        errors = []
         for future in pending:
             if not drawn:
                 future.cancel()
-            if not future.cancelled():
-                error = future.exception()  # waits for it
-                if error is not None and drawn:
-                    raise error
+            if not future.cancelled() and (error := future.exception()) is not None:  # waits for it
+                errors.append(error)
         if self._painter is not None:
             self._painter.shutdown()
             self._painter = None
         self._latest = None
+        self._drew = False
+        if errors and drawn:  # once nothing is drawing any more
+            raise errors[0]
 
     def _draw_later(self, trainer: L.Trainer, epoch: _Epoch) -> None:
-        epoch.drawn = True
+        epoch.drawn = self._drew = True
         writer = tensorboard_writer(trainer)
         if writer is None:
             return

@@ -21,7 +21,8 @@ class ProgressBar(TQDMProgressBar):
     def __init__(
         self, refresh_rate: int | None = None, process_position: int = 0, leave: bool = False
     ) -> None:
-        super().__init__(refresh_rate=refresh_rate or 1, process_position=process_position, leave=leave)
+        given = 1 if refresh_rate is None else refresh_rate  # 0, as in Lightning, turns the bar off
+        super().__init__(refresh_rate=given, process_position=process_position, leave=leave)
         self._follow_logging = refresh_rate is None
         self._every_n_steps = 1
 

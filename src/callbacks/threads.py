@@ -38,6 +38,15 @@ class CpuThreads(Callback):
 
     @override
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._restore()
+
+    @override
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        self._restore()  # a failed run gets no teardown call
+
+    def _restore(self) -> None:
         if self._before is not None:
             torch.set_num_threads(self._before)
             self._before = None

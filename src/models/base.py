@@ -186,9 +186,11 @@ class BaseTask(L.LightningModule, ABC):
     def is_logging_step(self) -> bool:
         """Whether the Trainer writes this training step's values to the loggers.
 
-        Lightning writes step values every ``log_every_n_steps`` optimizer steps (and on the step that
-        stops the run); values logged on other steps are never written. Under automatic optimization
-        with one optimizer the step about to be taken is ``global_step + 1``.
+        Lightning writes step values every ``log_every_n_steps`` optimizer steps, and on a step during
+        which the run was told to stop; values logged on other steps are never written. Under automatic
+        optimization with one optimizer the step about to be taken is ``global_step + 1``. (A stop
+        decided during the step itself, by a time limit or a callback, is not foreseen here: that last
+        step writes the values of the last logging step again.)
         """
         try:
             trainer = self.trainer
@@ -223,6 +225,26 @@ class BaseTask(L.LightningModule, ABC):
         # batch before Lightning computes the epoch's metrics, right after this hook
         self._update_train_metrics()
 
+    # Each epoch starts from empty metrics. Lightning resets them when it has computed an epoch's values;
+    # an epoch cut short by an exception leaves them filled, and a later fit of the same module would
+    # otherwise add to them (and, their update count past 1, never hand them to self.log).
+    @override
+    def on_train_epoch_start(self) -> None:
+        self._reset_stage("train")
+        self._metric_inputs = []
+
+    @override
+    def on_validation_epoch_start(self) -> None:
+        self._reset_stage("val")
+
+    @override
+    def on_test_epoch_start(self) -> None:
+        self._reset_stage("test")
+
+    def _reset_stage(self, stage: Stage) -> None:
+        self.epoch_loss(stage).reset()
+        self.stage_metrics(stage).reset()
+
     @override
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self._shared_step(batch, "train", last=self._last_training_batch(batch_idx))["loss"]
@@ -234,13 +256,16 @@ class BaseTask(L.LightningModule, ABC):
         return loss
 
     def _learning_rates(self) -> dict[str, float]:
-        """``train/lr`` for one parameter group; ``train/lr/<group name or pgN>`` for several."""
+        """``train/lr`` for one parameter group; ``train/lr/<group name or pgN>`` for several; with several
+        optimizers (a subclass's), ``train/lr/opt<N>`` before those."""
         rates = {}
-        for optimizer in self.trainer.optimizers:
+        optimizers = self.trainer.optimizers
+        for number, optimizer in enumerate(optimizers, start=1):
+            base = "train/lr" if len(optimizers) == 1 else f"train/lr/opt{number}"
             groups = optimizer.param_groups
             for index, group in enumerate(groups, start=1):
-                name = "train/lr" if len(groups) == 1 else f"train/lr/{group.get('name', f'pg{index}')}"
-                rates[name] = float(group["lr"])  # a Python number: reading it syncs nothing
+                name = base if len(groups) == 1 else f"{base}/{group.get('name', f'pg{index}')}"
+                rates[name] = float(group["lr"])  # the optimizer's own Python number
         return rates
 
     @override
