@@ -179,11 +179,15 @@ def test_two_nodes_with_torchrun_on_localhost(tmp_path: Path) -> None:
     assert torch.load(checkpoint, weights_only=True)["global_step"] == 210 // (2 * B)
 
 
+#: the guard back on after BARE: its checks must work on sharded (DTensor) gradients and weights
+GUARD = ["--nonfinite_guard=src.callbacks.NonFiniteGuard"]
+
+
 def test_fsdp2_shards_checkpoints_resumes_and_consolidates(tmp_path: Path, cli, workdir: Path) -> None:
     """FSDP2 through ModelParallelStrategy in 2 processes, then the checkpoint in 1 process."""
     words = [
         "--config", str(CONFIGS / "spiral.yaml"), "--config", str(TRAINER / "fsdp.yaml"),
-        "--data.num_samples=300", "--data.batch_size=32", *BARE, *QUIET,
+        "--data.num_samples=300", "--data.batch_size=32", *BARE, *GUARD, *QUIET,
     ]  # fmt: skip
     command = [
         str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node=2",
@@ -230,7 +234,7 @@ def test_fsdp2_shards_checkpoints_resumes_and_consolidates(tmp_path: Path, cli, 
     # and loads in one process, without any strategy, for test and predict (the callbacks as in the
     # sharded run, whose checkpoint carries their state)
     base = [
-        "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", *BARE,
+        "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", *BARE, *GUARD,
         "--ckpt_path", str(single),
     ]  # fmt: skip
     tested = cli("test", *base)

@@ -6,6 +6,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
+from torch.distributed.tensor import DTensor
 from typing_extensions import override
 
 from src.errors import UserInputError
@@ -59,6 +60,8 @@ class NonFiniteGuard(Callback):
         # element is (or, with every element finite, when the norm itself exceeds the dtype's range,
         # a step that clipping would turn into a zero update anyway)
         norm = torch.nn.utils.get_total_norm([grad for _, grad in named])
+        if isinstance(norm, DTensor):  # FSDP2: the gradients are sharded; the norm gathers the shards'
+            norm = norm.full_tensor()
         bad = trainer.strategy.reduce((~torch.isfinite(norm)).float(), reduce_op="max")
         if not bool(bad.item()):
             self.consecutive = 0
@@ -125,7 +128,12 @@ class NonFiniteGuard(Callback):
     def on_save_checkpoint(
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        floats = {name: t for name, t in checkpoint["state_dict"].items() if t.is_floating_point()}
+        # this process's shards of sharded (FSDP2) weights: each process checks what it holds
+        floats = {
+            name: t.to_local() if isinstance(t, DTensor) else t
+            for name, t in checkpoint["state_dict"].items()
+            if t.is_floating_point()
+        }
         # one fused norm first (as for the gradients); tensor by tensor only to name the broken ones
         if not floats or torch.isfinite(torch.nn.utils.get_total_norm(list(floats.values()))):
             return
