@@ -1,14 +1,18 @@
 """Columns as they come: kinds inferred, fitted on training rows only, applied as scikit-learn would."""
 
 import logging
+import os
+import weakref
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import torch
 
-from src.data import TabularDataModule, preprocessing
+from src.data import TabularDataModule, preprocessing, sources
 from src.data.preprocessing import MISSING, Location, Preprocessor, encoder_input, infer_kinds
 from src.errors import UserInputError
 
@@ -222,3 +226,71 @@ def test_identifier_like_columns_are_capped_or_left_out(tmp_path: Path, caplog) 
     assert "like an identifier" in caplog.text
     assert "name" not in prep.columns
     assert "the column(s) ['name'] hold a different text in every training row" in caplog.text
+
+
+def test_parquet_is_read_a_block_of_columns_at_a_time_as_pandas_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frame = messy_frame().rename(columns={"income": " income "})  # a name with spaces around it
+    frame["region"] = frame["region"].astype("category")
+    frame["count"] = np.arange(len(frame))
+    frame.index = pd.Index(np.arange(len(frame))[::-1], name="id")  # a saved index, dropped on reading
+    path = tmp_path / "typed.parquet"
+    frame.assign(age=frame["age"].astype(str)).to_parquet(path)
+    reads = []
+    read = pq.ParquetFile.read
+    monkeypatch.setattr(pq.ParquetFile, "read", lambda self, **kw: reads.append(kw) or read(self, **kw))
+    monkeypatch.setattr(sources, "READ_BLOCK_BYTES", 1)  # one column per read
+    got = sources.read_file(path, "parquet")
+    assert len(reads) == len(frame.columns)
+    expected = pd.read_parquet(path).reset_index(drop=True)
+    expected.columns = [name.strip() for name in expected.columns]
+    pd.testing.assert_frame_equal(got, expected)
+
+
+def test_parquet_tensors_are_encoded_from_the_file_read_again_with_the_table_let_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frame = messy_frame(300).rename(columns={"age": " age"})
+    frame.loc[[3, 50, 120], "label"] = None  # rows without a target: positions in the file shift
+    path = tmp_path / "messy.parquet"
+    frame.assign(**{" age": frame[" age"].astype(str)}).to_parquet(path)
+    monkeypatch.setattr(sources, "READ_BLOCK_BYTES", 8 * 300 * 2)  # two columns per read
+    options = {"missing_indicator": True, "na_values": ["?"]}
+    dm, reference = data(path, **options), data(path, **options)
+    expected = {
+        stage: (
+            reference.preprocessor.transform(reference.table.features, reference.table.location, rows),
+            reference._targets(rows),
+        )
+        for stage, rows in reference.split_rows.items()
+    }
+    weights = dm.class_weights()
+    table = weakref.ref(dm.table.features)
+    reads = []
+    read_file = sources.read_file
+    monkeypatch.setattr(sources, "read_file", lambda *a, **k: reads.append(a) or read_file(*a, **k))
+    tensors = {stage: dm.dataset(stage).tensors for stage in ("train", "val", "test")}
+    assert "table" not in dm.__dict__  # let go of
+    assert table() is None  # and freed
+    assert reads == []  # the columns came from ParquetColumns, not a second table
+    for stage, (x, y) in tensors.items():
+        torch.testing.assert_close(x, torch.from_numpy(expected[stage][0]), rtol=0, atol=0)
+        torch.testing.assert_close(y, torch.from_numpy(expected[stage][1]), rtol=0, atol=0)
+    torch.testing.assert_close(dm.class_weights(), weights)  # from the tensors: the file is not read again
+    assert reads == []
+    pd.testing.assert_frame_equal(dm.table.features, reference.table.features)  # asked for: read again
+    assert len(reads) == 1
+
+
+def test_a_parquet_file_changed_before_it_is_read_again_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "messy.parquet"
+    write_parquet = partial(pd.DataFrame.to_parquet, path=path)
+    write_parquet(messy_frame().assign(age=lambda f: f["age"].astype(str)))
+    dm = data(path)
+    assert dm.in_features > 0  # read and fitted
+    write_parquet(messy_frame(seed=1).assign(age=lambda f: f["age"].astype(str)))
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # a write within the clock's tick
+    with pytest.raises(UserInputError, match=r"Parquet file '.*messy.parquet' changed while the run was"):
+        dm.dataset("train")

@@ -1,5 +1,7 @@
 """The DataModule: source → seeded split → preprocessing fitted on train only → tensors → loaders."""
 
+import gc
+import os
 from collections.abc import Callable, Iterator
 from functools import cached_property
 from pathlib import Path
@@ -214,6 +216,7 @@ class TabularDataModule(L.LightningDataModule):
         self.source: Source = source
         self.save_hyperparameters()
         self._datasets: dict[Stage, TensorBatches] = {}
+        self._stat: os.stat_result | None = None  # the data file's, when it was read
         self._shuffle = torch.Generator().manual_seed(seed)
 
     @property
@@ -225,7 +228,9 @@ class TabularDataModule(L.LightningDataModule):
 
     @cached_property
     def table(self) -> sources.Table:
-        """The whole source, loaded once: feature columns as read, and the target."""
+        """The whole source, loaded once: feature columns as read, and the target. (A Parquet file's
+        table is let go of once the tensors are built, see :meth:`_split_datasets`; asked for after
+        that, it is read again.)"""
         hp = self.settings
         noise = hp.noise if hp.noise is not None else _DEFAULT_NOISE.get(self.source, 0.0)
         if self.source == "digits":
@@ -239,6 +244,7 @@ class TabularDataModule(L.LightningDataModule):
         if self.source == "penguins":
             return sources.penguins()
         location = sources.file_location(hp.path, self.source)
+        self._stat = os.stat(hp.path) if Path(hp.path).is_file() else None
         frame = sources.read_file(hp.path, self.source, hp.na_values or [])
         return sources.select(
             frame, hp.target_column, hp.task, location, hp.feature_columns, hp.drop_columns or []
@@ -296,7 +302,8 @@ class TabularDataModule(L.LightningDataModule):
             )
         table, train = self.table, self.split_rows["train"]
         return fit_preprocessor(
-            table.features.iloc[train],
+            table.features,
+            train,
             self._kinds(),
             table.task,
             table.target.name,
@@ -347,6 +354,9 @@ class TabularDataModule(L.LightningDataModule):
         return self.preprocessor.labels
 
     def train_targets(self) -> np.ndarray:
+        """The training split's class ids (classification) or values (regression)."""
+        if "train" in self._datasets:  # built: the table may have been let go of
+            return self._datasets["train"].tensors[1].numpy()
         return self._targets(self.split_rows["train"])
 
     def class_weights(self) -> torch.Tensor:
@@ -384,7 +394,11 @@ class TabularDataModule(L.LightningDataModule):
         return self.predict_frame.index.to_numpy()
 
     def dataset(self, stage: Stage) -> TensorBatches:
-        """The tensors of one split (built once): ``(x, y)``, or ``(x,)`` for ``predict``."""
+        """The tensors of one split (built once): ``(x, y)``, or ``(x,)`` for ``predict``.
+
+        The training, validation and test splits are built together, in one pass over the table's
+        columns, as slices of one encoded array.
+        """
         if stage not in self._datasets:
             if stage == "predict":
                 location = (
@@ -399,12 +413,45 @@ class TabularDataModule(L.LightningDataModule):
                 x = self.preprocessor.transform(self.predict_frame, location)
                 self._datasets[stage] = TensorBatches(torch.from_numpy(x))
             else:
-                rows = self.split_rows[stage]
-                x = self.preprocessor.transform(self.table.features.iloc[rows], self.table.location)
-                self._datasets[stage] = TensorBatches(
-                    torch.from_numpy(x), torch.from_numpy(self._targets(rows))
-                )
+                self._datasets.update(self._split_datasets())
         return self._datasets[stage]
+
+    def _split_datasets(self) -> dict[Stage, TensorBatches]:
+        """The training, validation and test tensors: the table encoded in the splits' order, each split
+        a slice of the one array.
+
+        A Parquet file's table is let go of first, and its columns are read again from the file a block
+        at a time while they are encoded: the encoding is written row by row in memory (each batch is
+        a few rows), so that any of its columns touches all of it, and the table and its encoding would
+        otherwise be held whole at once. With 1e6 rows of 64 numbers that is 0.6 GB less at the peak,
+        for a second read of the file (0.3 s); ``table`` asked for later reads the file again.
+        """
+        splits: list[Stage] = ["train", "val", "test"]
+        rows = [self.split_rows[stage] for stage in splits]
+        order = np.concatenate(rows)
+        preprocessor = self.preprocessor  # fitted on the table before it is let go of
+        y = torch.from_numpy(self._targets(order))
+        if self.source == "parquet":
+            assert self._stat is not None, "the table was read before the preprocessing was fitted"
+            table = self.__dict__.pop("table")
+            in_file = table.features.index.to_numpy()[order]  # rows without a target were left out
+            location = table.location
+            del table
+            # views of the table's columns left in reference cycles (say, by an exception caught inside
+            # pandas while its columns were checked) would keep them alive until the next collection
+            gc.collect()
+            columns = sources.ParquetColumns(
+                self.settings.path, preprocessor.columns, in_file, self.settings.na_values or [], self._stat
+            )
+            x = torch.from_numpy(preprocessor.encode(columns, len(order), location))
+        else:
+            table = self.table
+            x = torch.from_numpy(preprocessor.transform(table.features, table.location, order))
+        ends = np.cumsum([len(part) for part in rows])
+        return {
+            stage: TensorBatches(x[end - len(part) : end], y[end - len(part) : end])
+            for stage, part, end in zip(splits, rows, ends, strict=True)
+        }
 
     # -- checkpoints ----------------------------------------------------------------------------------
 

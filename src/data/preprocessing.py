@@ -14,7 +14,7 @@ in training (when ``missing_indicator`` is on), and a one-hot block per categori
 ``max_categories - 1`` most frequent training values, then one column for everything rarer or unseen).
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -247,28 +247,43 @@ class Preprocessor:
                 "(empty cells are fine)."
             )
 
-    def transform(self, frame: pd.DataFrame, location: Location) -> np.ndarray:
+    def transform(
+        self, frame: pd.DataFrame, location: Location, rows: np.ndarray | None = None
+    ) -> np.ndarray:
         """Raw rows → ``(N, F)`` float32. Extra columns are ignored; missing columns are an error.
 
         Read as the training file was: column names without surrounding spaces, ``na_values`` as missing.
+        ``rows``: the positions of the rows to encode, in this order (all rows when left out); one column
+        at a time is copied out of ``frame``.
         """
         frame = frame.rename(columns=lambda name: name.strip() if isinstance(name, str) else name)
         self.check_columns(frame, location)
+
+        def column_of(name: str) -> pd.Series:
+            return frame[name] if rows is None else frame[name].iloc[rows]
+
+        return self.encode(column_of, len(frame) if rows is None else len(rows), location)
+
+    def encode(self, column_of: Callable[[str], pd.Series], count: int, location: Location) -> np.ndarray:
+        """``(count, F)`` float32 from the raw columns ``column_of(name)`` returns, ``count`` rows each,
+        asked for once each in the order of :attr:`columns`: what :meth:`transform` does, from columns
+        that need not be held all at once."""
         # written column by column into the float32 result: the float64 work is one column at a time,
         # never a float64 copy of the whole table (computed in float64 and rounded once, as before)
         indicated = [column for column in self.numeric if column.indicator]
         widths = [len(cat.categories) + int(cat.other) for cat in self.categorical]
-        out = np.empty((len(frame), len(self.numeric) + len(indicated) + sum(widths)), np.float32)
+        out = np.empty((count, len(self.numeric) + len(indicated) + sum(widths)), np.float32)
         at = len(self.numeric)
         for j, column in enumerate(self.numeric):
-            values = numeric_values(frame[column.name], location, [*column.missing_tokens, *self.na_values])
+            tokens = [*column.missing_tokens, *self.na_values]
+            values = numeric_values(column_of(column.name), location, tokens)
             missing = np.isnan(values)
             out[:, j] = (np.where(missing, column.fill, values) - column.mean) / column.scale
             if column.indicator:
                 out[:, at] = missing
                 at += 1
         for cat, width in zip(self.categorical, widths, strict=True):
-            out[:, at : at + width] = _one_hot(category_strings(frame[cat.name], self.na_values), cat)
+            out[:, at : at + width] = _one_hot(category_strings(column_of(cat.name), self.na_values), cat)
             at += width
         return out
 
@@ -375,7 +390,8 @@ def encoder_input(
 
 
 def _informative(
-    train: pd.DataFrame,
+    frame: pd.DataFrame,
+    train: np.ndarray | None,
     numeric: list[str],
     categorical: list[str],
     location: Location,
@@ -384,10 +400,15 @@ def _informative(
     """The columns left once those that cannot teach anything are dropped, each with a notice: a numeric
     column without a value in the training rows, a text column whose every training value is unique (a
     name, an ID: a column per value would only memorize rows)."""
-    empty = [c for c in numeric if np.isnan(numeric_values(train[c], location, tokens.get(c, ()))).all()]
+
+    def column(name: str) -> pd.Series:  # one column of the training rows
+        return frame[name] if train is None else frame[name].iloc[train]
+
+    count = len(frame) if train is None else len(train)
+    empty = [c for c in numeric if np.isnan(numeric_values(column(c), location, tokens.get(c, ()))).all()]
     unique = [
         c for c in categorical
-        if len(train) >= 20 and train[c].notna().all() and train[c].nunique() == len(train)
+        if count >= 20 and column(c).notna().all() and column(c).nunique() == count
     ]  # fmt: skip
     if empty:
         rank_zero_info(
@@ -403,11 +424,12 @@ def _informative(
 
 #: numbers fitted at once: numeric columns are fitted in blocks of about this many float64 cells (32 MiB),
 #: since scikit-learn's imputer and scaler each copy their input; small tables fit in one block
-FIT_BLOCK_CELLS = 1 << 22
+FIT_BLOCK_CELLS = 1 << 21
 
 
 def fit_preprocessor(
-    train: pd.DataFrame,
+    frame: pd.DataFrame,
+    train: np.ndarray | None,
     kinds: tuple[list[str], list[str], dict[str, list[str]]],
     task: Task,
     target: str | None,
@@ -415,19 +437,22 @@ def fit_preprocessor(
     options: Options,
     location: Location,
 ) -> Preprocessor:
-    """Fit on the training rows alone; the result is plain data (numbers, strings, lists).
+    """Fit on the training rows alone (the positions ``train`` of ``frame``, all of them when ``None``); the
+    result is plain data (numbers, strings, lists).
 
     scikit-learn fits it: the pipeline of :func:`column_transformer`, one block of numeric columns at a
     time (each column's numbers depend on that column alone, so the result is the whole pipeline's; see
-    :func:`fit_column_transformer`), then the categorical columns.
+    :func:`fit_column_transformer`), then the categorical columns. Only the block being fitted is copied
+    out of ``frame``, never the training rows whole.
     """
-    numeric, categorical, tokens = _checked_columns(train, kinds, options, location)
+    numeric, categorical, tokens = _checked_columns(frame, train, kinds, options, location)
+    count = len(frame) if train is None else len(train)
     numeric_columns: list[NumericColumn] = []
-    block = max(1, FIT_BLOCK_CELLS // max(len(train), 1))
+    block = max(1, FIT_BLOCK_CELLS // max(count, 1))
     for start in range(0, len(numeric), block):
         names = numeric[start : start + block]
         fitted = column_transformer(names, [], options)
-        fitted.fit(encoder_input(train, names, [], location, tokens))
+        fitted.fit(encoder_input(_part(frame, names, train), names, [], location, tokens))
         steps = fitted.named_transformers_
         imputer: SimpleImputer = steps["numeric"].named_steps["impute"]
         scaler = steps["numeric"].named_steps["scale"]
@@ -446,16 +471,16 @@ def fit_preprocessor(
     categorical_columns: list[CategoricalColumn] = []
     if categorical:
         fitted = column_transformer([], categorical, options)
-        fitted.fit(encoder_input(train, [], categorical, location, tokens))
+        fitted.fit(encoder_input(_part(frame, categorical, train), [], categorical, location, tokens))
         encoder: OneHotEncoder = fitted.named_transformers_["categorical"]
         for name, values, rare in zip(
             categorical, encoder.categories_, encoder.infrequent_categories_, strict=True
         ):
             rare_set = set(rare.tolist()) if rare is not None else set()
             distinct = len(values)
-            if distinct > max(options.max_categories, len(train) // 2):
+            if distinct > max(options.max_categories, count // 2):
                 rank_zero_info(
-                    f"Column {name!r} has {distinct} distinct values in {len(train)} training rows, like an "
+                    f"Column {name!r} has {distinct} distinct values in {count} training rows, like an "
                     f"identifier or free text: only its {len(values) - len(rare_set)} most frequent values "
                     "get a column of their own; drop it with data.drop_columns if it carries no signal."
                 )
@@ -482,20 +507,27 @@ def fit_column_transformer(
 ) -> ColumnTransformer:
     """The whole scikit-learn pipeline fitted on all columns at once, for tests and inspection: what
     :func:`fit_preprocessor` fits block by block, and what its :class:`Preprocessor` is proven equal to."""
-    numeric, categorical, tokens = _checked_columns(train, kinds, options, location)
+    numeric, categorical, tokens = _checked_columns(train, None, kinds, options, location)
     fitted = column_transformer(numeric, categorical, options)
     return fitted.fit(encoder_input(train, numeric, categorical, location, tokens))
 
 
+def _part(frame: pd.DataFrame, names: list[str], rows: np.ndarray | None) -> pd.DataFrame:
+    """The columns ``names`` of ``frame`` at the positions ``rows`` (all rows when ``None``)."""
+    return frame[names] if rows is None else frame[names].iloc[rows]
+
+
 def _checked_columns(
-    train: pd.DataFrame,
+    frame: pd.DataFrame,
+    train: np.ndarray | None,
     kinds: tuple[list[str], list[str], dict[str, list[str]]],
     options: Options,
     location: Location,
 ) -> tuple[list[str], list[str], dict[str, list[str]]]:
-    """The columns to fit, those that cannot teach anything left out; bad options refused."""
+    """The columns to fit, those that cannot teach anything in the training rows (the positions ``train``
+    of ``frame``, all of them when ``None``) left out; bad options refused."""
     numeric, categorical, tokens = kinds
-    numeric, categorical = _informative(train, numeric, categorical, location, tokens)
+    numeric, categorical = _informative(frame, train, numeric, categorical, location, tokens)
     if not numeric and not categorical:
         raise UserInputError(f"{location.what} has no feature column with values in the training rows.")
     if options.max_categories < 2 or options.min_category_frequency < 1:

@@ -5,6 +5,7 @@ the target column, and the task. Nothing is downloaded. Turning columns into num
 :mod:`src.data.preprocessing`, fitted on the training rows only.
 """
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -130,12 +131,7 @@ def read_file(
         if fmt == "csv":
             frame = _read_csv(path, na_values)
         else:
-            # pyarrow's reader, converted column by column with the Arrow buffers freed as it goes
-            # (pandas.read_parquet holds the table twice at its peak, Arrow's copy and pandas'), and the
-            # memory Arrow's allocator kept handed back before pandas and numpy allocate their own
-            frame = pq.read_table(path).to_pandas(split_blocks=True, self_destruct=True)
-            pa.default_memory_pool().release_unused()
-            frame.index = pd.RangeIndex(len(frame))  # rows numbered from 0, a saved index dropped
+            frame = _read_parquet(path)
             if na_values:
                 frame = frame.replace(list(na_values), np.nan)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError, ValueError) as err:
@@ -154,6 +150,96 @@ def read_file(
         )
         frame = frame.drop(columns=first)
     return frame
+
+
+#: bytes of decoded columns (counted as 8 per cell) that one read of a Parquet file takes at a time
+READ_BLOCK_BYTES = 32 << 20
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    """A Parquet file by pyarrow, a block of columns at a time, rows numbered from 0 (a saved index dropped).
+
+    Read whole, the file is held twice at the peak (Arrow's decoded table beside pandas' columns, more
+    than twice the data in all); read a block of columns at a time, with each block's Arrow memory freed
+    and handed back before the next, the peak is the data and one block. The columns stay one block each
+    (``copy=False``), so that each can be freed on its own later.
+    """
+    file = pq.ParquetFile(path)
+    schema = file.schema_arrow
+    if len(set(schema.names)) < len(schema.names):
+        # read whole, so that the duplicate names are reported as for any other file
+        frame = file.read().to_pandas(split_blocks=True, self_destruct=True)
+    else:
+        saved_index = (schema.pandas_metadata or {}).get("index_columns", [])
+        names = [name for name in schema.names if name not in saved_index]
+        per_block = max(1, READ_BLOCK_BYTES // max(8 * file.metadata.num_rows, 1))
+        columns: dict[str, pd.Series] = {}
+        for start in range(0, len(names), per_block):
+            block = file.read(columns=names[start : start + per_block])
+            part = block.to_pandas(split_blocks=True, self_destruct=True)
+            del block
+            columns.update(part.items())
+            del part
+            pa.default_memory_pool().release_unused()
+        frame = pd.DataFrame(columns, copy=False)
+    frame.index = pd.RangeIndex(len(frame))
+    return frame
+
+
+class ParquetColumns:
+    """The columns of a Parquet file read again, a block at a time, at the positions ``rows``: what
+    :meth:`~src.data.preprocessing.Preprocessor.encode` reads in place of a table held whole.
+
+    Read as :func:`read_file` reads them (names without surrounding spaces, ``na_values`` as missing),
+    rows keeping their numbers in the file, so that an error still names the right row. Columns are to be
+    asked for once each, in the order of ``names``: each read takes the next block of them.
+
+    Args:
+        path: The file, unchanged since it was read whole: its size and modification time are compared
+            with ``stat``.
+        names: The columns that will be asked for, in order.
+        rows: The positions of the rows to return, in this order.
+        na_values: Further texts that mean "missing".
+        stat: ``os.stat`` of the file when it was read whole.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        names: Sequence[str],
+        rows: np.ndarray,
+        na_values: Sequence[str],
+        stat: os.stat_result,
+    ) -> None:
+        now = os.stat(path)
+        if (now.st_size, now.st_mtime_ns) != (stat.st_size, stat.st_mtime_ns):
+            raise UserInputError(
+                f"{file_location(path, 'parquet').what} changed while the run was reading it; start the run "
+                "again once it is written."
+            )
+        # the memory of a table let go of just before goes back to the system first: Arrow's allocator
+        # keeps what is freed for its own reuse until told, and the encoding is allocated elsewhere
+        pa.default_memory_pool().release_unused()
+        self.file = pq.ParquetFile(path)
+        self.in_file = {name.strip(): name for name in self.file.schema_arrow.names}
+        self.names, self.rows, self.na_values = list(names), rows, list(na_values)
+        self.per_block = max(1, READ_BLOCK_BYTES // max(8 * self.file.metadata.num_rows, 1))
+        self.block: dict[str, pd.Series] = {}
+
+    def __call__(self, name: str) -> pd.Series:
+        if name not in self.block:
+            start = self.names.index(name)
+            names = self.names[start : start + self.per_block]
+            read = self.file.read(columns=[self.in_file[n] for n in names])
+            part = read.to_pandas(split_blocks=True, self_destruct=True)
+            del read
+            part.columns = names
+            if self.na_values:
+                part = part.replace(self.na_values, np.nan)
+            self.block = dict(part.iloc[self.rows].items())  # a copy: the file's block is freed next
+            del part
+            pa.default_memory_pool().release_unused()
+        return self.block.pop(name)
 
 
 def _separator(path: Path) -> str:
