@@ -1,5 +1,6 @@
 """Columns as they come: kinds inferred, fitted on training rows only, applied as scikit-learn would."""
 
+import dataclasses
 import logging
 import os
 import weakref
@@ -293,4 +294,18 @@ def test_a_parquet_file_changed_before_it_is_read_again_is_named(tmp_path: Path)
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # a write within the clock's tick
     with pytest.raises(UserInputError, match=r"Parquet file '.*messy.parquet' changed while the run was"):
+        dm.dataset("train")
+
+
+def test_a_parquet_file_without_a_column_the_preprocessing_reads_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "messy.parquet"
+    messy_frame().assign(age=lambda f: f["age"].astype(str)).to_parquet(path)
+    dm = data(path)
+    fitted = dm.preprocessor
+    # as from a checkpoint (data.preprocessing_from) fitted on a file that had one more column
+    extra = preprocessing.NumericColumn("weight", fill=0.0, mean=0.0, scale=1.0, indicator=False)
+    dm.__dict__["preprocessor"] = dataclasses.replace(fitted, numeric=[*fitted.numeric, extra])
+    with pytest.raises(
+        UserInputError, match=r"messy.parquet' has no column\(s\) \['weight'\], which the model"
+    ):
         dm.dataset("train")

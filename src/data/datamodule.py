@@ -434,6 +434,7 @@ class TabularDataModule(L.LightningDataModule):
         if self.source == "parquet":
             assert self._stat is not None, "the table was read before the preprocessing was fitted"
             table = self.__dict__.pop("table")
+            preprocessor.check_columns(table.features, table.location)  # a checkpoint's may differ
             in_file = table.features.index.to_numpy()[order]  # rows without a target were left out
             location = table.location
             del table
