@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from src.cli import main
-from src.data import TabularDataModule
+from src.data import TabularDataModule, sources
 from src.data.preprocessing import Location, infer_kinds
 from src.errors import UserInputError
 from src.predict import Predictor
@@ -204,3 +204,24 @@ def test_a_failed_prediction_leaves_no_folder(tmp_path: Path, monkeypatch, capsy
               "--data.predict_path=partial.csv", *QUIET])  # fmt: skip
     assert "has no column(s) ['y']" in capsys.readouterr().err
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "logs").rglob("*")) == before
+
+
+@pytest.mark.parametrize("prefix", [3, 10_000])
+def test_a_renamed_copy_of_the_target_is_found_past_the_first_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefix: int
+) -> None:
+    # the first rows are counted first, to rule out a many-valued column cheaply; a copy whose first
+    # rows hold fewer values than there are classes must still be found
+    monkeypatch.setattr(sources, "SAME_AS_TARGET_PREFIX", prefix)
+    labels = ["cat"] * 10 + ["dog", "bird"] * 10
+    frame = pd.DataFrame(
+        {
+            "a": np.arange(30.0),  # 30 values, more than 3 classes already in its first rows
+            "copy": [{"cat": 7, "dog": 3, "bird": 1}[v] for v in labels],
+            "label": labels,
+        }
+    )
+    with pytest.raises(UserInputError, match="column 'copy' is a copy of the target 'label'"):
+        data(write(frame, tmp_path / "copy.csv")).table  # noqa: B018
+    frame["copy"] = frame["copy"].where(np.arange(30) != 25, 9)  # one row off: not a copy
+    assert data(write(frame, tmp_path / "near.csv")).table.features.columns.tolist() == ["a", "copy"]
