@@ -81,6 +81,9 @@ CALLBACK_SECTIONS: tuple[tuple[str, type[Callback], str], ...] = (
     ("progress_bar", LightningProgressBar, "The progress bar, refreshed on the logging steps."),
     ("cpu_threads", CpuThreads, "Threads torch uses within one operation on the CPU, during the run."),
 )
+#: sections whose callbacks act in one subcommand only, and are left out of the others' Trainer: the
+#: Trainer calls every callback at each of the six hooks of every training step, whether it acts or not
+ONLY_IN = {"prediction_writer": "predict"}
 
 
 class SaveConfig(SaveConfigCallback):
@@ -199,13 +202,19 @@ class CLI(LightningCLI):
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
         """The Trainer with the shipped callbacks of the sections that are on, then ``trainer.callbacks``.
 
+        A subcommand leaves out the sections that act only in another (:data:`ONLY_IN`);
         ``trainer.enable_checkpointing=false`` leaves out the sections that are ModelCheckpoints, and
         ``trainer.enable_progress_bar=false`` the progress bar, so that each means what it says instead of
         clashing with them (one given in ``trainer.callbacks`` still clashes: the user asked for both).
         """
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         trainer = config.get("trainer") or {}
-        shipped = [config[section] for section, *_ in CALLBACK_SECTIONS if config.get(section) is not None]
+        shipped = [
+            config[section]
+            for section, *_ in CALLBACK_SECTIONS
+            if config.get(section) is not None
+            and (self.subcommand is None or ONLY_IN.get(section, self.subcommand) == self.subcommand)
+        ]
         if trainer.get("enable_checkpointing") is False:
             shipped = [c for c in shipped if not isinstance(c, ModelCheckpoint)]
         if trainer.get("enable_progress_bar") is False:

