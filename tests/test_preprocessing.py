@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -284,17 +285,60 @@ def test_parquet_tensors_are_encoded_from_the_file_read_again_with_the_table_let
     assert len(reads) == 1
 
 
-def test_a_parquet_file_changed_before_it_is_read_again_is_named(tmp_path: Path) -> None:
+@pytest.mark.parametrize("when", ["before the tensors", "after the tensors"])
+@pytest.mark.parametrize("how", ["rewritten", "removed"])
+def test_a_parquet_file_changed_before_it_is_read_again_is_named(tmp_path: Path, when: str, how: str) -> None:
     path = tmp_path / "messy.parquet"
     write_parquet = partial(pd.DataFrame.to_parquet, path=path)
     write_parquet(messy_frame().assign(age=lambda f: f["age"].astype(str)))
     dm = data(path)
     assert dm.in_features > 0  # read and fitted
-    write_parquet(messy_frame(seed=1).assign(age=lambda f: f["age"].astype(str)))
-    stat = path.stat()
-    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # a write within the clock's tick
-    with pytest.raises(UserInputError, match=r"Parquet file '.*messy.parquet' changed while the run was"):
-        dm.dataset("train")
+    if when == "after the tensors":
+        dm.dataset("train")  # the table is let go of; asked for again, it is read again
+    if how == "removed":
+        path.unlink()
+    else:  # the same rows in another order: the splits' positions would pick other rows
+        write_parquet(
+            messy_frame().sample(frac=1.0, random_state=0).assign(age=lambda f: f["age"].astype(str))
+        )
+        stat = path.stat()
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # a write within the clock's tick
+    with pytest.raises(
+        UserInputError, match=r"Parquet file '.*messy.parquet' changed or went away after the"
+    ):
+        dm.dataset("train") if when == "before the tensors" else dm.table
+
+
+def test_parquet_columns_named_like_a_saved_index_or_a_nested_field_are_read_again_as_read(
+    tmp_path: Path,
+) -> None:
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(
+        {"x": rng.normal(size=150), "id ": rng.normal(size=150), "label": rng.choice(["p", "q"], 150)},
+        index=pd.Index(rng.permutation(1500)[:150], name="id"),  # "id" once the column's spaces go
+    )
+    frame.to_parquet(tmp_path / "index.parquet")
+    # a struct "s" with a field "u", beside a column named "s.u": the path and the name coincide
+    table = pa.table(
+        {
+            "s": pa.array([{"u": float(i)} for i in range(150)]),
+            "s.u": pa.array(rng.normal(size=150)),
+            "label": pa.array(rng.choice(["p", "q"], 150)),
+        }
+    )
+    pq.write_table(table, tmp_path / "nested.parquet")
+    for name, options in (("index.parquet", {}), ("nested.parquet", {"drop_columns": ["s"]})):
+        dm, reference = data(tmp_path / name, **options), data(tmp_path / name, **options)
+        for stage in ("train", "val", "test"):
+            rows = reference.split_rows[stage]
+            expected = reference.preprocessor.transform(
+                reference.table.features, reference.table.location, rows
+            )
+            torch.testing.assert_close(
+                dm.dataset(stage).tensors[0], torch.from_numpy(expected), rtol=0, atol=0
+            )
+    with pytest.raises(UserInputError, match=r"column 's' holds nested values \(lists or records\)"):
+        data(tmp_path / "nested.parquet").table  # noqa: B018
 
 
 def test_a_parquet_file_without_a_column_the_preprocessing_reads_is_named(tmp_path: Path) -> None:

@@ -218,7 +218,7 @@ class TabularDataModule(L.LightningDataModule):
         self.source: Source = source
         self.save_hyperparameters()
         self._datasets: dict[Stage, TensorBatches] = {}
-        self._stat: os.stat_result | None = None  # the data file's, when it was read
+        self._stat: os.stat_result | None = None  # the data file's, when it was first read
         self._shuffle = torch.Generator().manual_seed(seed)
 
     @property
@@ -246,7 +246,10 @@ class TabularDataModule(L.LightningDataModule):
         if self.source == "penguins":
             return sources.penguins()
         location = sources.file_location(hp.path, self.source)
-        self._stat = os.stat(hp.path) if Path(hp.path).is_file() else None
+        if self._stat is not None:  # read again (a Parquet table let go of): the splits index this file
+            sources.check_unchanged(hp.path, self.source, self._stat)
+        else:
+            self._stat = os.stat(hp.path) if Path(hp.path).is_file() else None
         frame = sources.read_file(hp.path, self.source, hp.na_values or [])
         return sources.select(
             frame, hp.target_column, hp.task, location, hp.feature_columns, hp.drop_columns or []

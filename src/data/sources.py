@@ -188,6 +188,20 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     return frame
 
 
+def check_unchanged(path: str | Path, fmt: FileFormat, stat: os.stat_result) -> None:
+    """Refuse a data file that changed, or went, since ``stat`` was taken when it was first read: row
+    positions found in the first read would index other rows."""
+    try:
+        now = os.stat(path)
+    except OSError:  # removed, or no longer readable
+        now = None
+    if now is None or (now.st_size, now.st_mtime_ns) != (stat.st_size, stat.st_mtime_ns):
+        raise UserInputError(
+            f"{file_location(path, fmt).what} changed or went away after the run first read it; start the "
+            "run again once the file stays as it is."
+        )
+
+
 class ParquetColumns:
     """The columns of a Parquet file read again, a block at a time, at the positions ``rows``: what
     :meth:`~src.data.preprocessing.Preprocessor.encode` reads in place of a table held whole.
@@ -213,17 +227,14 @@ class ParquetColumns:
         na_values: Sequence[str],
         stat: os.stat_result,
     ) -> None:
-        now = os.stat(path)
-        if (now.st_size, now.st_mtime_ns) != (stat.st_size, stat.st_mtime_ns):
-            raise UserInputError(
-                f"{file_location(path, 'parquet').what} changed while the run was reading it; start the run "
-                "again once it is written."
-            )
+        check_unchanged(path, "parquet", stat)
         # the memory of a table let go of just before goes back to the system first: Arrow's allocator
         # keeps what is freed for its own reuse until told, and the encoding is allocated elsewhere
         pa.default_memory_pool().release_unused()
         self.file = pq.ParquetFile(path)
-        self.in_file = {name.strip(): name for name in self.file.schema_arrow.names}
+        schema = self.file.schema_arrow
+        saved_index = (schema.pandas_metadata or {}).get("index_columns", [])  # left out, as on reading
+        self.in_file = {name.strip(): name for name in schema.names if name not in saved_index}
         self.names, self.rows, self.na_values = list(names), rows, list(na_values)
         self.per_block = max(1, READ_BLOCK_BYTES // max(8 * self.file.metadata.num_rows, 1))
         self.block: dict[str, pd.Series] = {}
@@ -232,8 +243,11 @@ class ParquetColumns:
         if name not in self.block:
             start = self.names.index(name)
             names = self.names[start : start + self.per_block]
-            read = self.file.read(columns=[self.in_file[n] for n in names])
-            part = read.to_pandas(split_blocks=True, self_destruct=True)
+            in_file = [self.in_file[n] for n in names]
+            read = self.file.read(columns=in_file)
+            # a name is also a path into nested columns ("a.b": field b of a struct a), which can bring
+            # more columns than asked for: the asked ones are taken by name
+            part = read.to_pandas(split_blocks=True, self_destruct=True)[in_file]
             del read
             part.columns = names
             if self.na_values:
@@ -334,6 +348,14 @@ def select(
         if not features:
             raise UserInputError(
                 f"{location.what} has no feature column with values besides {target_column!r}."
+            )
+    for column in features:
+        values = frame[column]
+        first = values.first_valid_index() if values.dtype == object else None
+        if first is not None and isinstance(values[first], dict | list | tuple | np.ndarray):
+            raise UserInputError(
+                f"{location.what}, column {column!r} holds nested values (lists or records), not numbers or "
+                "text; flatten them into columns of their own, or leave it out with data.drop_columns."
             )
     classes = target.nunique() if task == "classification" else 0
     for column in features:
