@@ -437,7 +437,7 @@ class TabularDataModule(L.LightningDataModule):
         preprocessor = self.preprocessor  # fitted on the table before it is let go of
         y = torch.from_numpy(self._targets(order))
         if self.source == "parquet":
-            assert self._stat is not None, "the table was read before the preprocessing was fitted"
+            assert self._stat is not None, "split_rows has read the file"
             table = self.__dict__.pop("table")
             preprocessor.check_columns(table.features, table.location)  # a checkpoint's may differ
             in_file = table.features.index.to_numpy()[order]  # rows without a target were left out
