@@ -422,7 +422,7 @@ def _informative(
     return [c for c in numeric if c not in empty], [c for c in categorical if c not in unique]
 
 
-#: numbers fitted at once: numeric columns are fitted in blocks of about this many float64 cells (32 MiB),
+#: numbers fitted at once: numeric columns are fitted in blocks of about this many float64 cells (16 MiB),
 #: since scikit-learn's imputer and scaler each copy their input; small tables fit in one block
 FIT_BLOCK_CELLS = 1 << 21
 
