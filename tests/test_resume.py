@@ -134,3 +134,17 @@ def test_the_cli_exits_with_143_after_sigterm(cli, capsys) -> None:
         cli("fit", *ARGS, "--trainer.callbacks+=tests.test_resume.SigtermAt", "--trainer.callbacks.step=3")
     assert exit_.value.code == 128 + signal.SIGTERM
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_sigterm_writes_no_checkpoint_when_checkpointing_is_off(cli, workdir: Path, caplog) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli(
+            "fit", *ARGS, "--trainer.enable_checkpointing=false",
+            "--trainer.callbacks+=tests.test_resume.SigtermAt", "--trainer.callbacks.step=3",
+        )  # fmt: skip
+    assert exit_.value.code == 128 + signal.SIGTERM
+    assert list(workdir.rglob("*.ckpt")) == []
+    assert (
+        "Stopped by SIGTERM after step 4; nothing was saved, since trainer.enable_checkpointing is"
+        in caplog.text
+    )

@@ -66,7 +66,8 @@ class Preemption(Callback):
     Lightning notices SIGTERM at the end of the current training step and stops there; this callback
     then writes ``last.ckpt`` (where the checkpoint callback without a monitor keeps it) with everything
     a resume needs, mid-epoch included, and says so. ``--ckpt_path last`` with the same config goes on
-    from that very step. On SLURM, Lightning's own SIGUSR1 handling saves and requeues instead.
+    from that very step. With ``trainer.enable_checkpointing=false`` it writes nothing, and says so. On
+    SLURM, Lightning's own SIGUSR1 handling saves and requeues instead.
     """
 
     def __init__(self) -> None:
@@ -77,6 +78,12 @@ class Preemption(Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
         if not isinstance(exception, SIGTERMException) or trainer.state.fn != TrainerFn.FITTING:
+            return
+        if not trainer.checkpoint_callbacks:  # trainer.enable_checkpointing=false: no checkpoint, as asked
+            rank_zero_info(
+                f"Stopped by SIGTERM after step {trainer.global_step}; nothing was saved, since "
+                "trainer.enable_checkpointing is false."
+            )
             return
         folders = [Path(c.dirpath) for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)
                    and c.monitor is None and c.dirpath]  # fmt: skip
