@@ -310,7 +310,7 @@ def test_a_parquet_file_changed_before_it_is_read_again_is_named(tmp_path: Path,
 
 
 def test_parquet_columns_named_like_a_saved_index_or_a_nested_field_are_read_again_as_read(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = np.random.default_rng(0)
     frame = pd.DataFrame(
@@ -321,7 +321,7 @@ def test_parquet_columns_named_like_a_saved_index_or_a_nested_field_are_read_aga
     # a struct "s" with a field "u", beside a column named "s.u": the path and the name coincide
     table = pa.table(
         {
-            "s": pa.array([{"u": float(i)} for i in range(150)]),
+            "s": pa.array([{"u": float(i), "v": -float(i)} for i in range(150)]),
             "s.u": pa.array(rng.normal(size=150)),
             "label": pa.array(rng.choice(["p", "q"], 150)),
         }
@@ -339,6 +339,10 @@ def test_parquet_columns_named_like_a_saved_index_or_a_nested_field_are_read_aga
             )
     with pytest.raises(UserInputError, match=r"column 's' holds nested values \(lists or records\)"):
         data(tmp_path / "nested.parquet").table  # noqa: B018
+    monkeypatch.setattr(sources, "READ_BLOCK_BYTES", 1)  # "s" and "s.u" in reads of their own
+    read = sources.read_file(tmp_path / "nested.parquet", "parquet")
+    assert read["s"].iloc[3] == {"u": 3.0, "v": -3.0}  # whole, not the field "s.u" brought along
+    np.testing.assert_array_equal(read["s.u"].to_numpy(), table["s.u"].to_numpy())
 
 
 def test_a_parquet_file_without_a_column_the_preprocessing_reads_is_named(tmp_path: Path) -> None:

@@ -158,6 +158,17 @@ SAME_AS_TARGET_PREFIX = 10_000
 READ_BLOCK_BYTES = 32 << 20
 
 
+def _data_columns(file: pq.ParquetFile) -> list[str]:
+    """The file's column names as written, less the index columns a pandas frame saved beside them."""
+    saved_index = (file.schema_arrow.pandas_metadata or {}).get("index_columns", [])
+    return [name for name in file.schema_arrow.names if name not in saved_index]
+
+
+def _columns_per_read(file: pq.ParquetFile) -> int:
+    """How many columns one read takes: about ``READ_BLOCK_BYTES``, counting 8 bytes a cell."""
+    return max(1, READ_BLOCK_BYTES // max(8 * file.metadata.num_rows, 1))
+
+
 def _read_parquet(path: Path) -> pd.DataFrame:
     """A Parquet file by pyarrow, a block of columns at a time, rows numbered from 0 (a saved index dropped).
 
@@ -172,13 +183,14 @@ def _read_parquet(path: Path) -> pd.DataFrame:
         # read whole, so that the duplicate names are reported as for any other file
         frame = file.read().to_pandas(split_blocks=True, self_destruct=True)
     else:
-        saved_index = (schema.pandas_metadata or {}).get("index_columns", [])
-        names = [name for name in schema.names if name not in saved_index]
-        per_block = max(1, READ_BLOCK_BYTES // max(8 * file.metadata.num_rows, 1))
+        names = _data_columns(file)
+        per_block = _columns_per_read(file)
         columns: dict[str, pd.Series] = {}
         for start in range(0, len(names), per_block):
-            block = file.read(columns=names[start : start + per_block])
-            part = block.to_pandas(split_blocks=True, self_destruct=True)
+            asked = names[start : start + per_block]
+            block = file.read(columns=asked)
+            # only the asked-for columns: a name that is also a path into a struct brings the struct too
+            part = block.to_pandas(split_blocks=True, self_destruct=True)[asked]
             del block
             columns.update(part.items())
             del part
@@ -232,11 +244,9 @@ class ParquetColumns:
         # keeps what is freed for its own reuse until told, and the encoding is allocated elsewhere
         pa.default_memory_pool().release_unused()
         self.file = pq.ParquetFile(path)
-        schema = self.file.schema_arrow
-        saved_index = (schema.pandas_metadata or {}).get("index_columns", [])  # left out, as on reading
-        self.in_file = {name.strip(): name for name in schema.names if name not in saved_index}
+        self.in_file = {name.strip(): name for name in _data_columns(self.file)}
         self.names, self.rows, self.na_values = list(names), rows, list(na_values)
-        self.per_block = max(1, READ_BLOCK_BYTES // max(8 * self.file.metadata.num_rows, 1))
+        self.per_block = _columns_per_read(self.file)
         self.block: dict[str, pd.Series] = {}
 
     def __call__(self, name: str) -> pd.Series:
@@ -245,8 +255,8 @@ class ParquetColumns:
             names = self.names[start : start + self.per_block]
             in_file = [self.in_file[n] for n in names]
             read = self.file.read(columns=in_file)
-            # a name is also a path into nested columns ("a.b": field b of a struct a), which can bring
-            # more columns than asked for: the asked ones are taken by name
+            # only the asked-for columns: a name that is also a path into a struct ("a.b": field b of a
+            # struct a) brings the struct too
             part = read.to_pandas(split_blocks=True, self_destruct=True)[in_file]
             del read
             part.columns = names
