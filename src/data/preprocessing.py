@@ -408,7 +408,7 @@ def _informative(
     empty = [c for c in numeric if np.isnan(numeric_values(column(c), location, tokens.get(c, ()))).all()]
     unique = [
         c for c in categorical
-        if count >= 20 and column(c).notna().all() and column(c).nunique() == count
+        if count >= 20 and (values := column(c)).notna().all() and values.nunique() == count
     ]  # fmt: skip
     if empty:
         rank_zero_info(
