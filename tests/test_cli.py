@@ -11,10 +11,12 @@ import pytest
 import torch
 import yaml
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.profilers import SimpleProfiler
 
 from src.callbacks import ProgressBar
 from src.cli import CALLBACK_SECTIONS, DEFAULTS, main
 from src.models import Classifier, Regressor
+from src.profilers import NoProfiler
 from tests.conftest import BARE, CONFIGS, QUIET, ROOT
 
 EXPERIMENTS = sorted(p for p in CONFIGS.glob("*.yaml") if p.name != "defaults.yaml")
@@ -231,6 +233,17 @@ def test_the_progress_bar_section_unless_the_bar_is_off(workdir: Path) -> None:
     assert type(plain.trainer.progress_bar_callback).__name__ == "TQDMProgressBar"  # Lightning's own
     quiet = main([*SMALL, *QUIET], run=False)
     assert quiet.trainer.progress_bar_callback is None
+
+
+def test_the_shipped_profiler_records_nothing_and_a_named_one_replaces_it(workdir: Path) -> None:
+    run = main([*SMALL, *QUIET], run=False)
+    profiler = run.trainer.profiler
+    assert type(profiler) is NoProfiler
+    with profiler.profile("[Callback]Dashboard.on_train_batch_end") as action:
+        assert action == "[Callback]Dashboard.on_train_batch_end"  # what Lightning's profile() yields
+    assert profiler.summary() == ""
+    simple = main([*SMALL, *QUIET, "--trainer.profiler=simple"], run=False)
+    assert type(simple.trainer.profiler) is SimpleProfiler
 
 
 def test_shapes_are_linked_from_the_data(cli) -> None:
