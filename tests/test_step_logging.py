@@ -126,6 +126,9 @@ def test_step_values_are_written_on_lightnings_logging_steps(tmp_path: Path, acc
         assert norms[step] == pytest.approx(probe.norms[step], rel=1e-5)
         assert clipped[step] == float(probe.norms[step] > CLIP)
     assert scalars(events, "train/lr") == {step: pytest.approx(0.05) for step in logged}
+    # each step value is written with its epoch, as Lightning writes its own
+    epochs = scalars(events, "epoch")
+    assert {step: epochs[step] for step in logged} == {step: step // steps_per_epoch for step in logged}
 
 
 @pytest.mark.parametrize("metric_batches", [None, 3])
@@ -170,15 +173,21 @@ def test_manual_optimization_logs_on_its_batches(tmp_path: Path) -> None:
 
 
 class CountingBar(ProgressBar):
-    """Counts the training refreshes, each of which reads the metrics back."""
+    """Counts the training refreshes, each of which reads the metrics back, and keeps what each showed."""
 
     refreshes = 0
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.shown: list[tuple[int, dict[str, Any]]] = []  # (optimizer steps done, the bar's values)
+
     @override
     def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        metrics = super().get_metrics(trainer, pl_module)
         if trainer.training:
             self.refreshes += 1
-        return super().get_metrics(trainer, pl_module)
+            self.shown.append((trainer.global_step, metrics))
+        return metrics
 
 
 @pytest.mark.parametrize(("refresh_rate", "refreshes"), [(None, 4), (1, BATCHES + 1)])
@@ -195,11 +204,22 @@ def test_the_progress_bar_refreshes_on_logging_steps(refresh_rate: int | None, r
         enable_checkpointing=False,
         enable_model_summary=False,
     )
+    probe = Probe()
+    trainer.callbacks.append(probe)  # type: ignore[attr-defined]
     trainer.fit(model(), datamodule=data)
     # following the logging steps: batches 3 and 6 of 7 (every EVERY), the last one and the epoch's end;
     # at refresh_rate 1 every batch and the epoch's end
     assert bar.refreshes == refreshes
-    assert "train/loss_step" in trainer.progress_bar_metrics
+    # the loss is not a prog_bar value, which Lightning would read back after every step; the bar reads
+    # it when it refreshes: the loss of the latest logging step
+    assert "train/loss_step" not in trainer.progress_bar_metrics
+    true_losses = [loss for _, loss, _ in probe.losses()]
+    for steps, shown in bar.shown:
+        latest = steps - steps % EVERY  # steps taken up to the latest logging step
+        if latest:
+            assert shown["train/loss_step"] == pytest.approx(true_losses[latest - 1], rel=1e-6)
+        else:
+            assert "train/loss_step" not in shown
 
 
 def test_the_logger_saves_at_most_once_in_its_interval_and_always_at_the_end(tmp_path: Path) -> None:
@@ -263,3 +283,19 @@ def test_a_second_fit_of_the_same_module_after_a_crash_starts_from_empty_metrics
 def test_refresh_rate_0_turns_the_bar_off_as_in_lightning() -> None:
     assert not ProgressBar(refresh_rate=0).is_enabled
     assert ProgressBar().is_enabled
+
+
+def test_the_train_loss_of_a_group_of_batches_leaves_out_a_nan_batch_and_weighs_by_rows() -> None:
+    task = model()
+    generator = torch.Generator().manual_seed(0)
+    batches = [
+        (torch.randn(rows, 2, generator=generator), torch.randint(0, 3, (rows,))) for rows in (50, 20, 30)
+    ]
+    batches[1][0][0, 0] = float("nan")  # one row makes the whole batch's loss NaN
+    with torch.no_grad(), pytest.warns(UserWarning, match="self.trainer"):  # a step by hand: no Trainer
+        losses = [task._shared_step(batch, "train", last=False)["loss"] for batch in batches]
+    assert losses[1].isnan()
+    assert task.epoch_loss("train").update_count == 0  # gathered, not yet taken in
+    task._update_train_metrics()
+    expected = (50 * losses[0] + 30 * losses[2]) / 80
+    torch.testing.assert_close(task.epoch_loss("train").compute(), expected)

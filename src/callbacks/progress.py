@@ -1,30 +1,43 @@
 """Lightning's progress bar, refreshed on the steps the loggers receive instead of on every step."""
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
 from typing_extensions import override
 
+from src.models import BaseTask
+
 
 class ProgressBar(TQDMProgressBar):
-    """``TQDMProgressBar`` whose refresh rate follows ``trainer.log_every_n_steps`` unless one is given.
+    """``TQDMProgressBar`` whose refresh rate follows ``trainer.log_every_n_steps`` unless one is given,
+    and which reads the values it shows only when it refreshes.
 
-    Every refresh reads the bar's metrics back from Lightning's result collection (and from the device);
-    on every step that costs a small net about a fifth of its speed. The loss the bar shows is logged
-    every ``log_every_n_steps`` steps, so refreshing more often shows nothing new.
+    The loss the bar shows is written every ``log_every_n_steps`` steps, so refreshing more often shows
+    nothing new. It is not a ``prog_bar`` value: Lightning reads every ``prog_bar`` value back from the
+    device after every step, whether it was logged that step or not (a host sync per step on a GPU).
+    At each refresh this bar shows the values named in ``show``: from the task's
+    :attr:`~src.models.BaseTask.step_values` (the latest ones written), or else from
+    ``trainer.callback_metrics``.
 
     Args:
         refresh_rate: Batches between refreshes; ``None`` follows ``trainer.log_every_n_steps``.
         process_position: As ``TQDMProgressBar``'s.
         leave: As ``TQDMProgressBar``'s.
+        show: Logged values to show beside what the module logs with ``prog_bar=True``.
     """
 
     def __init__(
-        self, refresh_rate: int | None = None, process_position: int = 0, leave: bool = False
+        self,
+        refresh_rate: int | None = None,
+        process_position: int = 0,
+        leave: bool = False,
+        show: list[str] | None = None,
     ) -> None:
         given = 1 if refresh_rate is None else refresh_rate  # 0, as in Lightning, turns the bar off
         super().__init__(refresh_rate=given, process_position=process_position, leave=leave)
         self._follow_logging = refresh_rate is None
         self._every_n_steps = 1
+        self.show = ["train/loss_step"] if show is None else list(show)
 
     @property
     @override
@@ -37,3 +50,18 @@ class ProgressBar(TQDMProgressBar):
         # public and documented, but assigned in a connector without being declared on the class
         every: int = trainer.log_every_n_steps  # type: ignore[attr-defined]
         self._every_n_steps = max(every, 1)
+
+    @override
+    def get_metrics(
+        self, trainer: L.Trainer, pl_module: L.LightningModule
+    ) -> dict[str, int | str | float | dict[str, float]]:
+        metrics = super().get_metrics(trainer, pl_module)
+        written = pl_module.step_values if isinstance(pl_module, BaseTask) else {}
+        logged = trainer.callback_metrics
+        for name in self.show:
+            value = written.get(name, logged.get(name))
+            if isinstance(value, float):
+                metrics[name] = value
+            elif isinstance(value, torch.Tensor) and value.numel() == 1:
+                metrics[name] = value.item()
+        return metrics

@@ -4,7 +4,7 @@ import functools
 import inspect
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import lightning as L
@@ -12,6 +12,7 @@ import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor
 from torchmetrics import MeanMetric, MetricCollection
 from typing_extensions import override
 
@@ -91,8 +92,24 @@ class BaseTask(L.LightningModule, ABC):
             # nan_strategy="ignore": a step whose loss is NaN (NonFiniteGuard skips it) is left out of the
             # epoch's mean instead of warning on every such step ("disable" would also drop the weights)
             setattr(self, f"{stage}_loss", MeanMetric(nan_strategy="ignore"))
-        # the train metrics' inputs of the batches since their last update
-        self._metric_inputs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        # the train loss and metric inputs of the batches since their last update: (loss, preds, target)
+        self._metric_inputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        # the stages whose epoch metrics were handed to self.log this epoch
+        self._logged_stages: set[Stage] = set()
+        #: the latest training step values written to the loggers (``train/loss_step`` ...), as numbers
+        self.step_values: dict[str, float] = {}
+
+    @override
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Lightning assigns _current_fx_name (a str or None, its own attribute) before and after each of
+        # the ~50 hook calls of a training step. nn.Module.__setattr__ first asks whether the value is a
+        # Parameter, Buffer or Module (isinstance through Python metaclasses, 1 µs); a plain attribute
+        # ends in object.__setattr__ either way, so that is where it goes directly (0.1 µs). Lightning's
+        # own _ResultMetric skips nn.Module.__setattr__ the same way.
+        if name == "_current_fx_name":
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
 
     # -- what subclasses define -----------------------------------------------------------------------
 
@@ -159,38 +176,39 @@ class BaseTask(L.LightningModule, ABC):
         output = self(x)
         loss = self.loss(output, target)
         epoch_loss, metrics = self.epoch_loss(stage), self.stage_metrics(stage)
-        # updated on the device every step, with no host sync; detached: a tensor that keeps its graph
-        # keeps every activation of the step alive
-        epoch_loss.update(loss.detach(), weight=len(target))
         with torch.no_grad():
             preds, metric_target = self.metric_inputs(output.detach(), target)
             if stage == "train":
-                # The train metrics take the inputs of METRIC_BATCHES batches in one update: their
-                # counts are sums over rows, so the epoch's values are the same, and one update of a
-                # metric collection costs about as much as a small net's step spends on the metrics.
-                self._metric_inputs.append((preds, metric_target))
+                # The train loss and metrics take the inputs of METRIC_BATCHES batches in one update:
+                # the loss's mean is weighted by rows and the metrics' counts are sums over rows, so the
+                # epoch's values are the same, and one update of a metric costs about as much as a small
+                # net's step spends on it. Detached: a tensor that keeps its graph keeps every
+                # activation of the step alive.
+                self._metric_inputs.append((loss.detach(), preds, metric_target))
                 if last or len(self._metric_inputs) >= METRIC_BATCHES:
                     self._update_train_metrics()
             else:
+                # updated on the device every step, with no host sync
+                epoch_loss.update(loss.detach(), weight=len(target))
                 metrics.update(preds, metric_target)
-        if epoch_loss.update_count == 1:
-            # The first update since the metric was reset: the epoch's first batch (or the first after a
-            # resume). The metric objects are handed to self.log once per epoch, not per step: Lightning
-            # keeps the object, calls its compute() (reduced across processes) when the epoch ends and
-            # resets it, so the epoch value holds every step's update. Each self.log call walks
-            # Lightning's result collection, and six per step cost more than a small net's step itself.
+        if stage not in self._logged_stages:
+            # The epoch's first batch (or the first after a resume). The metric objects are handed to
+            # self.log once per epoch, not per step: Lightning keeps the object, calls its compute()
+            # (reduced across processes) when the epoch ends and resets it, so the epoch value holds
+            # every update. Each self.log call walks Lightning's result collection, and six per step
+            # cost more than a small net's step itself.
+            self._logged_stages.add(stage)
             self.log(f"{stage}/loss", epoch_loss, on_step=False, on_epoch=True)
             self.log_dict(metrics, on_step=False, on_epoch=True)
         return {"loss": loss, "preds": preds, "target": metric_target}
 
     def is_logging_step(self) -> bool:
-        """Whether the Trainer writes this training step's values to the loggers.
+        """Whether this training step's values are written to the loggers.
 
-        Lightning writes step values every ``log_every_n_steps`` optimizer steps, and on a step during
-        which the run was told to stop; values logged on other steps are never written. Under automatic
-        optimization with one optimizer the step about to be taken is ``global_step + 1``. (A stop
-        decided during the step itself, by a time limit or a callback, is not foreseen here: that last
-        step writes the values of the last logging step again.)
+        On Lightning's schedule for step values: every ``log_every_n_steps`` optimizer steps, and on a
+        step during which the run was told to stop. Under automatic optimization with one optimizer the
+        step about to be taken is ``global_step + 1``. (A stop decided during the step itself, by a time
+        limit or a callback, is not foreseen here: that last step writes no step values.)
         """
         try:
             trainer = self.trainer
@@ -201,10 +219,14 @@ class BaseTask(L.LightningModule, ABC):
         return every > 0 and ((trainer.global_step + 1) % every == 0 or trainer.should_stop)
 
     def _update_train_metrics(self) -> None:
-        """Update the train metrics with the gathered inputs (the batches, concatenated)."""
+        """Update the train loss and metrics with the gathered inputs (the batches, concatenated)."""
         if self._metric_inputs:
-            preds, target = (torch.cat(parts) for parts in zip(*self._metric_inputs, strict=True))
-            self.stage_metrics("train").update(preds, target)
+            losses, preds, target = zip(*self._metric_inputs, strict=True)
+            # each batch's mean loss, weighted by its rows (a NaN one is left out with its weight)
+            epoch_loss = self.epoch_loss("train")
+            rows = torch.tensor([len(t) for t in target], dtype=epoch_loss.dtype, device=epoch_loss.device)
+            epoch_loss.update(torch.stack(losses), weight=rows)
+            self.stage_metrics("train").update(torch.cat(preds), torch.cat(target))
             self._metric_inputs = []
 
     def _last_training_batch(self, batch_idx: int) -> bool:
@@ -244,16 +266,46 @@ class BaseTask(L.LightningModule, ABC):
     def _reset_stage(self, stage: Stage) -> None:
         self.epoch_loss(stage).reset()
         self.stage_metrics(stage).reset()
+        self._logged_stages.discard(stage)
 
     @override
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self._shared_step(batch, "train", last=self._last_training_batch(batch_idx))["loss"]
-        if self.is_logging_step():
-            # per-step values only on the steps the loggers receive; the progress bar reads what it shows
-            # from here, so it too costs a read-back only on these steps
-            self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
-            self.log_dict(self._learning_rates(), on_step=True, on_epoch=False)
+        if self.is_logging_step():  # per-step values only on the steps the loggers receive
+            self.write_step_values({"train/loss_step": loss.detach(), **self._learning_rates()})
         return loss
+
+    def write_step_values(self, values: Mapping[str, torch.Tensor | float]) -> None:
+        """Write values of this training step to the loggers now, as Lightning writes logged step values:
+        at step ``global_step`` (the optimizer steps taken before this one), with the ``epoch``.
+
+        Called on logging steps (:meth:`is_logging_step`). ``self.log`` would keep each value in
+        Lightning's result collection until the step ends: each such call costs about 0.3 ms on a CPU (it
+        deep-copies its metadata and moves its record to the device), and Lightning then goes over every
+        kept step value after every later step of the epoch, reading ``prog_bar`` ones back from the
+        device each time. Here the values are read back once, together. They stay in :attr:`step_values`
+        (the progress bar shows the loss from there), not in ``trainer.callback_metrics``: a callback
+        that monitors a value watches an epoch value (``val/loss``, ``train/loss``), never a step value.
+
+        Under manual optimization Lightning's step numbers count batches, not optimizer steps: there the
+        values go through ``self.log`` and Lightning writes them on its own schedule.
+        """
+        if not self.automatic_optimization:
+            self.log_dict(values, on_step=True, on_epoch=False)
+            return
+        tensors = {name: value for name, value in values.items() if isinstance(value, torch.Tensor)}
+        numbers = {name: float(value) for name, value in values.items() if name not in tensors}
+        if tensors:
+            # one read-back for all of them; a sharded (FSDP2) value is gathered first
+            full = [t.full_tensor() if isinstance(t, DTensor) else t for t in tensors.values()]
+            dtype = functools.reduce(torch.promote_types, [t.dtype for t in full], torch.float32)
+            read = torch.stack([t.detach().to(dtype) for t in full]).tolist()
+            numbers.update(zip(tensors, read, strict=True))
+        self.step_values.update(numbers)
+        trainer = self.trainer
+        for logger in trainer.loggers:
+            logger.log_metrics({**numbers, "epoch": trainer.current_epoch}, step=trainer.global_step)
+            logger.save()
 
     def _learning_rates(self) -> dict[str, float]:
         """``train/lr`` for one parameter group; ``train/lr/<group name or pgN>`` for several; with several
@@ -301,7 +353,7 @@ class BaseTask(L.LightningModule, ABC):
                     else:
                         fired = norm > gradient_clip_val
                     values["train/grad_clipped"] = fired.float()
-                self.log_dict(values, on_step=True, on_epoch=False)
+                self.write_step_values(values)
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     @override
