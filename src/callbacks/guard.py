@@ -62,8 +62,10 @@ class NonFiniteGuard(Callback):
         norm = torch.nn.utils.get_total_norm([grad for _, grad in named])
         if isinstance(norm, DTensor):  # FSDP2: the gradients are sharded; the norm gathers the shards'
             norm = norm.full_tensor()
-        bad = trainer.strategy.reduce((~torch.isfinite(norm)).float(), reduce_op="max")
-        if not bool(bad.item()):
+        finite = torch.isfinite(norm)
+        if trainer.world_size > 1:  # all processes skip the step together, or none does
+            finite = trainer.strategy.reduce((~finite).float(), reduce_op="max") == 0
+        if bool(finite.item()):
             self.consecutive = 0
             return
         self.skipped += 1
