@@ -32,6 +32,7 @@ from lightning.pytorch.callbacks import (
     Callback,
     EarlyStopping,
     ModelCheckpoint,
+    ModelSummary,
 )
 from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
@@ -50,6 +51,7 @@ from src.callbacks import (
     ValidationFigures,
 )
 from src.callbacks.dashboard import environment_text, tensorboard_writer
+from src.callbacks.hooks import skip_no_op_batch_hooks
 from src.checkpoints import load_checkpoint
 from src.cli_errors import Parser, check_config_files, check_log_folder, check_output, user_error
 from src.data import TabularDataModule
@@ -220,9 +222,15 @@ class CLI(LightningCLI):
         if trainer.get("enable_progress_bar") is False:
             shipped = [c for c in shipped if not isinstance(c, LightningProgressBar)]
         own = trainer.get("callbacks") or []  # a list, or one callback: the Trainer takes either
-        return super().instantiate_trainer(
+        built = super().instantiate_trainer(
             **{"callbacks": [*shipped, *(own if isinstance(own, list) else [own])], **kwargs}
         )
+        # the shipped callbacks and those Lightning adds (model summary, config saver) are called only
+        # where they act; the user's own are left as they are
+        for callback in built.callbacks:  # type: ignore[attr-defined]
+            if any(callback is c for c in shipped) or isinstance(callback, SaveConfigCallback | ModelSummary):
+                skip_no_op_batch_hooks(callback)
+        return built
 
     @override
     def after_instantiate_classes(self) -> None:

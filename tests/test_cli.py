@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -14,6 +15,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.profilers import SimpleProfiler
 
 from src.callbacks import ProgressBar
+from src.callbacks.hooks import BATCH_HOOKS
 from src.cli import CALLBACK_SECTIONS, DEFAULTS, main
 from src.models import Classifier, Regressor
 from src.profilers import NoProfiler
@@ -233,6 +235,40 @@ def test_the_progress_bar_section_unless_the_bar_is_off(workdir: Path) -> None:
     assert type(plain.trainer.progress_bar_callback).__name__ == "TQDMProgressBar"  # Lightning's own
     quiet = main([*SMALL, *QUIET], run=False)
     assert quiet.trainer.progress_bar_callback is None
+
+
+class CountingHooks(Callback):
+    """A user's callback that acts at no per-batch hook: it must still be called at every one."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in BATCH_HOOKS:
+            calls = object.__getattribute__(self, "calls")
+            calls[name] = calls.get(name, 0) + 1
+        return object.__getattribute__(self, name)
+
+
+def test_the_trainer_calls_shipped_callbacks_only_at_the_batch_hooks_they_act_at(workdir: Path) -> None:
+    run = main([*SMALL, "--trainer.callbacks+=src.doctor.Doctor"], run=False)
+    by_type = {type(c).__name__: c for c in run.trainer.callbacks}
+    # what each acts at stays a bound method; Callback's empty ones are hidden from Lightning's dispatch
+    assert callable(by_type["NonFiniteGuard"].on_before_optimizer_step)
+    assert callable(by_type["ProgressBar"].on_train_batch_end)
+    assert callable(by_type["TopKCheckpoint"].on_train_batch_end)
+    for name in ("EarlyStopping", "RandomState", "Preemption", "CpuThreads", "SaveConfig", "ModelSummary"):
+        assert all(getattr(by_type[name], hook) is None for hook in BATCH_HOOKS[:6]), name
+    doctor = by_type["Doctor"]  # the user's own: untouched
+    assert all(callable(getattr(doctor, hook)) for hook in BATCH_HOOKS)
+    # and in a fit the user's callback is still called at every hook of every step
+    fitted = main([*SMALL, *TINY, *QUIET], run=False)
+    counting = CountingHooks()
+    fitted.trainer.callbacks.append(counting)  # type: ignore[attr-defined]
+    fitted.trainer.fit(fitted.model, datamodule=fitted.datamodule)
+    steps = fitted.trainer.global_step
+    assert steps > 0
+    assert {hook: counting.calls[hook] for hook in BATCH_HOOKS[:6]} == dict.fromkeys(BATCH_HOOKS[:6], steps)
 
 
 def test_the_shipped_profiler_records_nothing_and_a_named_one_replaces_it(workdir: Path) -> None:
