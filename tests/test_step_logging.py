@@ -193,7 +193,7 @@ class CountingBar(ProgressBar):
 @pytest.mark.parametrize(("refresh_rate", "refreshes"), [(None, 4), (1, BATCHES + 1)])
 def test_the_progress_bar_refreshes_on_logging_steps(refresh_rate: int | None, refreshes: int) -> None:
     data = TabularDataModule(source="spiral", num_samples=600, batch_size=50)
-    bar = CountingBar(refresh_rate=refresh_rate)
+    bar = CountingBar(refresh_rate=refresh_rate, min_interval_s=0)
     trainer = L.Trainer(
         max_epochs=1,
         limit_train_batches=BATCHES,
@@ -278,6 +278,23 @@ def test_a_second_fit_of_the_same_module_after_a_crash_starts_from_empty_metrics
         expected = multiclass_accuracy(logits, target, 3, average="micro").item()
         assert scalars(events, "train/acc")[step] == pytest.approx(expected)
     assert len(scalars(events, "val/loss")) == EPOCHS  # handed to self.log again in the second fit
+
+
+def test_the_progress_bar_leaves_out_refreshes_within_its_interval_but_never_the_last_batchs() -> None:
+    data = TabularDataModule(source="spiral", num_samples=600, batch_size=50)
+    bar = CountingBar(refresh_rate=1, min_interval_s=3600)
+    trainer = L.Trainer(
+        max_epochs=2,
+        limit_train_batches=BATCHES,
+        limit_val_batches=0,
+        logger=False,
+        callbacks=[bar],
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(model(), datamodule=data)
+    # per epoch: the first batch (nothing refreshed yet this epoch), the last batch, the epoch's end
+    assert [steps for steps, _ in bar.shown] == [1, BATCHES, BATCHES, BATCHES + 1, 2 * BATCHES, 2 * BATCHES]
 
 
 def test_refresh_rate_0_turns_the_bar_off_as_in_lightning() -> None:
