@@ -6,6 +6,7 @@ tests hold each written value against the ground truth a probe records on every 
 they are written at against Lightning's own schedule.
 """
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torchmetrics.functional.classification import multiclass_accuracy, multiclass_f1_score
 from typing_extensions import override
 
-from src.callbacks import ProgressBar
+from src.callbacks import Dashboard, ProgressBar
 from src.data import TabularDataModule
 from src.loggers import TensorBoardLogger
 from src.models import BaseTask, Classifier, ManualClassifier, base
@@ -126,9 +127,11 @@ def test_step_values_are_written_on_lightnings_logging_steps(tmp_path: Path, acc
         assert norms[step] == pytest.approx(probe.norms[step], rel=1e-5)
         assert clipped[step] == float(probe.norms[step] > CLIP)
     assert scalars(events, "train/lr") == {step: pytest.approx(0.05) for step in logged}
-    # each step value is written with its epoch, as Lightning writes its own
-    epochs = scalars(events, "epoch")
-    assert {step: epochs[step] for step in logged} == {step: step // steps_per_epoch for step in logged}
+    # once per optimizer step, not once per micro-batch, and with its epoch, as Lightning writes its own
+    for tag in ("train/loss_step", "train/lr", "train/grad_norm", "train/grad_clipped"):
+        assert [point.step for point in events.Scalars(tag)] == logged, tag
+    epochs = Counter((point.step, point.value) for point in events.Scalars("epoch"))
+    assert {step: epochs[(step, step // steps_per_epoch)] for step in logged} == dict.fromkeys(logged, 1)
 
 
 @pytest.mark.parametrize("metric_batches", [None, 3])
@@ -297,6 +300,43 @@ def test_the_progress_bar_leaves_out_refreshes_within_its_interval_but_never_the
     assert [steps for steps, _ in bar.shown] == [1, BATCHES, BATCHES, BATCHES + 1, 2 * BATCHES, 2 * BATCHES]
 
 
+class StopMidEpoch(Callback):
+    """Stops the run after batch 4 of epoch 1, as a time limit would: after a step, unforeseen by the task."""
+
+    @override
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, idx: int
+    ) -> None:
+        if trainer.current_epoch == 1 and idx == 4:
+            trainer.should_stop = True
+
+
+def test_an_epoch_stopped_unforeseen_still_counts_every_batch_in_its_train_loss_and_gap(
+    tmp_path: Path,
+) -> None:
+    logger = TensorBoardLogger(tmp_path, name="stop", default_hp_metric=False)
+    probe = Probe()
+    L.Trainer(
+        max_epochs=3,
+        limit_train_batches=BATCHES,
+        limit_val_batches=2,
+        logger=logger,
+        callbacks=[Dashboard(), StopMidEpoch(), probe],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    ).fit(model(), datamodule=TabularDataModule(source="spiral", num_samples=600, batch_size=50))
+    events = EventAccumulator(logger.log_dir, size_guidance={"scalars": 0}).Reload()
+    train, val, gap = (scalars(events, tag) for tag in ("train/loss", "val/loss", "val/generalization_gap"))
+    assert len(train) == len(val) == len(gap) == 2  # the second epoch, stopped after 5 batches, too
+    for epoch, step in enumerate(sorted(train)):
+        rows = [(value, n) for e, value, n in probe.losses() if e == epoch]
+        assert len(rows) == (BATCHES if epoch == 0 else 5)
+        assert train[step] == pytest.approx(sum(v * n for v, n in rows) / sum(n for _, n in rows), rel=1e-6)
+        # the dashboard read the train loss before the task's own epoch-end hook, which Lightning calls later
+        assert gap[step] == pytest.approx(val[step] - train[step], rel=1e-5, abs=1e-6)
+
+
 def test_refresh_rate_0_turns_the_bar_off_as_in_lightning() -> None:
     assert not ProgressBar(refresh_rate=0).is_enabled
     assert ProgressBar().is_enabled
@@ -313,6 +353,11 @@ def test_the_train_loss_of_a_group_of_batches_leaves_out_a_nan_batch_and_weighs_
         losses = [task._shared_step(batch, "train", last=False)["loss"] for batch in batches]
     assert losses[1].isnan()
     assert task.epoch_loss("train").update_count == 0  # gathered, not yet taken in
-    task._update_train_metrics()
+    task.update_train_metrics()
     expected = (50 * losses[0] + 30 * losses[2]) / 80
     torch.testing.assert_close(task.epoch_loss("train").compute(), expected)
+
+
+def test_a_step_value_is_one_number() -> None:
+    with pytest.raises(ValueError, match="step value 'train/odd' has 2 elements"):
+        model().write_step_values({"train/odd": torch.ones(2)})

@@ -183,6 +183,9 @@ class Dashboard(Callback):
             )
             pl_module.log("train/data_time_share", self._data_time / train_time, sync_dist=True)
         if self._val_loss is not None and isinstance(pl_module, BaseTask):
+            # an epoch that ended unforeseen may hold batches not yet taken in; the task's own hook,
+            # which takes them in, runs after this one
+            pl_module.update_train_metrics()
             train_loss = pl_module.epoch_loss("train")
             if train_loss.update_called:
                 # both losses are already reduced over processes, so every rank holds the same gap

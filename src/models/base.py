@@ -92,12 +92,14 @@ class BaseTask(L.LightningModule, ABC):
             # nan_strategy="ignore": a step whose loss is NaN (NonFiniteGuard skips it) is left out of the
             # epoch's mean instead of warning on every such step ("disable" would also drop the weights)
             setattr(self, f"{stage}_loss", MeanMetric(nan_strategy="ignore"))
-        # the train loss and metric inputs of the batches since their last update: (loss, preds, target)
-        self._metric_inputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        # the train loss and metric inputs of the batches since their last update: (loss, rows, preds, target)
+        self._metric_inputs: list[tuple[torch.Tensor, int, torch.Tensor, torch.Tensor]] = []
         # the stages whose epoch metrics were handed to self.log this epoch
         self._logged_stages: set[Stage] = set()
         #: the latest training step values written to the loggers (``train/loss_step`` ...), as numbers
         self.step_values: dict[str, float] = {}
+        # this optimizer step's values, written once it has its gradients: (global_step, values)
+        self._pending_step_values: tuple[int, dict[str, torch.Tensor | float]] | None = None
 
     @override
     def __setattr__(self, name: str, value: Any) -> None:
@@ -184,9 +186,9 @@ class BaseTask(L.LightningModule, ABC):
                 # epoch's values are the same, and one update of a metric costs about as much as a small
                 # net's step spends on it. Detached: a tensor that keeps its graph keeps every
                 # activation of the step alive.
-                self._metric_inputs.append((loss.detach(), preds, metric_target))
+                self._metric_inputs.append((loss.detach(), len(target), preds, metric_target))
                 if last or len(self._metric_inputs) >= METRIC_BATCHES:
-                    self._update_train_metrics()
+                    self.update_train_metrics()
             else:
                 # updated on the device every step, with no host sync
                 epoch_loss.update(loss.detach(), weight=len(target))
@@ -218,14 +220,20 @@ class BaseTask(L.LightningModule, ABC):
         every: int = trainer.log_every_n_steps  # type: ignore[attr-defined]
         return every > 0 and ((trainer.global_step + 1) % every == 0 or trainer.should_stop)
 
-    def _update_train_metrics(self) -> None:
-        """Update the train loss and metrics with the gathered inputs (the batches, concatenated)."""
+    def update_train_metrics(self) -> None:
+        """Take in the training batches gathered since the last update (the train loss and metrics).
+
+        The task does so every ``METRIC_BATCHES`` batches and on the batch it foresees as the epoch's last,
+        and again in its ``on_train_epoch_end`` for an epoch that ended unforeseen (a stop set after a step,
+        a time limit). Lightning calls callbacks' ``on_train_epoch_end`` before the module's: a callback
+        that reads the train loss or metrics there calls this first.
+        """
         if self._metric_inputs:
-            losses, preds, target = zip(*self._metric_inputs, strict=True)
+            losses, rows, preds, target = zip(*self._metric_inputs, strict=True)
             # each batch's mean loss, weighted by its rows (a NaN one is left out with its weight)
             epoch_loss = self.epoch_loss("train")
-            rows = torch.tensor([len(t) for t in target], dtype=epoch_loss.dtype, device=epoch_loss.device)
-            epoch_loss.update(torch.stack(losses), weight=rows)
+            weights = torch.tensor(rows, dtype=epoch_loss.dtype, device=epoch_loss.device)
+            epoch_loss.update(torch.stack(losses), weight=weights)
             self.stage_metrics("train").update(torch.cat(preds), torch.cat(target))
             self._metric_inputs = []
 
@@ -245,7 +253,7 @@ class BaseTask(L.LightningModule, ABC):
     def on_train_epoch_end(self) -> None:
         # a backstop: an epoch that ended where _last_training_batch did not foresee still counts every
         # batch before Lightning computes the epoch's metrics, right after this hook
-        self._update_train_metrics()
+        self.update_train_metrics()
 
     # Each epoch starts from empty metrics. Lightning resets them when it has computed an epoch's values;
     # an epoch cut short by an exception leaves them filled, and a later fit of the same module would
@@ -254,6 +262,7 @@ class BaseTask(L.LightningModule, ABC):
     def on_train_epoch_start(self) -> None:
         self._reset_stage("train")
         self._metric_inputs = []
+        self._pending_step_values = None
 
     @override
     def on_validation_epoch_start(self) -> None:
@@ -272,39 +281,69 @@ class BaseTask(L.LightningModule, ABC):
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self._shared_step(batch, "train", last=self._last_training_batch(batch_idx))["loss"]
         if self.is_logging_step():  # per-step values only on the steps the loggers receive
-            self.write_step_values({"train/loss_step": loss.detach(), **self._learning_rates()})
+            values: dict[str, torch.Tensor | float] = {"train/loss_step": loss.detach()}
+            values.update(self._learning_rates())
+            if self.automatic_optimization:
+                # written with the gradient norm once the optimizer step has its gradients; with
+                # accumulated gradients each micro-batch replaces them, so the step's loss is its last's
+                self._pending_step_values = (self.trainer.global_step, values)
+            else:
+                self.write_step_values(values)
         return loss
 
-    def write_step_values(self, values: Mapping[str, torch.Tensor | float]) -> None:
-        """Write values of this training step to the loggers now, as Lightning writes logged step values:
-        at step ``global_step`` (the optimizer steps taken before this one), with the ``epoch``.
+    @override
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        # a backstop: values of a step taken without configure_gradient_clipping writing them (a subclass
+        # that overrides it without calling it), at the step they belong to
+        if self._pending_step_values is not None and self.trainer.global_step > self._pending_step_values[0]:
+            self._write_pending_step_values({})
 
-        Called on logging steps (:meth:`is_logging_step`). ``self.log`` would keep each value in
-        Lightning's result collection until the step ends: each such call costs about 0.3 ms on a CPU (it
-        deep-copies its metadata and moves its record to the device), and Lightning then goes over every
-        kept step value after every later step of the epoch, reading ``prog_bar`` ones back from the
-        device each time. Here the values are read back once, together. They stay in :attr:`step_values`
-        (the progress bar shows the loss from there), not in ``trainer.callback_metrics``: a callback
-        that monitors a value watches an epoch value (``val/loss``, ``train/loss``), never a step value.
+    def _write_pending_step_values(self, values: dict[str, torch.Tensor | float]) -> None:
+        """Write the step's pending values and ``values`` together, in one call to each logger."""
+        step, pending = self._pending_step_values or (self.trainer.global_step, {})
+        self._pending_step_values = None
+        if pending or values:
+            self.write_step_values({**pending, **values}, step=step)
+
+    def write_step_values(self, values: Mapping[str, torch.Tensor | float], step: int | None = None) -> None:
+        """Write values of a training step to the loggers now, as Lightning writes logged step values:
+        at ``step`` (by default ``global_step``: the optimizer steps taken before this one), with the
+        ``epoch``; scalars only.
+
+        The task writes its own once per logging step (:meth:`is_logging_step`). ``self.log`` would keep
+        each value in Lightning's result collection until the step ends: each such call costs about 0.3 ms
+        on a CPU (it deep-copies its metadata and moves its record to the device), and Lightning then
+        goes over every kept step value after every later step of the epoch, reading ``prog_bar`` ones
+        back from the device each time. Here the values are read back once, together. They stay in
+        :attr:`step_values` (the progress bar shows the loss from there), not in
+        ``trainer.callback_metrics``: a callback that monitors a value watches an epoch value
+        (``val/loss``, ``train/loss``), never a step value.
 
         Under manual optimization Lightning's step numbers count batches, not optimizer steps: there the
         values go through ``self.log`` and Lightning writes them on its own schedule.
         """
         if not self.automatic_optimization:
-            self.log_dict(values, on_step=True, on_epoch=False)
+            self.log_dict(dict(values), on_step=True, on_epoch=False)
             return
         tensors = {name: value for name, value in values.items() if isinstance(value, torch.Tensor)}
         numbers = {name: float(value) for name, value in values.items() if name not in tensors}
         if tensors:
             # one read-back for all of them; a sharded (FSDP2) value is gathered first
             full = [t.full_tensor() if isinstance(t, DTensor) else t for t in tensors.values()]
+            for name, t in zip(tensors, full, strict=True):
+                if t.numel() != 1:
+                    raise ValueError(
+                        f"step value {name!r} has {t.numel()} elements; log one number per name."
+                    )
             dtype = functools.reduce(torch.promote_types, [t.dtype for t in full], torch.float32)
-            read = torch.stack([t.detach().to(dtype) for t in full]).tolist()
+            device = full[0].device
+            read = torch.stack([t.detach().reshape(()).to(device, dtype) for t in full]).tolist()
             numbers.update(zip(tensors, read, strict=True))
         self.step_values.update(numbers)
         trainer = self.trainer
+        at = trainer.global_step if step is None else step
         for logger in trainer.loggers:
-            logger.log_metrics({**numbers, "epoch": trainer.current_epoch}, step=trainer.global_step)
+            logger.log_metrics({**numbers, "epoch": trainer.current_epoch}, step=at)
             logger.save()
 
     def _learning_rates(self) -> dict[str, float]:
@@ -342,10 +381,11 @@ class BaseTask(L.LightningModule, ABC):
         # runs after backward (and after unscaling under mixed precision), before optimizer.step();
         # the norm is computed for the dashboard only on the steps the loggers receive
         if self.is_logging_step():
+            values: dict[str, torch.Tensor | float] = {}
             grads = [p.grad for p in self.parameters() if p.grad is not None]
-            if grads:
+            if grads:  # none when NonFiniteGuard has dropped this step's
                 norm = torch.nn.utils.get_total_norm(grads)
-                values = {"train/grad_norm": norm}
+                values["train/grad_norm"] = norm
                 if gradient_clip_val:
                     if gradient_clip_algorithm == "value":
                         largest = torch.stack([g.abs().max() for g in grads]).max()
@@ -353,6 +393,9 @@ class BaseTask(L.LightningModule, ABC):
                     else:
                         fired = norm > gradient_clip_val
                     values["train/grad_clipped"] = fired.float()
+            if self.automatic_optimization:
+                self._write_pending_step_values(values)  # the step's values, in one write
+            elif values:
                 self.write_step_values(values)
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
