@@ -134,3 +134,41 @@ def test_the_cli_ends_a_hopeless_run_with_one_sentence(cli, capsys) -> None:
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1
     assert "every optimizer step of epoch 0 (5) had non-finite gradients, so nothing was trained" in errors[0]
+
+
+@pytest.fixture
+def lightning_clipped(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The steps at which the task left clipping to Lightning's ``clip_gradients``."""
+    steps: list[int] = []
+    clip_gradients = Classifier.clip_gradients
+
+    def counted(self: Classifier, *args: object, **kwargs: object) -> None:
+        steps.append(self.trainer.global_step)
+        clip_gradients(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Classifier, "clip_gradients", counted)
+    return steps
+
+
+@pytest.mark.parametrize("log_every", [1, 50])
+def test_clipping_with_the_guards_norm_trains_to_the_very_bits_of_lightnings_own_clipping(
+    workdir: Path, lightning_clipped: list[int], log_every: int
+) -> None:
+    """The guard hands its gradient norm to the task, which clips with it instead of computing it again."""
+    clip = ["--trainer.gradient_clip_val=0.05", f"--trainer.log_every_n_steps={log_every}"]  # acts every step
+    shared = build(workdir, *clip)
+    shared.trainer.fit(shared.model, datamodule=shared.datamodule)
+    assert lightning_clipped == []  # every step clipped with the guard's norm
+    own = build(workdir, *clip, "--nonfinite_guard=null")
+    own.trainer.fit(own.model, datamodule=own.datamodule)
+    assert len(lightning_clipped) == STEPS  # without the guard, Lightning's clipping computes the norm
+    for (name, a), b in zip(shared.model.state_dict().items(), own.model.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+
+
+def test_a_precision_plugin_that_clips_its_own_way_keeps_lightnings_clipping(
+    workdir: Path, lightning_clipped: list[int]
+) -> None:
+    mixed = build(workdir, "--trainer.precision=bf16-mixed")  # MixedPrecision clips its own way
+    mixed.trainer.fit(mixed.model, datamodule=mixed.datamodule)
+    assert len(lightning_clipped) == STEPS

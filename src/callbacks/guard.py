@@ -10,6 +10,7 @@ from torch.distributed.tensor import DTensor
 from typing_extensions import override
 
 from src.errors import UserInputError
+from src.models import BaseTask
 
 
 class NonFiniteGuard(Callback):
@@ -60,6 +61,7 @@ class NonFiniteGuard(Callback):
         # element is (or, with every element finite, when the norm itself exceeds the dtype's range,
         # a step that clipping would turn into a zero update anyway)
         norm = torch.nn.utils.get_total_norm([grad for _, grad in named])
+        gathered = isinstance(norm, DTensor)
         if isinstance(norm, DTensor):  # FSDP2: the gradients are sharded; the norm gathers the shards'
             norm = norm.full_tensor()
         finite = torch.isfinite(norm)
@@ -67,6 +69,9 @@ class NonFiniteGuard(Callback):
             finite = trainer.strategy.reduce((~finite).float(), reduce_op="max") == 0
         if bool(finite.item()):
             self.consecutive = 0
+            if isinstance(pl_module, BaseTask) and not gathered:
+                # the task's clipping, which comes next, need not compute the same norm again
+                pl_module.grad_norm = norm
             return
         self.skipped += 1
         self.consecutive += 1
