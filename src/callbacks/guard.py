@@ -53,6 +53,9 @@ class NonFiniteGuard(Callback):
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
+        task = pl_module if isinstance(pl_module, BaseTask) else None
+        if task is not None:
+            task.grad_norm = None  # offered below only for this step's finite gradients
         named = [(name, p.grad) for name, p in self._parameters if p.grad is not None]
         if not named:
             return
@@ -69,9 +72,9 @@ class NonFiniteGuard(Callback):
             finite = trainer.strategy.reduce((~finite).float(), reduce_op="max") == 0
         if bool(finite.item()):
             self.consecutive = 0
-            if isinstance(pl_module, BaseTask) and not gathered:
+            if task is not None and not gathered:
                 # the task's clipping, which comes next, need not compute the same norm again
-                pl_module.grad_norm = norm
+                task.grad_norm = norm
             return
         self.skipped += 1
         self.consecutive += 1
