@@ -75,7 +75,7 @@ serve: $(STAMP) ## serve CKPT=... over HTTP on 127.0.0.1 (PORT=8000): POST /pred
 	$(PY) -m src.serve --ckpt_path "$(CKPT)" --port $(PORT)
 
 bench: $(STAMP) ## training speed side by side, make train's time, epoch time and memory by rows, the dashboard's cost, predict, the server and the exports (benchmarks/results/)
-	$(PY) -m benchmarks.train_speed --write
+	$(PY) -m benchmarks.train_speed --rounds 7 --write
 	$(PY) -m benchmarks.make_train --write
 	$(PY) -m benchmarks.scaling --write
 	$(PY) -m benchmarks.dashboard_overhead
