@@ -26,6 +26,8 @@ STAGES: tuple[Stage, ...] = ("train", "val", "test")
 DEFAULT_OPTIMIZER = functools.partial(torch.optim.AdamW, lr=1e-3)
 #: training batches whose metric inputs the train metrics take in one update
 METRIC_BATCHES = 32
+#: attributes set on every step that are never parameters, buffers or modules
+_PLAIN_PER_STEP = frozenset({"_current_fx_name", "grad_norm"})
 
 
 class BaseTask(L.LightningModule, ABC):
@@ -110,11 +112,11 @@ class BaseTask(L.LightningModule, ABC):
     @override
     def __setattr__(self, name: str, value: Any) -> None:
         # Lightning assigns _current_fx_name (a str or None, its own attribute) before and after each of
-        # the ~50 hook calls of a training step. nn.Module.__setattr__ first asks whether the value is a
-        # Parameter, Buffer or Module (isinstance through Python metaclasses, 1 µs); a plain attribute
-        # ends in object.__setattr__ either way, so that is where it goes directly (0.1 µs). Lightning's
-        # own _ResultMetric skips nn.Module.__setattr__ the same way.
-        if name == "_current_fx_name":
+        # the ~50 hook calls of a training step, and grad_norm changes every step. nn.Module.__setattr__
+        # first asks whether the value is a Parameter, Buffer or Module (isinstance through Python
+        # metaclasses, 1 µs); neither ever is one, so each ends in object.__setattr__ either way, which is
+        # where it goes directly (0.1 µs). Lightning's own _ResultMetric skips nn.Module.__setattr__ so.
+        if name in _PLAIN_PER_STEP:
             object.__setattr__(self, name, value)
         else:
             super().__setattr__(name, value)
@@ -404,7 +406,11 @@ class BaseTask(L.LightningModule, ABC):
                 self._write_pending_step_values(values)  # the step's values, in one write
             elif values:
                 self.write_step_values(values)
-        parameters = self._clipped_by_norm(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        parameters = (
+            None
+            if offered is None
+            else self._clipped_by_norm(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        )
         if offered is not None and parameters is not None:
             # what Lightning's clipping does below, with the norm it would compute again: 0.07 ms a step
             torch.nn.utils.clip_grads_with_norm_(parameters, float(gradient_clip_val or 0), offered)
@@ -419,9 +425,9 @@ class BaseTask(L.LightningModule, ABC):
     ) -> list[torch.nn.Parameter] | None:
         """The parameters Lightning's ``clip_gradients`` would clip by their total norm, when that is all it
         would do: the Trainer's own clipping value and algorithm ``norm``, a precision plugin that clips as
-        Lightning's base plugin does (mixed precision with a gradient scaler, FSDP and DeepSpeed do it their
-        way), and the optimizer holding exactly :meth:`parameters`, in their order, so that their total
-        norm is :attr:`grad_norm` to the last bit. ``None`` otherwise."""
+        Lightning's base plugin does (mixed precision, FSDP and DeepSpeed clip their own way), and the
+        optimizer holding exactly :meth:`parameters`, in their order, so that their total norm is
+        :attr:`grad_norm` to the last bit. ``None`` otherwise."""
         trainer = self.trainer
         plugin = trainer.precision_plugin
         if (
