@@ -358,6 +358,30 @@ def test_the_train_loss_of_a_group_of_batches_leaves_out_a_nan_batch_and_weighs_
     torch.testing.assert_close(task.epoch_loss("train").compute(), expected)
 
 
+class OwnClipping(Classifier):
+    """A user's task that clips in its own configure_gradient_clipping, without calling the task's."""
+
+    @override
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: Any = None,
+        gradient_clip_algorithm: Any = None,
+    ) -> None:
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+
+def test_a_task_with_its_own_clipping_still_writes_its_step_loss_at_its_step(tmp_path: Path) -> None:
+    probe, events = fit(tmp_path, model(OwnClipping))
+    steps = EPOCHS * BATCHES
+    logged = [s for s in range(steps) if (s + 1) % EVERY == 0]
+    loss_step = scalars(events, "train/loss_step")
+    assert [point.step for point in events.Scalars("train/loss_step")] == logged
+    for step in logged:
+        assert loss_step[step] == pytest.approx(probe.losses()[step][1], rel=1e-6)
+    assert "train/grad_norm" not in events.Tags()["scalars"]  # the task's own clipping logs no norm
+
+
 def test_a_step_value_is_one_number() -> None:
     with pytest.raises(ValueError, match="step value 'train/odd' has 2 elements"):
         model().write_step_values({"train/odd": torch.ones(2)})

@@ -64,9 +64,9 @@ class NonFiniteGuard(Callback):
         # element is (or, with every element finite, when the norm itself exceeds the dtype's range,
         # a step that clipping would turn into a zero update anyway)
         norm = torch.nn.utils.get_total_norm([grad for _, grad in named])
-        gathered = isinstance(norm, DTensor)
+        gathered = False
         if isinstance(norm, DTensor):  # FSDP2: the gradients are sharded; the norm gathers the shards'
-            norm = norm.full_tensor()
+            norm, gathered = norm.full_tensor(), True
         finite = torch.isfinite(norm)
         if trainer.world_size > 1:  # all processes skip the step together, or none does
             finite = trainer.strategy.reduce((~finite).float(), reduce_op="max") == 0

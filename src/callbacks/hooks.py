@@ -19,8 +19,8 @@ BATCH_HOOKS = (
 )
 
 
-def skip_no_op_batch_hooks(callback: Callback) -> list[str]:
-    """Hide the per-batch hooks that ``callback``'s class does not override from the Trainer; returns them.
+def skip_no_op_batch_hooks(callback: Callback) -> None:
+    """Hide from the Trainer the per-batch hooks that ``callback``'s class does not override.
 
     Lightning calls every hook of every callback on every batch, whether the callback acts there or
     not: each call builds the callback's ``state_key`` (for a ModelCheckpoint a dict's repr), a name
@@ -30,7 +30,6 @@ def skip_no_op_batch_hooks(callback: Callback) -> list[str]:
     so each such hook is shadowed on the instance by ``None``; nothing else calls these hooks.
     Hooks the class overrides, itself or through a base other than ``Callback``, are left alone.
     """
-    skipped = [name for name in BATCH_HOOKS if getattr(type(callback), name) is getattr(Callback, name)]
-    for name in skipped:
-        setattr(callback, name, None)
-    return skipped
+    for name in BATCH_HOOKS:
+        if getattr(type(callback), name) is getattr(Callback, name):
+            setattr(callback, name, None)

@@ -73,8 +73,10 @@ class ProgressBar(TQDMProgressBar):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        if not self.is_enabled:
+            return
         done, total = batch_idx + 1, self.train_progress_bar.total
-        if not self.is_enabled or (done % self.refresh_rate != 0 and done != total):
+        if done % self.refresh_rate != 0 and done != total:
             return  # no refresh due: Lightning's bar would do nothing either
         now = time.monotonic()
         if done != total and now - self._refreshed_at < self.min_interval_s:
