@@ -1,11 +1,14 @@
 """Files as users bring them: dates, spreadsheets' habits, stray values, typos; the API reads as the CLI."""
 
 import logging
+import re
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -225,3 +228,101 @@ def test_a_renamed_copy_of_the_target_is_found_past_the_first_rows(
         data(write(frame, tmp_path / "copy.csv")).table  # noqa: B018
     frame["copy"] = frame["copy"].where(np.arange(30) != 25, 9)  # one row off: not a copy
     assert data(write(frame, tmp_path / "near.csv")).table.features.columns.tolist() == ["a", "copy"]
+
+
+# -- a column name written twice ------------------------------------------------------------------------
+
+
+def twice(path: Path, name: str) -> str:
+    """The sentence that refuses ``name`` written twice in ``path``, as a pattern."""
+    what = sources.file_location(path, sources.file_format(path)).what
+    return re.escape(f"{what} has the column name(s) [{name!r}] more than once; rename them")
+
+
+def write_text(path: Path, header: str, sep: str = ",", encoding: str = "utf-8") -> Path:
+    """A CSV file of ``header`` and 40 rows of two numbers and a label."""
+    rows = [f"{i}{sep}{i % 7}{sep}{'ab'[i % 2]}" for i in range(40)]
+    path.write_text("\n".join([header, *rows]) + "\n", encoding=encoding)
+    return path
+
+
+def write_parquet(path: Path, names: list[str]) -> Path:
+    """A Parquet file with the field names ``names`` (pyarrow writes a name twice; pandas will not)."""
+    columns = [pa.array(np.arange(40.0)), pa.array(np.arange(40.0) % 7), pa.array(["a", "b"] * 20)]
+    pq.write_table(pa.table(columns, names=names), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("header", "sep", "encoding", "name"),
+    [
+        ("x,x,label", ",", "utf-8", "x"),  # pandas reads "x", "x.1"
+        ("\ufeffx,x,label", ",", "utf-8", "x"),  # a byte-order mark before the first name
+        ('"x","x",label', ",", "utf-8", "x"),
+        ("x;x;label", ";", "utf-8", "x"),
+        ("é\té\tlabel", "\t", "latin-1", "é"),  # not UTF-8: read as Latin-1
+        ("x, x,label", ",", "utf-8", "x"),  # the space skipped, then the repeat renamed by pandas
+        ('x," x",label', ",", "utf-8", "x"),  # the same but for a quoted space: not renamed by pandas
+    ],
+)
+def test_a_csv_column_name_written_twice_is_refused(
+    tmp_path: Path, header: str, sep: str, encoding: str, name: str
+) -> None:
+    path = write_text(tmp_path / "twice.csv", header, sep, encoding)
+    with pytest.raises(UserInputError, match=twice(path, name)):
+        data(path).table  # noqa: B018
+
+
+def test_names_like_a_renamed_repeat_and_blank_header_cells_are_kept(tmp_path: Path) -> None:
+    # "x" and "x.1" are two names as written, not a repeat pandas renamed; blank header cells are not
+    # names, and keep the names pandas gives them
+    path = tmp_path / "distinct.csv"
+    path.write_text(
+        "x,x.1,,,label\n" + "".join(f"{i},{i % 7},{i % 3},{i % 5},{'ab'[i % 2]}\n" for i in range(40))
+    )
+    features = data(path).table.features
+    assert features.columns.tolist() == ["x", "x.1", "Unnamed: 2", "Unnamed: 3"]
+    assert features["x.1"].tolist() == [i % 7 for i in range(40)]
+
+
+@pytest.mark.parametrize("names", [["x", "x", "label"], ["x", " x", "label"]])
+def test_a_parquet_field_name_written_twice_is_refused_before_any_column_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, names: list[str]
+) -> None:
+    # refused from the schema: a file too large to read whole is refused with the same sentence
+    path = write_parquet(tmp_path / "twice.parquet", names)
+
+    def read(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a column was read")
+
+    monkeypatch.setattr(pq.ParquetFile, "read", read)
+    with pytest.raises(UserInputError, match=twice(path, "x")):
+        sources.read_file(path, "parquet")
+
+
+def test_a_name_written_twice_is_refused_by_fit_and_predict(workdir: Path, capsys) -> None:
+    fit = main(["fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", *TINY, *QUIET])
+    checkpoint = str(next((workdir / "logs").rglob("last.ckpt")))
+    files = [
+        write_text(workdir / "twice.csv", "x,x,label"),
+        write_parquet(workdir / "twice.parquet", ["x", "x", "label"]),
+    ]
+    for path in files:
+        source = sources.file_format(path)
+        with pytest.raises(SystemExit) as exit_:
+            main(["fit", "--config", str(CONFIGS / "spiral.yaml"), f"--data.source={source}",
+                  f"--data.path={path.name}", "--data.target_column=label", "--data.task=classification",
+                  *TINY, *QUIET])  # fmt: skip
+        assert exit_.value.code == 2
+        assert re.search(twice(Path(path.name), "x"), capsys.readouterr().err)
+    # the rows to predict: the spiral's columns, "x" twice
+    new = fit.datamodule.table.features.head(5)
+    new[["x", "x", "y"]].to_csv(workdir / "new.csv", index=False)
+    pq.write_table(
+        pa.table([pa.array(new[c]) for c in ["x", "x", "y"]], names=["x", "x", "y"]), workdir / "new.parquet"
+    )
+    for name in ["new.csv", "new.parquet"]:
+        with pytest.raises(SystemExit) as exit_:
+            main(["predict", "--ckpt_path", checkpoint, f"--data.predict_path={name}", *QUIET])
+        assert exit_.value.code == 2
+        assert re.search(twice(Path(name), "x"), capsys.readouterr().err)

@@ -120,8 +120,9 @@ def read_file(
 ) -> pd.DataFrame:
     """The whole file as pandas reads it (CSV by pandas, Parquet through pyarrow), rows numbered from 0.
 
-    Column names lose surrounding spaces; a leading unnamed column that only counts the rows (an index
-    written by ``DataFrame.to_csv``) is left out, with a notice.
+    Column names lose surrounding spaces; a name written twice (surrounding spaces aside) is refused; a
+    leading unnamed column that only counts the rows (an index written by ``DataFrame.to_csv``) is left
+    out, with a notice.
     """
     path = Path(path)
     what = file_location(path, fmt).what
@@ -131,18 +132,18 @@ def read_file(
         if fmt == "csv":
             frame = _read_csv(path, na_values)
         else:
-            frame = _read_parquet(path)
+            frame = _read_parquet(path, what)
             if na_values:
                 frame = frame.replace(list(na_values), np.nan)
+    except UserInputError:
+        raise  # a sentence already
     except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError, ValueError) as err:
         problem = str(err).strip().splitlines()[0]
         raise UserInputError(f"{what} could not be read ({problem}); fix the file.") from err
     if frame.empty:
         raise UserInputError(f"{what} has no data rows; add rows.")
     frame.columns = [str(c).strip() for c in frame.columns]
-    duplicated = frame.columns[frame.columns.duplicated()].tolist()
-    if duplicated:
-        raise UserInputError(f"{what} has the column name(s) {duplicated} more than once; rename them.")
+    _refuse_repeated(frame.columns, what)
     first = frame.columns[0]
     if first.startswith("Unnamed: 0") and frame[first].equals(pd.Series(range(len(frame)))):
         rank_zero_info(
@@ -150,6 +151,18 @@ def read_file(
         )
         frame = frame.drop(columns=first)
     return frame
+
+
+def _refuse_repeated(names: Sequence[str], what: str) -> None:
+    """Refuse a column name written more than once, surrounding spaces aside: a setting that names it, or
+    a checkpoint's list of columns, could not say which of the columns it means."""
+    stripped = pd.Index([name.strip() for name in names])
+    repeated = stripped[stripped.duplicated()].unique().tolist()
+    if repeated:
+        raise UserInputError(
+            f"{what} has the column name(s) {repeated} more than once; rename them so that each column has "
+            "a name of its own."
+        )
 
 
 #: rows whose distinct values are counted first when a feature is checked for being the target renamed
@@ -169,8 +182,10 @@ def _columns_per_read(file: pq.ParquetFile) -> int:
     return max(1, READ_BLOCK_BYTES // max(8 * file.metadata.num_rows, 1))
 
 
-def _read_parquet(path: Path) -> pd.DataFrame:
+def _read_parquet(path: Path, what: str) -> pd.DataFrame:
     """A Parquet file by pyarrow, a block of columns at a time, rows numbered from 0 (a saved index dropped).
+
+    Field names written twice (pyarrow allows them) are refused from the schema, before any data is read.
 
     Read whole, the file is held twice at the peak (Arrow's decoded table beside pandas' columns, more
     than twice the data in all); read a block of columns at a time, with each block's Arrow memory freed
@@ -178,24 +193,21 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     (``copy=False``), so that each can be freed on its own later.
     """
     file = pq.ParquetFile(path)
-    schema = file.schema_arrow
-    if len(set(schema.names)) < len(schema.names):
-        # read whole, so that the duplicate names are reported as for any other file
-        frame = file.read().to_pandas(split_blocks=True, self_destruct=True)
-    else:
-        names = _data_columns(file)
-        per_block = _columns_per_read(file)
-        columns: dict[str, pd.Series] = {}
-        for start in range(0, len(names), per_block):
-            asked = names[start : start + per_block]
-            block = file.read(columns=asked)
-            # only the asked-for columns: a name that is also a path into a struct brings the struct too
-            part = block.to_pandas(split_blocks=True, self_destruct=True)[asked]
-            del block
-            columns.update(part.items())
-            del part
-            pa.default_memory_pool().release_unused()
-        frame = pd.DataFrame(columns, copy=False)
+    # every field, a saved index's too: a name shared with the index would leave the column out below
+    _refuse_repeated(file.schema_arrow.names, what)
+    names = _data_columns(file)
+    per_block = _columns_per_read(file)
+    columns: dict[str, pd.Series] = {}
+    for start in range(0, len(names), per_block):
+        asked = names[start : start + per_block]
+        block = file.read(columns=asked)
+        # only the asked-for columns: a name that is also a path into a struct brings the struct too
+        part = block.to_pandas(split_blocks=True, self_destruct=True)[asked]
+        del block
+        columns.update(part.items())
+        del part
+        pa.default_memory_pool().release_unused()
+    frame = pd.DataFrame(columns, copy=False)
     frame.index = pd.RangeIndex(len(frame))
     return frame
 
@@ -277,15 +289,23 @@ def _separator(path: Path) -> str:
 
 
 def _read_csv(path: Path, na_values: Sequence[str]) -> pd.DataFrame:
+    """A CSV file by pandas, its columns named as its header writes them.
+
+    pandas renames a repeated ``X`` to ``X.1`` (and a real ``X.1`` cannot be told from it by its name), so
+    the header is read again as one row of text and its names put back; a blank header cell keeps the
+    name pandas gives it (``Unnamed: 2`` for column 2).
+    """
     sep = _separator(path)
+    options = {"sep": sep, "skipinitialspace": True}
     # low_memory=False: one type per column, not one per chunk of a large file
-    options = {"sep": sep, "na_values": list(na_values), "skipinitialspace": True, "low_memory": False}
+    data = {"na_values": list(na_values), "low_memory": False}
     try:
-        frame = pd.read_csv(path, **options)
+        frame = pd.read_csv(path, **options, **data)
     except UnicodeDecodeError:
         # not UTF-8: Latin-1 reads any byte, as spreadsheets in many locales save text
         rank_zero_info(f"CSV file {str(path)!r} is not UTF-8; it is read as Latin-1.")
-        frame = pd.read_csv(path, encoding="latin-1", **options)
+        options["encoding"] = "latin-1"
+        frame = pd.read_csv(path, **options, **data)
     if sep == ";":
         # the same spreadsheets write decimal commas: a text column of such numbers only is numbers
         for name in frame.columns:
@@ -297,6 +317,11 @@ def _read_csv(path: Path, na_values: Sequence[str]) -> pd.DataFrame:
                 frame[name] = pd.to_numeric(
                     column.astype(str).str.strip().str.replace(",", "."), errors="coerce"
                 )
+    # the header's cells as text, none taken for missing (a column may be named "NA")
+    header = pd.read_csv(path, header=None, nrows=1, dtype=str, na_filter=False, **options).iloc[0]
+    frame.columns = [
+        written if written.strip() else named for written, named in zip(header, frame.columns, strict=True)
+    ]
     return frame
 
 
