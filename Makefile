@@ -12,6 +12,7 @@ PORT ?= 6006
 CKPT ?=
 FORMAT ?= onnx
 OUTPUT ?=
+OVERWRITE ?=
 SPACE ?= configs/sweeps/digits.yaml
 TRIALS ?= 20
 FOLDS ?= 5
@@ -65,9 +66,9 @@ tensorboard: $(STAMP) ## serve logs/ on localhost (PORT=6006)
 	@echo "TensorBoard: http://127.0.0.1:$(PORT)/"
 	$(VENV)/bin/tensorboard --logdir logs --host 127.0.0.1 --port $(PORT)
 
-export: $(STAMP) ## export CKPT=... to ONNX (FORMAT=torch-export for .pt2; OUTPUT=path, default beside CKPT)
+export: $(STAMP) ## export CKPT=... to ONNX (FORMAT=torch-export for .pt2; OUTPUT=path, default beside CKPT; OVERWRITE=1 replaces)
 	@test -n "$(CKPT)" || { echo "error: say which checkpoint: make export CKPT=path/to/last.ckpt" >&2; exit 2; }
-	$(PY) -m src.export --ckpt_path "$(CKPT)" --format $(FORMAT) $(if $(OUTPUT),--output "$(OUTPUT)")
+	$(PY) -m src.export --ckpt_path "$(CKPT)" --format $(FORMAT) $(if $(OUTPUT),--output "$(OUTPUT)") $(if $(OVERWRITE),--overwrite)
 
 serve: PORT = 8000
 serve: $(STAMP) ## serve CKPT=... over HTTP on 127.0.0.1 (PORT=8000): POST /predict

@@ -1,7 +1,17 @@
-"""Reading checkpoints as data: one loader for every checkpoint the project opens itself."""
+"""Reading checkpoints as data: one loader and one trust rule for every checkpoint the project opens.
 
-import pickle
-import zipfile
+- :func:`load_checkpoint` reads tensors and plain data only (``torch.load(weights_only=True)``), and says
+  in one sentence, the same at every entry point, what is wrong with a file it cannot read.
+- :func:`check_names` refuses a checkpoint that names code outside the trusted set, at any depth of what
+  it carries, before anything it names is imported: a ``class_path`` (or ``_class_path``,
+  ``_instantiator``) anywhere, or any other text that reads as an importable dotted name, which
+  jsonargparse would import for a parameter typed as a class or a callable.
+"""
+
+import importlib
+import importlib.util
+import re
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -9,38 +19,125 @@ import torch
 
 from src.errors import UserInputError
 
+#: keys whose text value is a class or function to import
+CLASS_KEYS = ("class_path", "_class_path", "_instantiator")
+#: what a checkpoint may name by itself: classes of this project, and the library classes configs use
+TRUSTED_PREFIXES = (
+    "src.",
+    "torch.optim.",
+    "torch.nn.",
+    "torchmetrics.",
+    "lightning.pytorch.loggers.",
+    "lightning.pytorch.callbacks.",
+)
+#: functions (not classes) a checkpoint may name: the one Lightning's saving records
+TRUSTED_FUNCTIONS = ("lightning.pytorch.cli.instantiate_module",)
+DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+#: the sections of a checkpoint that are read as settings (the rest is state: tensors and numbers)
+SETTINGS = ("hyper_parameters", "datamodule_hyper_parameters", "config")
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """The checkpoint at ``path``, read with ``torch.load(weights_only=True)`` onto the CPU.
+
+def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
+    """The checkpoint at ``path``, read with ``torch.load(weights_only=True)`` (onto the CPU by default).
 
     Only tensors and plain data come back: a file that would need to run code to load is refused, as is
-    a URL (download it, then pass the local file), a missing file, or one that is not a checkpoint.
+    a URL (download it, then pass the local file), a folder, a missing file, or one that is not a
+    checkpoint; each with one sentence naming the file.
     """
     text = str(path)
+    where = f"checkpoint {text!r}"
     if "://" in text:
-        raise UserInputError(
-            f"checkpoint {text!r} is a URL; download it and pass the local file (it is then read as data "
-            "only)."
-        )
+        raise UserInputError(f"{where} is a URL; download it and pass the local file (read as data only).")
     file = Path(path)
+    if file.is_dir():
+        raise UserInputError(f"{where} is a folder; pass the path of a .ckpt file inside it.")
     if not file.is_file():
-        raise UserInputError(f"checkpoint {text!r} does not exist; pass the path of a .ckpt file.")
+        raise UserInputError(f"{where} does not exist; pass the path of a .ckpt file.")
     try:
-        checkpoint = torch.load(file, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        if "Unsupported global" not in str(err):  # no class was asked for: text, an image, noise
-            raise UserInputError(
-                f"checkpoint {text!r} is not a checkpoint file (it could not be read)."
-            ) from err
-        raise UserInputError(
-            f"checkpoint {text!r} holds objects other than tensors and plain data, which would run code "
-            "when loaded; it was refused."
-        ) from err
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as err:
-        raise UserInputError(
-            f"checkpoint {text!r} could not be read (truncated, or not a checkpoint: "
-            f"{str(err).splitlines()[0].split('. ')[0]})."
-        ) from err
+        checkpoint = torch.load(file, map_location=map_location, weights_only=True)
+    except Exception as err:  # torch.load fails in many ways on a file that is not a checkpoint
+        raise UserInputError(f"{where} {_why_unreadable(file, err)}") from err
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise UserInputError(f"checkpoint {text!r} is not a Lightning checkpoint (it has no state_dict).")
+        raise UserInputError(f"{where} is not a Lightning checkpoint (it has no state_dict).")
     return checkpoint
+
+
+def _why_unreadable(file: Path, err: Exception) -> str:
+    """The end of the sentence for a file ``torch.load(weights_only=True)`` refused."""
+    if "unsupported global" in str(err).lower():  # a class or function was asked for
+        return (
+            "holds objects other than tensors and plain data, which would run code when loaded; it was "
+            "refused unread."
+        )
+    with file.open("rb") as handle:
+        head = handle.read(2)
+    if not head:
+        return "is empty (0 bytes); pass a checkpoint that was saved whole."
+    if head == b"PK":  # a zip archive's signature: torch.save's format, cut short or damaged
+        return "is damaged or truncated (its archive cannot be read); pass a whole checkpoint."
+    if head[:1] == b"\x80":  # a pickle's first opcode: PROTO, then the protocol number
+        return (
+            "is a pickle, not a checkpoint saved by torch.save; a pickle can run code when loaded, so it "
+            "was refused unread."
+        )
+    return "is not a checkpoint file (neither torch.save's archive nor its older format)."
+
+
+def names_of_code(value: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    """Every ``(key path, dotted name)`` in ``value`` that could be imported when it is parsed."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            inner = f"{where}.{key}" if where else str(key)
+            if key in CLASS_KEYS and isinstance(item, str):
+                if "." in item:  # a bare name is looked up among classes already imported
+                    yield inner, item
+            else:
+                yield from names_of_code(item, inner)
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            yield from names_of_code(item, f"{where}[{i}]")
+    elif isinstance(value, str) and DOTTED.fullmatch(value) and _importable(value):
+        yield where, value
+
+
+def _importable(name: str) -> bool:
+    """Whether the first part of a dotted name is a module Python could import (nothing is run)."""
+    try:
+        return importlib.util.find_spec(name.split(".", 1)[0]) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def resolve(name: str) -> Any:
+    """The object a dotted name of a trusted module names, or ``None`` when there is none."""
+    module, _, attribute = name.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), attribute, None)
+    except (ImportError, ValueError):  # no such module, or no module named at all
+        return None
+
+
+def check_names(checkpoint: dict[str, Any], path: str | Path, allowed: Collection[str] = ()) -> None:
+    """Refuse ``checkpoint`` if it names code that is neither trusted nor in ``allowed`` (the names the
+    user gave: on the command line, in their config files, or as a class in the Python call).
+
+    Trusted: a class of this project or of the libraries in :data:`TRUSTED_PREFIXES` (imported to check
+    that it is a class; importing those runs no code of the checkpoint's choosing), and
+    :data:`TRUSTED_FUNCTIONS`.
+    """
+    for key, name in (
+        found for section in SETTINGS for found in names_of_code(checkpoint.get(section), section)
+    ):
+        if name in allowed or name in TRUSTED_FUNCTIONS:
+            continue
+        if not name.startswith(TRUSTED_PREFIXES):
+            raise UserInputError(
+                f"checkpoint {str(path)!r} names {name!r} (at {key}), code outside this project that is "
+                "not imported on a checkpoint's word; name that class yourself (--model or a --config file, "
+                "or model_class= in Python) if you trust it."
+            )
+        if not isinstance(resolve(name), type):
+            raise UserInputError(
+                f"checkpoint {str(path)!r} names {name!r} (at {key}), which is not a class of this project "
+                "or its libraries; it was made by other code, or is damaged."
+            )

@@ -52,10 +52,11 @@ from src.callbacks import (
 )
 from src.callbacks.dashboard import environment_text, tensorboard_writer
 from src.callbacks.hooks import skip_no_op_batch_hooks
-from src.checkpoints import load_checkpoint
-from src.cli_errors import Parser, check_config_files, check_log_folder, check_output, user_error
+from src.checkpoints import DOTTED, check_names, load_checkpoint
+from src.cli_errors import Parser, check_config_files, check_log_folder, user_error
 from src.data import TabularDataModule
 from src.errors import UserInputError
+from src.files import check_output
 from src.models import BaseTask
 
 DEFAULTS = Path(__file__).resolve().parent.parent / "configs" / "defaults.yaml"
@@ -178,17 +179,29 @@ class CLI(LightningCLI):
             help="Where predict writes its CSV file (predict only); left out, predictions.csv beside the "
             "checkpoint's run.",
         )
+        parser.add_argument(
+            "--overwrite",
+            type=bool,
+            default=False,
+            help="Let predict replace an existing file at its output path (never one of the run's inputs).",
+        )
 
     @override
     def before_instantiate_classes(self) -> None:
         if self.subcommand is None:  # main(run=False): the classes alone, no subcommand to check
             return
         config = self.config[self.subcommand]
-        if config.get("output") is not None and self.subcommand != "predict":
-            raise UserInputError(f"--output belongs to predict, not to {self.subcommand}.")
+        for option in ("output", "overwrite"):
+            if config.get(option) and self.subcommand != "predict":
+                raise UserInputError(f"--{option} belongs to predict, not to {self.subcommand}.")
         if config.get("output") is not None:
             data = config.get("data") or {}
-            check_output(config["output"], [data.get("path"), data.get("predict_path")])
+            inputs = [data.get("path"), data.get("predict_path"), data.get("preprocessing_from")]
+            check_output(
+                config["output"],
+                [*inputs, config.get("ckpt_path"), *(str(file) for file in config.get("config") or [])],
+                overwrite=bool(config.get("overwrite")),
+            )
         if config.get("test_after_fit") and self.subcommand != "fit":
             raise UserInputError(f"--test_after_fit belongs to fit, not to {self.subcommand}.")
         trainer = config.get("trainer") or {}
@@ -257,10 +270,11 @@ class CLI(LightningCLI):
                 raise UserInputError(f"model.init_args.optimizer: {err}") from err
         if self.subcommand != "predict":
             return
-        output = self.config[self.subcommand].get("output")
+        config = self.config[self.subcommand]
         for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
-            if isinstance(callback, PredictionWriter) and output is not None:
-                callback.output_path = output
+            if isinstance(callback, PredictionWriter):
+                callback.output_path = config.get("output") or callback.output_path
+                callback.overwrite = bool(config.get("overwrite")) or callback.overwrite
 
     def after_predict(self) -> None:
         for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
@@ -268,22 +282,16 @@ class CLI(LightningCLI):
                 print(f"Predictions for {callback.rows_written} rows written to {callback.written}")
 
     @override
-    def _parse_ckpt_path(self) -> None:
-        # LightningCLI applies a checkpoint's hyperparameters, importing the class their _class_path
-        # names, right after parsing, and offers no public hook in between: a checkpoint from elsewhere
-        # must not choose what code runs. A class of this project, or the one the config already names,
-        # is allowed; anything else is refused before it is imported.
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        super().parse_arguments(parser, args)
+        # LightningCLI next applies a checkpoint's hyperparameters, importing every class they name; a
+        # ckpt_path from a config file reaches it without passing with_checkpoint_settings, so its names
+        # are checked here, after parsing and before anything the checkpoint names is imported
         config = self.config.get(self.config.get("subcommand") or "", self.config)
         ckpt_path = config.get("ckpt_path") if hasattr(config, "get") else None
         if ckpt_path and Path(ckpt_path).is_file():
-            named = load_checkpoint(ckpt_path).get("hyper_parameters", {}).get("_class_path")
-            configured = (config.get("model") or {}).get("class_path")
-            if isinstance(named, str) and not named.startswith("src.") and named != configured:
-                raise UserInputError(
-                    f"checkpoint {ckpt_path!r} names the model class {named!r}, outside this project, which "
-                    "is not imported on a checkpoint's word; name it yourself with --model if you trust it."
-                )
-        super()._parse_ckpt_path()
+            words = sys.argv[1:] if args is None else [str(word) for word in args]
+            check_names(load_checkpoint(ckpt_path), ckpt_path, user_named(words))
 
     def after_fit(self) -> None:
         if not self.config_init[self.subcommand].get("test_after_fit"):
@@ -323,21 +331,34 @@ def with_checkpoint_settings(words: list[str]) -> list[str]:
     # one sentence for a URL (Lightning would load it with weights_only=False), a missing, broken or
     # unsafe file; what passes is then loaded by Lightning as data only
     checkpoint = load_checkpoint(ckpt_path)
+    # what the checkpoint names is imported when its settings are parsed: not on the checkpoint's word
+    check_names(checkpoint, ckpt_path, user_named(words))
     extra: list[str] = []
     configured = any(w in ("--config", "-c") or w.startswith(("--config=", "--model")) for w in words)
     if words[0] != "fit" and not configured and "config" in checkpoint:
-        named = str((checkpoint["config"].get("model") or {}).get("class_path", ""))
-        if not named.startswith("src."):  # the settings would import it: not on a checkpoint's word
-            raise UserInputError(
-                f"checkpoint {ckpt_path!r} names the model class {named!r}, outside this project, which is "
-                "not imported on a checkpoint's word; name it yourself with --model if you trust it."
-            )
         extra = ["--config", yaml.safe_dump(checkpoint["config"])]
     if _value(words, "--data.preprocessing_from") is None:
         words = [*words, f"--data.preprocessing_from={ckpt_path}"]
     if words[0] != "fit" and not any(w.startswith("--trainer.logger") for w in words):
         words = [*words, *_log_with_the_run(words[0], Path(ckpt_path), checkpoint)]
     return [words[0], *extra, *words[1:]]
+
+
+def config_files(words: list[str]) -> list[str]:
+    """The config files ``words`` give with ``--config`` (not inline YAML), after the defaults."""
+    given = [
+        words[i + 1] if word in ("--config", "-c") else word.split("=", 1)[1]
+        for i, word in enumerate(words)
+        if (word in ("--config", "-c") and i + 1 < len(words)) or word.startswith("--config=")
+    ]
+    return [str(DEFAULTS), *(value for value in given if "\n" not in value and Path(value).is_file())]
+
+
+def user_named(words: list[str]) -> set[str]:
+    """Every dotted name the user wrote: in the words themselves and in the config files they give."""
+    texts = [word for word in words if "\n" not in word]  # inline YAML is the checkpoint's own settings
+    texts += [Path(file).read_text(errors="replace") for file in config_files(words)]
+    return {name for text in texts for name in DOTTED.findall(text)}
 
 
 def _log_with_the_run(subcommand: str, ckpt_path: Path, checkpoint: dict[str, Any]) -> list[str]:

@@ -114,23 +114,6 @@ def check_log_folder(save_dir: Any) -> None:
         ) from err
 
 
-def check_output(output: str, inputs: list[Any]) -> None:
-    """``--output`` must name a file that can be written and is none of the run's input files."""
-    path = Path(output)
-    if path.is_dir():
-        raise UserInputError(
-            f"--output={output!r} is a folder; name the CSV file to write, say {output}/predictions.csv."
-        )
-    existing = next(p for p in path.resolve().parents if p.exists())
-    if not existing.is_dir():
-        raise UserInputError(
-            f"--output={output!r} cannot be written: {str(existing)!r} is a file, not a folder."
-        )
-    for given in inputs:
-        if given is not None and Path(given).exists() and Path(given).resolve() == path.resolve():
-            raise UserInputError(f"--output={output!r} is an input file of this run; name another file.")
-
-
 def user_error(err: BaseException) -> str | None:
     """The one sentence for an error that bad input caused, or ``None`` for a bug (keep the traceback)."""
     cause: BaseException | None = err

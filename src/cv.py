@@ -30,6 +30,7 @@ import yaml
 from torch.utils.tensorboard import SummaryWriter
 
 from src.cli import CLI, main
+from src.files import written
 
 #: metrics of one run, by name (``val/acc``, ``test/loss``, …)
 Metrics = dict[str, float]
@@ -117,8 +118,8 @@ def summarize(names: list[str], results: list[Metrics], folder: Path | None) -> 
     table = "\n".join(lines)
     print(table)
     if folder is not None:
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "summary.yaml").write_text(yaml.safe_dump(summary, sort_keys=False))
+        with written(folder / "summary.yaml") as (partial,):
+            partial.write_text(yaml.safe_dump(summary, sort_keys=False))
         with SummaryWriter(str(folder)) as writer:
             for metric, row in summary.items():
                 for step, name in enumerate(names):

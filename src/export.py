@@ -5,7 +5,8 @@
 
 Two files are written: the graph at ``--output`` (left out: beside the checkpoint, ``.onnx`` or
 ``.pt2``) and the sidecar at ``<output>.json``. Both are first written under temporary names in the
-destination folder and renamed only after the check below passed, so a failed export leaves nothing.
+destination folder and renamed only after the check below passed, so a failed export leaves nothing;
+neither may be the checkpoint, and an existing file is replaced only with ``--overwrite``.
 
 **The graph** takes ``features``, the encoded float32 matrix ``(B, F)`` that
 :meth:`src.predict.Predictor.encode` makes (B dynamic, F = ``len(feature_names)``; the numeric scaling
@@ -38,10 +39,8 @@ the sidecar alone and holds the two equal):
 import argparse
 import json
 import logging
-import os
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -53,6 +52,7 @@ from torch import nn
 
 from src.data.preprocessing import MISSING, Preprocessor
 from src.errors import UserInputError
+from src.files import check_output, written
 from src.models import BaseTask
 from src.predict import Predictor
 
@@ -153,20 +153,6 @@ def probe_rows(preprocessor: Preprocessor, rows: int = 8, seed: int = 0) -> pd.D
     return pd.DataFrame(columns, index=range(rows))
 
 
-@contextmanager
-def staged(*paths: Path) -> Iterator[list[Path]]:
-    """Temporary names beside ``paths``, renamed onto them when the block succeeds, removed otherwise."""
-    # the suffix stays last: torch.export.save and load expect a name ending in .pt2
-    temporary = [path.with_name(f".{path.stem}.partial-{os.getpid()}{path.suffix}") for path in paths]
-    try:
-        yield temporary
-        for temp, path in zip(temporary, paths, strict=True):
-            os.replace(temp, path)
-    finally:
-        for temp in temporary:
-            temp.unlink(missing_ok=True)
-
-
 def run_exported(fmt: str, path: Path, x: torch.Tensor) -> torch.Tensor:
     """Run a written graph the way its users will: onnxruntime, or ``torch.export.load``."""
     if fmt == "onnx":
@@ -204,25 +190,23 @@ def check(fmt: str, path: Path, reference: nn.Module, x: torch.Tensor) -> float:
     return worst
 
 
-def export(ckpt_path: str | Path, fmt: str, output: str | Path | None = None) -> tuple[Path, Path, float]:
+def export(
+    ckpt_path: str | Path, fmt: str, output: str | Path | None = None, overwrite: bool = False
+) -> tuple[Path, Path, float]:
     """Write the graph and its sidecar, checked against the checkpoint.
 
-    Returns ``(graph path, sidecar path, largest difference seen in the check)``.
+    Neither file may be the checkpoint, nor replace an existing file unless ``overwrite``
+    (:func:`src.files.check_output`). Returns ``(graph path, sidecar path, largest difference seen in the
+    check)``.
     """
     if fmt not in FORMATS:
         raise UserInputError(f"--format {fmt!r} is unknown; choose one of {', '.join(FORMATS)}.")
     predictor = Predictor.from_checkpoint(ckpt_path)  # one sentence for a missing or unsafe file
+    option = "--output" if output is not None else "the default output beside the checkpoint"
     graph_path = Path(output) if output is not None else Path(ckpt_path).with_suffix(SUFFIXES[fmt])
-    if graph_path.is_dir():
-        raise UserInputError(f"--output {str(graph_path)!r} is a folder; give the path of the file to write.")
+    check_output(graph_path, [ckpt_path], overwrite, option)
     sidecar_path = graph_path.with_name(graph_path.name + ".json")
-    existing = next(folder for folder in graph_path.absolute().parents if folder.exists())
-    if not existing.is_dir():
-        raise UserInputError(f"--output {str(graph_path)!r} lies under {str(existing)!r}, which is a file.")
-    try:
-        graph_path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserInputError(f"cannot make the folder {str(graph_path.parent)!r} ({err.strerror}).") from err
+    check_output(sidecar_path, [ckpt_path], overwrite, f"the sidecar of {option}")
 
     preprocessor = predictor.preprocessor
     module = Exportable(predictor.model, classification=preprocessor.labels is not None).eval()
@@ -232,7 +216,7 @@ def export(ckpt_path: str | Path, fmt: str, output: str | Path | None = None) ->
     program = torch.export.export(module, (x,), dynamic_shapes=dynamic)
     sidecar = sidecar_of(preprocessor, graph_path.name, fmt, x.shape[1])
     try:
-        with staged(graph_path, sidecar_path) as (graph_temp, sidecar_temp):
+        with written(graph_path, sidecar_path) as (graph_temp, sidecar_temp):
             if fmt == "onnx":
                 # its registry warns that torchvision's operators are absent; no net here uses them
                 logging.getLogger("torch.onnx").setLevel(logging.ERROR)
@@ -265,6 +249,9 @@ def parse(args: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         help="Where to write the graph; the sidecar goes to <output>.json. Default: beside the checkpoint.",
     )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="Replace the graph and sidecar files if they exist."
+    )
     return parser.parse_args(args)
 
 
@@ -279,7 +266,7 @@ def main(args: Sequence[str] | None = None) -> None:
     """Run the command; bad input ends with one sentence on stderr and exit status 2."""
     try:
         options = parse(args)
-        graph, sidecar, worst = export(options.ckpt_path, options.format, options.output)
+        graph, sidecar, worst = export(options.ckpt_path, options.format, options.output, options.overwrite)
     except UserInputError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from err

@@ -12,7 +12,6 @@ the model's ``predict_step``, then :func:`prediction_frame`, which names each cl
 ``python -m src.cli predict`` runs the same three pieces under the Trainer.
 """
 
-import importlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,14 +20,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from src.checkpoints import load_checkpoint
+from src.checkpoints import check_names, load_checkpoint, resolve
 from src.data.datamodule import preprocessing_of
 from src.data.preprocessing import Location, Preprocessor
 from src.errors import UserInputError
 from src.models import BaseTask
-
-#: model classes a checkpoint may name by itself; any other must be passed in by the caller
-TRUSTED_MODULES = ("src.",)
 
 
 def prediction_frame(
@@ -73,15 +69,25 @@ class Predictor:
         """Load a checkpoint as data (``weights_only=True``) and rebuild its model on the CPU.
 
         ``model_class`` is read from the checkpoint when left out, for the project's own classes; a
-        class of yours must be passed in, so that a checkpoint never chooses what code to import.
+        class of yours must be passed in, so that a checkpoint never chooses what code to import
+        (:func:`src.checkpoints.check_names`).
         """
         checkpoint = load_checkpoint(path)
+        named = {f"{model_class.__module__}.{model_class.__qualname__}"} if model_class else set()
+        check_names(checkpoint, path, named)
         hparams = dict(checkpoint.get("hyper_parameters", {}))
-        model_class = model_class or _trusted_class(hparams.get("_class_path"), str(path))
+        model_class = model_class or _model_class(hparams.get("_class_path"), str(path))
         init = {k: v for k, v in hparams.items() if not k.startswith("_")}
         init["compile_net"] = False  # compiling pays off in training, not in a forward pass per request
-        model = model_class(**init)
-        model.load_state_dict(checkpoint["state_dict"])
+        try:
+            model = model_class(**init)
+            model.load_state_dict(checkpoint["state_dict"])
+        except (TypeError, RuntimeError) as err:  # other arguments, or other weights, than the class has
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise UserInputError(
+                f"checkpoint {str(path)!r} does not fit {model_class.__name__} ({first.rstrip('.')}); "
+                "pass the model_class it was trained with."
+            ) from err
         return cls(model, preprocessing_of(checkpoint, str(path)), batch_size)
 
     def encode(self, frame: pd.DataFrame, source: str = "the rows") -> torch.Tensor:
@@ -102,19 +108,14 @@ class Predictor:
         return prediction_frame(outputs, self.preprocessor, frame.index.to_numpy())
 
 
-def _trusted_class(class_path: Any, path: str) -> type[BaseTask]:
+def _model_class(class_path: Any, path: str) -> type[BaseTask]:
+    """The task class a checkpoint names, which :func:`check_names` has already found trusted."""
     if not isinstance(class_path, str):
         raise UserInputError(
             f"checkpoint {path!r} does not name its model class; pass model_class=YourTask to "
             "from_checkpoint."
         )
-    if not class_path.startswith(TRUSTED_MODULES):
-        raise UserInputError(
-            f"checkpoint {path!r} names the model class {class_path!r}, outside this project; import it "
-            "yourself and pass it as model_class, if you trust it."
-        )
-    module_name, _, name = class_path.rpartition(".")
-    found = getattr(importlib.import_module(module_name), name, None)
+    found = resolve(class_path)
     if not (isinstance(found, type) and issubclass(found, BaseTask)):
         raise UserInputError(
             f"checkpoint {path!r} names {class_path!r}, which is not a task of this project."

@@ -132,3 +132,26 @@ def regression_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
     run = fit_in(folder, "--config", str(CONFIGS / "friedman.yaml"), "--data.num_samples=400")
     rows = run.datamodule.table.features.iloc[run.datamodule.split_rows["val"]]
     return Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt", rows
+
+
+PLANTED = "planted_trust_probe"
+#: a module that leaves a marker file when imported, and offers a class and a function to be named
+PLANTED_SOURCE = """
+import os, pathlib, torch
+pathlib.Path(os.environ["PLANTED_MARKER"]).touch()
+class Optimizer(torch.optim.SGD):
+    pass
+def function(*args, **kwargs):
+    pathlib.Path(os.environ["PLANTED_MARKER"]).touch()
+"""
+
+
+@pytest.fixture
+def planted(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The planted module on the import path; the marker its import (or its function) would leave."""
+    (workdir / f"{PLANTED}.py").write_text(PLANTED_SOURCE)
+    monkeypatch.syspath_prepend(str(workdir))
+    marker = workdir / "code-ran"
+    monkeypatch.setenv("PLANTED_MARKER", str(marker))
+    yield marker
+    sys.modules.pop(PLANTED, None)

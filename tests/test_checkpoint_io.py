@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from src.checkpoint_io import TEMPORARY, AtomicCheckpointIO, remove_leftovers
+from src.checkpoint_io import AtomicCheckpointIO
 from src.checkpoints import load_checkpoint
 from src.cli import main
+from src.files import TEMPORARY, remove_leftovers
 from tests.conftest import BARE, CONFIGS, QUIET, ROOT
 
 
@@ -51,7 +52,7 @@ def test_the_temporary_file_is_beside_its_destination_whatever_tmpdir_says(
     monkeypatch.setattr(os, "replace", lambda a, b: (renames.append((Path(a), Path(b))), real_replace(a, b)))
     target = tmp_path / "checkpoints" / "best.ckpt"
     AtomicCheckpointIO().save_checkpoint(checkpoint(3.0), target)
-    assert renames == [(target.with_name(f".best.ckpt{TEMPORARY}{os.getpid()}"), target)]
+    assert renames == [(target.with_name(f".best.partial-{os.getpid()}.ckpt"), target)]
     assert list(elsewhere.iterdir()) == []
     assert load_checkpoint(target)["epoch"] == 3
 
@@ -60,8 +61,8 @@ def test_debris_of_a_killed_save_is_removed_and_a_live_save_is_left_alone(tmp_pa
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     )
-    debris = tmp_path / f".last.ckpt{TEMPORARY}{int(dead.stdout)}"
-    busy = tmp_path / f".best.ckpt{TEMPORARY}1"  # pid 1 is alive: a save under way in another process
+    debris = tmp_path / f".last.partial-{int(dead.stdout)}.ckpt"
+    busy = tmp_path / ".best.partial-1.ckpt"  # pid 1 is alive: a save under way in another process
     debris.write_bytes(b"half a checkpoint")
     busy.write_bytes(b"being written")
     assert remove_leftovers(tmp_path) == [debris]
@@ -105,8 +106,7 @@ def test_killed_during_saves_twenty_times_every_checkpoint_reads_and_the_run_res
         for path in files:
             if path.suffix == ".ckpt":
                 resumed_steps.append(load_checkpoint(path)["global_step"])  # every file reads, whole
-        assert [
-            p for p in files if TEMPORARY in p.name and p.name.rsplit(TEMPORARY)[-1] != str(process.pid)
-        ] == [], kill
+        leftovers = [(p, TEMPORARY.match(p.name)) for p in files]
+        assert [p for p, match in leftovers if match and match.group(1) != str(process.pid)] == [], kill
     assert resumed_steps == sorted(resumed_steps)  # each start went on from where the last one stopped
     assert resumed_steps[-1] > resumed_steps[0]

@@ -254,7 +254,7 @@ def test_a_checkpoint_that_is_not_one(cli, capsys, workdir: Path, kind: str) -> 
     err = capsys.readouterr().err
     expected = {
         "text": "is not a checkpoint file",
-        "truncated": "could not be read (truncated, or not a checkpoint",
+        "truncated": "is damaged or truncated (its archive cannot be read)",
         "pickled-code": "holds objects other than tensors and plain data, which would run code",
     }[kind]
     assert f"error: checkpoint '{path}' {expected}" in err

@@ -171,11 +171,11 @@ def test_the_export_refuses_a_graph_that_differs_from_the_checkpoint(
         ),
         (
             ["--ckpt_path", "{ckpt}", "--output", "a-file/model.onnx"],
-            "error: --output 'a-file/model.onnx' lies under '{tmp}/a-file', which is a file.",
+            "error: --output='a-file/model.onnx' cannot be written: '{tmp}/a-file' is a file, not a folder.",
         ),
         (
             ["--ckpt_path", "{ckpt}", "--output", "."],
-            "error: --output '.' is a folder; give the path of the file to write.",
+            "error: --output='.' is a folder; name the file to write inside it.",
         ),
         (
             ["--format", "onnx"],

@@ -16,6 +16,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import src.callbacks.predictions
+import src.checkpoints
+import src.cli
+import src.export
+import src.files
 import src.loop
 import tests.test_accumulation_clipping as accumulation_clipping
 import tests.test_best_checkpoint as best_checkpoint
@@ -23,6 +28,7 @@ import tests.test_checkpointing as checkpointing
 import tests.test_loop as loop
 import tests.test_parity as parity
 import tests.test_predict as predict
+import tests.test_trust as trust
 from src.callbacks import PredictionWriter
 from src.cli import CLI
 from src.models import BaseTask, ManualClassifier
@@ -319,3 +325,39 @@ def test_predictions_catch_lines_shifted_against_the_rows_they_name(
     predictor = Predictor.from_checkpoint(checkpoint)
     with pytest.raises(AssertionError, match="Not equal"):
         predict.lines_name_their_rows(pd.read_csv(output), fit.datamodule.table.features, predictor)
+
+
+def test_trust_catches_a_walk_that_stops_at_the_top_level(
+    messy_trained, planted: Path, workdir: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check of the names a checkpoint carries at its top level only: a nested class path gets in."""
+    mutate(
+        monkeypatch,
+        src.checkpoints,
+        "names_of_code",
+        "                yield from names_of_code(item, inner)",
+        "                yield from names_of_code(item, inner) if not where else ()",
+    )
+    with pytest.raises((AssertionError, pytest.fail.Exception)):
+        trust.test_a_checkpoint_names_no_code_at_any_depth_at_any_entry_point(
+            messy_trained, planted, workdir, capsys, "Predictor", "deep in a list"
+        )
+
+
+def test_trust_catches_an_output_check_that_forgets_the_inputs(
+    messy_trained, workdir: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asked to overwrite, the check lets an output land on the checkpoint the run reads."""
+    mutate(
+        monkeypatch,
+        src.files,
+        "check_output",
+        "if given is not None and",
+        "if False and given is not None and",
+    )
+    for user in (src.cli, src.export, src.callbacks.predictions):  # each imported the original by name
+        monkeypatch.setattr(user, "check_output", src.files.check_output)
+    with pytest.raises((AssertionError, pytest.fail.Exception)):
+        trust.test_no_output_lands_on_an_input_even_when_overwriting(
+            messy_trained, workdir, capsys, "the checkpoint", True
+        )

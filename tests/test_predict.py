@@ -176,7 +176,11 @@ def test_a_checkpoint_does_not_choose_what_code_to_import(trained, tmp_path: Pat
     checkpoint = torch.load(run.trainer.checkpoint_callback.best_model_path, weights_only=True)
     checkpoint["hyper_parameters"]["_class_path"] = "planted_module_that_must_not_load.Model"
     torch.save(checkpoint, tmp_path / "foreign.ckpt")
-    with pytest.raises(UserInputError, match="outside this project; import it yourself"):
+    with pytest.raises(
+        UserInputError,
+        match=r"names 'planted_module_that_must_not_load.Model' \(at hyper_parameters._class_path\), code "
+        "outside this project",
+    ):
         Predictor.from_checkpoint(tmp_path / "foreign.ckpt")
     assert "planted_module_that_must_not_load" not in sys.modules
 
@@ -222,7 +226,7 @@ def test_the_cli_does_not_import_a_class_a_checkpoint_names(
         main(["test", "--ckpt_path", str(tmp_path / "foreign.ckpt"), *QUIET])
     assert exit_.value.code == 2
     assert (
-        "names the model class 'planted_module_for_the_cli.Model', outside this project"
-        in capsys.readouterr().err
+        "names 'planted_module_for_the_cli.Model' (at hyper_parameters._class_path), code outside this "
+        "project that is not imported on a checkpoint's word" in capsys.readouterr().err
     )
     assert "planted_module_for_the_cli" not in sys.modules

@@ -1,6 +1,5 @@
 """Write what ``predict`` returns to a CSV file, atomically, with each class named by its label."""
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from typing_extensions import override
 
 from src.data import TabularDataModule
+from src.files import check_output, written
 from src.predict import prediction_frame
 
 
@@ -21,17 +21,20 @@ class PredictionWriter(BasePredictionWriter):
     not counted), ``prediction`` (the label as the data wrote it, or the value in the target's units)
     and, for classification, one ``probability(<label>)`` column per class
     (:func:`src.predict.prediction_frame`).
-    The file is written under a temporary name and renamed, so a crash never leaves half a file.
+    The path is checked before anything is predicted (:func:`src.files.check_output`: never an input of
+    the run, never an existing file unless ``overwrite``), and the file is written whole or not at all.
 
     Args:
         output_path: Where to write (the CLI's ``--output``); left out, ``predictions.csv`` in the run
             folder of the checkpoint predicted from, else in this run's log folder. Under several
             processes each rank writes ``<name>.rank<N>.csv``.
+        overwrite: Replace a file already at that path (the CLI's ``--overwrite``).
     """
 
-    def __init__(self, output_path: str | None = None) -> None:
+    def __init__(self, output_path: str | None = None, overwrite: bool = False) -> None:
         super().__init__(write_interval="epoch")
         self.output_path = output_path
+        self.overwrite = overwrite
         self.written: Path | None = None
         self.rows_written = 0
 
@@ -47,6 +50,19 @@ class PredictionWriter(BasePredictionWriter):
         if trainer.world_size > 1:
             path = path.with_name(f"{path.stem}.rank{trainer.global_rank}{path.suffix}")
         return path
+
+    def _checked_path(self, trainer: L.Trainer) -> Path:
+        datamodule = trainer.datamodule  # type: ignore[attr-defined]  # set by Lightning at run time
+        inputs = [trainer.ckpt_path]
+        if isinstance(datamodule, TabularDataModule):
+            settings = datamodule.settings
+            inputs += [settings.path, settings.predict_path, settings.preprocessing_from]
+        option = "--output" if self.output_path is not None else "predict's default output"
+        return check_output(self._path(trainer), inputs, self.overwrite, option)
+
+    @override
+    def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._checked_path(trainer)  # a refused path is said before the predicting, not after it
 
     @override
     def write_on_epoch_end(
@@ -67,10 +83,8 @@ class PredictionWriter(BasePredictionWriter):
         count = len(next(iter(outputs.values())))
         rows = datamodule.predict_row_ids()[positions] if len(positions) else np.arange(count)
         frame = prediction_frame(outputs, datamodule.preprocessor, rows)
-        path = self._path(trainer)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name + ".partial")
-        frame.to_csv(partial, index=False)
-        os.replace(partial, path)
+        path = self._checked_path(trainer)
+        with written(path) as (partial,):
+            frame.to_csv(partial, index=False)
         self.written = path
         self.rows_written = len(frame)

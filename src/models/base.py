@@ -5,7 +5,8 @@ import inspect
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from pathlib import Path
+from typing import IO, Any, Literal, Self
 
 import lightning as L
 import torch
@@ -17,6 +18,7 @@ from torch.distributed.tensor import DTensor
 from torchmetrics import MeanMetric, MetricCollection
 from typing_extensions import override
 
+from src.checkpoints import check_names, load_checkpoint
 from src.errors import UserInputError
 from src.nets import MLP
 from src.nets.mlp import Activation
@@ -120,6 +122,32 @@ class BaseTask(L.LightningModule, ABC):
             object.__setattr__(self, name, value)
         else:
             super().__setattr__(name, value)
+
+    @classmethod
+    def load_from_checkpoint(  # type: ignore[override]
+        cls,
+        checkpoint_path: str | Path | IO[bytes],
+        map_location: Any = None,
+        hparams_file: str | Path | None = None,
+        strict: bool | None = None,
+        **kwargs: Any,
+    ) -> Self:
+        """Lightning's loader, under the project's rule for checkpoints: read as data only, whatever the
+        path (Lightning's own turns ``weights_only`` off for an ``http(s)://`` one, which is refused here:
+        download it first), and no class imported that the checkpoint names at any depth unless it is
+        this project's, its libraries', or this class or one of its imported subclasses
+        (:func:`src.checkpoints.check_names`)."""
+        if isinstance(checkpoint_path, str | Path):
+            checkpoint = load_checkpoint(checkpoint_path)
+        else:  # a file object: read, then rewound for Lightning
+            start = checkpoint_path.tell()
+            checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+            checkpoint_path.seek(start)
+        family = [cls, *_subclasses(cls)]
+        check_names(checkpoint, str(checkpoint_path), {f"{c.__module__}.{c.__qualname__}" for c in family})
+        return super().load_from_checkpoint(
+            checkpoint_path, map_location, hparams_file, strict, weights_only=True, **kwargs
+        )
 
     # -- what subclasses define -----------------------------------------------------------------------
 
@@ -553,3 +581,12 @@ def _built_class(factory: Callable[..., Any]) -> type | None:
     if isinstance(factory, functools.partial):
         return next((c for c in (factory.func, *factory.args) if inspect.isclass(c)), None)
     return None
+
+
+def _subclasses(cls: type) -> list[type]:
+    """Every subclass of ``cls`` imported so far, at any depth."""
+    found: list[type] = []
+    subclasses: list[type] = cls.__subclasses__()
+    for sub in subclasses:
+        found += [sub, *_subclasses(sub)]
+    return found

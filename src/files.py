@@ -1,0 +1,115 @@
+"""The one rule for every file the project writes from a path it was given or chose itself.
+
+- :func:`check_output`, before any work: never over an input of the run (a checkpoint, a data file, a
+  config: anything it reads), never over a file that exists unless ``overwrite`` was asked for, and only
+  ever a regular file (a device, a pipe or a folder is refused, ``overwrite`` or not).
+- :func:`written`, for the writing itself: each file is written under a temporary name in its own
+  folder, flushed to disk and renamed onto its destination only when the whole block succeeded, so a
+  crash or a kill leaves the destination whole or absent. A temporary file that a killed writer left
+  (its process is gone) is removed by the next write in that folder.
+"""
+
+import os
+import re
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from src.errors import UserInputError
+
+#: a temporary file: ``.<stem>.partial-<pid><suffix>``; the suffix stays last, since some writers
+#: (``torch.export.save``) insist on their extension
+TEMPORARY = re.compile(r"^\..*\.partial-(\d+)(\.[^.]*)?$")
+
+
+def temporary_name(path: Path) -> Path:
+    """The name ``path`` is written under until it is whole."""
+    return path.with_name(f".{path.stem}.partial-{os.getpid()}{path.suffix}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: asks whether the process exists, sends nothing
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    return True
+
+
+def remove_leftovers(folder: Path) -> list[Path]:
+    """Remove the temporary files that writers killed before their rename left in ``folder``."""
+    removed = []
+    for leftover in folder.glob(".*.partial-*"):
+        match = TEMPORARY.match(leftover.name)
+        if match and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))):
+            leftover.unlink(missing_ok=True)
+            removed.append(leftover)
+    return removed
+
+
+def _same(a: Path, b: Path) -> bool:
+    """Whether two paths are one file: the same name after links, or the same inode (a hard link)."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output(
+    path: str | Path, inputs: Iterable[str | Path | None], overwrite: bool, option: str = "--output"
+) -> Path:
+    """``path`` as a file this run may write, or one sentence saying why not (:class:`UserInputError`).
+
+    Args:
+        path: The file to be written.
+        inputs: Every file the run reads (``None`` entries are skipped): never written, ``overwrite`` or not.
+        overwrite: Whether the user asked for an existing file to be replaced.
+        option: How the user named ``path``, for the sentence (``--output``, or what it derives from).
+    """
+    target = Path(path)
+    named = f"{option}={str(path)!r}"
+    for given in inputs:
+        if given is not None and "://" not in str(given) and _same(target, Path(given)):
+            raise UserInputError(f"{named} is {str(given)!r}, an input of this run; name another file.")
+    if target.is_dir():
+        raise UserInputError(f"{named} is a folder; name the file to write inside it.")
+    if target.exists() and not target.is_file():
+        raise UserInputError(f"{named} is not a regular file (a device, pipe or socket); name a file.")
+    if (target.exists() or target.is_symlink()) and not overwrite:
+        raise UserInputError(f"{named} exists; pass --overwrite to replace it, or name another file.")
+    existing = next(p for p in target.absolute().parents if p.exists())
+    if not existing.is_dir():
+        raise UserInputError(f"{named} cannot be written: {str(existing)!r} is a file, not a folder.")
+    return target
+
+
+@contextmanager
+def written(*paths: Path) -> Iterator[list[Path]]:
+    """Temporary names for ``paths`` in their own folders, renamed onto them together when the block
+    succeeds and removed when it fails; each is flushed to disk before its rename."""
+    temporary = [temporary_name(path) for path in paths]
+    for folder in {path.parent for path in paths}:
+        folder.mkdir(parents=True, exist_ok=True)
+        remove_leftovers(folder)
+    try:
+        yield temporary
+        for temp in temporary:
+            _sync(temp)
+        for temp, path in zip(temporary, paths, strict=True):
+            os.replace(temp, path)
+        for folder in {path.parent for path in paths}:
+            _sync(folder)  # the renames themselves reach the disk
+    finally:
+        for temp in temporary:
+            temp.unlink(missing_ok=True)
+
+
+def _sync(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

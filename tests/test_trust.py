@@ -1,0 +1,364 @@
+"""Nothing lost, nothing run: every entry point that opens a checkpoint or writes a file, tried with the
+hostile inputs that once got through (a checkpoint naming code at any depth, files that are not
+checkpoints, outputs over inputs, devices, existing files and a killed writer's leftovers)."""
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import torch
+
+from src import cv, export, serve
+from src.checkpoints import load_checkpoint
+from src.cli import main
+from src.errors import UserInputError
+from src.models import Classifier
+from src.predict import Predictor
+from tests.conftest import CONFIGS, PLANTED, QUIET, Trained
+
+SPIRAL = ["--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=200", "--trainer.max_epochs=1"]
+
+
+def entry_points(workdir: Path) -> dict[str, Callable[[str], None]]:
+    """Each way to open a checkpoint, as a user calls it; a refusal raises SystemExit or UserInputError."""
+
+    def config_file(path: str) -> None:  # ckpt_path from a config file, not from the words
+        (workdir / "resume.yaml").write_text(f"ckpt_path: {path}\n")
+        main(["fit", *SPIRAL, "--config", str(workdir / "resume.yaml"), *QUIET])
+
+    return {
+        "predict": lambda path: main(["predict", "--ckpt_path", path, *QUIET]),
+        "validate": lambda path: main(["validate", "--ckpt_path", path, *QUIET]),
+        "test": lambda path: main(["test", "--ckpt_path", path, *QUIET]),
+        "fit --ckpt_path": lambda path: main(["fit", *SPIRAL, "--ckpt_path", path, *QUIET]),
+        "fit, ckpt_path in a config file": config_file,
+        "cv": lambda path: cv.cli_main(["--folds", "2", *SPIRAL, "--ckpt_path", path, *QUIET]),
+        "Predictor": lambda path: Predictor.from_checkpoint(path) and None,
+        "load_from_checkpoint": lambda path: Classifier.load_from_checkpoint(path) and None,
+        "export": lambda path: export.main(["--ckpt_path", path]),
+        "serve": lambda path: serve.main(["--ckpt_path", path, "--port", "8731"]),
+    }
+
+
+ENTRY_POINTS = list(entry_points(Path()))
+
+
+def refusal(open_: Callable[[Any], None], given: Any, capsys: pytest.CaptureFixture[str]) -> str:
+    """The one sentence an entry point answers ``given`` with (stderr for commands, the error in Python)."""
+    capsys.readouterr()
+    with pytest.raises((SystemExit, UserInputError)) as caught:
+        open_(given)
+    if isinstance(caught.value, UserInputError):
+        return str(caught.value)
+    assert caught.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines  # one sentence, no traceback
+    assert lines[0].startswith("error: ")
+    return lines[0].removeprefix("error: ")
+
+
+def plant(checkpoint: dict, where: str) -> None:
+    """Name the planted code at ``where`` in a checkpoint's settings."""
+    hparams, config = checkpoint["hyper_parameters"], checkpoint["config"]
+    named = {"class_path": f"{PLANTED}.Optimizer", "init_args": {"lr": 0.1}}
+    if where == "the model class":
+        hparams["_class_path"] = f"{PLANTED}.Optimizer"
+    elif where == "the optimizer in the hyperparameters":
+        hparams["optimizer"] = named
+    elif where == "deep in a list":
+        hparams["extra"] = [1, {"inner": {"deeper": [named]}}]
+    elif where == "the scheduler in the settings":
+        config["model"]["init_args"]["scheduler"] = named
+    elif where == "the logger in the settings":
+        config["trainer"]["logger"] = {"class_path": f"{PLANTED}.Optimizer"}
+    elif where == "a plain string a callable takes":
+        hparams["optimizer"] = f"{PLANTED}.function"
+    elif where == "the instantiator":
+        hparams["_instantiator"] = f"{PLANTED}.function"
+    else:
+        raise ValueError(where)
+
+
+PLACES = [
+    "the model class",
+    "the optimizer in the hyperparameters",
+    "deep in a list",
+    "the scheduler in the settings",
+    "the logger in the settings",
+    "a plain string a callable takes",
+    "the instantiator",
+]
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+@pytest.mark.parametrize("where", PLACES)
+def test_a_checkpoint_names_no_code_at_any_depth_at_any_entry_point(
+    messy_trained: Trained, planted: Path, workdir: Path, capsys, entry: str, where: str
+) -> None:
+    checkpoint = load_checkpoint(messy_trained.checkpoint)
+    plant(checkpoint, where)
+    path = workdir / "foreign.ckpt"
+    torch.save(checkpoint, path)
+    sentence = refusal(entry_points(workdir)[entry], str(path), capsys)
+    assert sentence.startswith(f"checkpoint '{path}' names '{PLANTED}.")
+    assert "code outside this project that is not imported on a checkpoint's word" in sentence
+    assert PLANTED not in sys.modules
+    assert not planted.exists()
+
+
+def test_a_class_the_user_names_is_imported_and_used(messy_trained: Trained, planted: Path, workdir) -> None:
+    """The rule refuses a checkpoint's word, not the user's: named in the user's config, the class runs."""
+    checkpoint = load_checkpoint(messy_trained.checkpoint)
+    plant(checkpoint, "the optimizer in the hyperparameters")
+    torch.save(checkpoint, workdir / "mine.ckpt")
+    (workdir / "mine.yaml").write_text(
+        "model:\n  init_args:\n    optimizer:\n"
+        f"      class_path: {PLANTED}.Optimizer\n      init_args: {{lr: 0.1}}\n"
+    )
+    folder = messy_trained.checkpoint.parent.parent
+    words = ["--ckpt_path", str(workdir / "mine.ckpt"), "--config", str(folder / "config.yaml")]
+    words += ["--config", str(workdir / "mine.yaml"), f"--data.path={folder.parents[2] / 'train.csv'}"]
+    run = main(["validate", *words, *QUIET])
+    assert type(run.model.optimizer(run.model.parameters())).__name__ == "Optimizer"
+    assert planted.exists()  # imported: the user asked for it
+
+
+def test_load_from_checkpoint_loads_the_projects_checkpoints_and_refuses_a_url(
+    messy_trained: Trained,
+) -> None:
+    model = Classifier.load_from_checkpoint(messy_trained.checkpoint)
+    expected = load_checkpoint(messy_trained.checkpoint)["state_dict"]
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(tensor, expected[name], rtol=0, atol=0)
+    # Lightning's own loader would read an http(s) URL with weights_only=False
+    with pytest.raises(UserInputError, match="is a URL; download it and pass the local file"):
+        Classifier.load_from_checkpoint("http://127.0.0.1:9/model.ckpt")
+
+
+class Payload:
+    """Pickles to a call that would leave a marker file: proof that loading ran code."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def bad_checkpoint(kind: str, folder: Path) -> tuple[Path, str]:
+    """A file (or folder) that is not a checkpoint of this project, and the sentence it must get."""
+    path = folder / f"{kind}.ckpt"
+    if kind == "empty":
+        path.touch()
+        return path, "is empty (0 bytes); pass a checkpoint that was saved whole."
+    if kind == "text":
+        path.write_text("model: {}\n")
+        return path, "is not a checkpoint file (neither torch.save's archive nor its older format)."
+    if kind == "pickle that runs code":
+        path.write_bytes(__import__("pickle").dumps(Payload(folder / "code-ran")))
+        return path, "is a pickle, not a checkpoint saved by torch.save; a pickle can run code when loaded"
+    if kind == "checkpoint that runs code":
+        torch.save({"state_dict": {}, "payload": Payload(folder / "code-ran")}, path)
+        return path, "holds objects other than tensors and plain data, which would run code when loaded"
+    if kind == "truncated":
+        torch.save({"state_dict": {"w": torch.zeros(1000)}}, path)
+        path.write_bytes(path.read_bytes()[:300])
+        return path, "is damaged or truncated (its archive cannot be read); pass a whole checkpoint."
+    if kind == "folder":
+        path.mkdir()
+        return path, "is a folder; pass the path of a .ckpt file inside it."
+    if kind == "missing":
+        return path, "does not exist; pass the path of a .ckpt file."
+    if kind == "a class this project lacks":
+        torch.save({"state_dict": {}, "hyper_parameters": {"_class_path": "src.nonexistent.Task"}}, path)
+        return path, "names 'src.nonexistent.Task' (at hyper_parameters._class_path), which is not a class"
+    raise ValueError(kind)
+
+
+KINDS = [
+    "empty",
+    "text",
+    "pickle that runs code",
+    "checkpoint that runs code",
+    "truncated",
+    "folder",
+    "missing",
+    "a class this project lacks",
+]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_file_that_is_no_checkpoint_gets_the_same_sentence_at_every_entry_point(
+    workdir: Path, capsys, kind: str
+) -> None:
+    path, why = bad_checkpoint(kind, workdir)
+    sentences = {entry: refusal(open_, str(path), capsys) for entry, open_ in entry_points(workdir).items()}
+    assert set(sentences.values()) == {sentences["Predictor"]}, sentences
+    assert sentences["Predictor"].startswith(f"checkpoint '{path}' {why}")
+    assert not (workdir / "code-ran").exists()
+    assert not (workdir / "logs").exists()
+
+
+# resuming into its own run folder, Lightning notes that the checkpoint folder is not empty: it is meant to be
+@pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty:UserWarning")
+def test_resuming_from_last_when_last_is_no_checkpoint(workdir: Path, capsys) -> None:
+    """``--ckpt_path last`` is found by Lightning and read through the project's checkpoint IO."""
+    folder = workdir / "logs" / "spiral" / "v" / "checkpoints"
+    folder.mkdir(parents=True)
+    path, why = bad_checkpoint("pickle that runs code", folder)
+    path.rename(folder / "last.ckpt")
+    words = ["fit", *SPIRAL, "--trainer.logger.init_args.version=v", "--ckpt_path", "last", *QUIET]
+    sentence = refusal(main, words, capsys)
+    assert sentence.startswith(f"checkpoint '{folder / 'last.ckpt'}' {why}")
+    assert not (workdir / "code-ran").exists()
+
+
+# -- the files the project writes -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rows(messy_trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """New rows to predict, in a folder of their own (the tests look at what lands in theirs)."""
+    path = tmp_path_factory.mktemp("rows") / "new.csv"
+    messy_trained.raw_rows("val").to_csv(path, index=False)
+    return path
+
+
+def predict_words(checkpoint: Path, rows: Path, *more: str) -> list[str]:
+    return ["predict", "--ckpt_path", str(checkpoint), f"--data.predict_path={rows}", *more, *QUIET]
+
+
+def fingerprint(path: Path) -> tuple[bool, bytes | None]:
+    return path.is_file(), path.read_bytes() if path.is_file() else None
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+@pytest.mark.parametrize("target", ["the checkpoint", "the data file", "the config file", "a link to it"])
+def test_no_output_lands_on_an_input_even_when_overwriting(
+    messy_trained: Trained, workdir: Path, capsys, target: str, overwrite: bool
+) -> None:
+    checkpoint = workdir / "model.ckpt"
+    checkpoint.write_bytes(messy_trained.checkpoint.read_bytes())
+    data = workdir / "new.csv"
+    messy_trained.raw_rows("val").to_csv(data, index=False)
+    config = workdir / "run.yaml"  # the run's own settings, as a config file of the user's
+    config.write_text((messy_trained.checkpoint.parent.parent / "config.yaml").read_text())
+    (workdir / "link.ckpt").symlink_to(checkpoint)
+    output = {"the checkpoint": checkpoint, "the data file": data, "the config file": config}.get(
+        target, workdir / "link.ckpt"
+    )
+    before = {p: fingerprint(p) for p in (checkpoint, data, config)}
+    predict = [
+        "predict", "--ckpt_path", str(checkpoint), "--config", str(config), f"--data.predict_path={data}",
+        f"--output={output}", f"--overwrite={str(overwrite).lower()}", *QUIET,
+    ]  # fmt: skip
+    assert "an input of this run; name another file." in refusal(main, predict, capsys)
+    exported = ["--ckpt_path", str(checkpoint), "--output", str(output), *(["--overwrite"] * overwrite)]
+    if target in ("the checkpoint", "a link to it"):
+        assert "an input of this run; name another file." in refusal(export.main, exported, capsys)
+    assert {p: fingerprint(p) for p in before} == before
+
+
+@pytest.mark.parametrize("kind", ["a pipe", "/dev/full"])
+def test_only_regular_files_are_written(
+    messy_trained: Trained, rows: Path, workdir: Path, capsys, kind: str
+) -> None:
+    if kind == "a pipe":
+        output = workdir / "pipe"
+        os.mkfifo(output)
+    else:
+        output = Path("/dev/full")
+        if not output.exists():
+            pytest.skip("this system has no /dev/full")
+    device = output.stat()
+    for words, open_ in [
+        (predict_words(messy_trained.checkpoint, rows, f"--output={output}", "--overwrite=true"), main),
+        (["--ckpt_path", str(messy_trained.checkpoint), "--output", str(output), "--overwrite"], export.main),
+    ]:
+        sentence = refusal(open_, words, capsys)
+        assert (
+            sentence
+            == f"--output={str(output)!r} is not a regular file (a device, pipe or socket); name a file."
+        )
+    assert (output.stat().st_ino, output.stat().st_mode) == (device.st_ino, device.st_mode)
+
+
+def test_an_existing_file_is_replaced_only_when_asked(
+    messy_trained: Trained, rows: Path, workdir: Path, capsys
+) -> None:
+    notes, sidecar = workdir / "notes.txt", workdir / "model.json"
+    notes.write_text("my notes\n")
+    sidecar.write_text('{"mine": true}\n')
+    ckpt = ["--ckpt_path", str(messy_trained.checkpoint)]
+    assert refusal(export.main, [*ckpt, "--output", str(notes)], capsys) == (
+        f"--output={str(notes)!r} exists; pass --overwrite to replace it, or name another file."
+    )
+    # a sidecar name the user never typed is still never taken without asking
+    assert refusal(export.main, [*ckpt, "--output", str(workdir / "model")], capsys) == (
+        f"the sidecar of --output={str(sidecar)!r} exists; pass --overwrite to replace it, or name another "
+        "file."
+    )
+    assert refusal(main, predict_words(messy_trained.checkpoint, rows, f"--output={notes}"), capsys).endswith(
+        "exists; pass --overwrite to replace it, or name another file."
+    )
+    assert notes.read_text() == "my notes\n"
+    assert sidecar.read_text() == '{"mine": true}\n'
+    assert sorted(p.name for p in workdir.iterdir()) == ["model.json", "notes.txt"]
+
+    export.main([*ckpt, "--output", str(workdir / "model"), "--overwrite"])
+    assert '"format_version": 1' in sidecar.read_text()
+    main(predict_words(messy_trained.checkpoint, rows, f"--output={notes}", "--overwrite=true"))
+    assert pd.read_csv(notes).columns[:2].tolist() == ["row", "prediction"]
+
+
+def test_predicts_default_file_is_not_replaced_by_the_next_predict(
+    messy_trained: Trained, rows: Path, workdir: Path, capsys
+) -> None:
+    copy_ = workdir / "run" / "checkpoints" / "last.ckpt"
+    copy_.parent.mkdir(parents=True)
+    copy_.write_bytes(messy_trained.checkpoint.read_bytes())
+    main(predict_words(copy_, rows))
+    default = workdir / "run" / "predictions.csv"
+    first = default.read_bytes()
+    sentence = refusal(main, predict_words(copy_, rows), capsys)
+    assert sentence == (
+        f"predict's default output={str(default)!r} exists; pass --overwrite to replace it, or name another "
+        "file."
+    )
+    assert default.read_bytes() == first
+
+
+def test_a_killed_writers_leftovers_are_removed_by_the_next_write(
+    messy_trained: Trained, rows: Path, workdir: Path
+) -> None:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+    pid = int(gone.stdout)
+    leftovers = [workdir / f".model.partial-{pid}.onnx", workdir / f".predictions.partial-{pid}.csv"]
+    alive = workdir / ".other.partial-1.onnx"  # pid 1 lives: a write under way in another process
+    for path in [*leftovers, alive]:
+        path.write_bytes(b"half a file")
+    export.main(["--ckpt_path", str(messy_trained.checkpoint), "--output", str(workdir / "model.onnx")])
+    main(predict_words(messy_trained.checkpoint, rows, f"--output={workdir / 'predictions.csv'}"))
+    assert sorted(p.name for p in workdir.iterdir()) == sorted(
+        [alive.name, "model.onnx", "model.onnx.json", "predictions.csv"]
+    )
+
+
+def test_a_failed_predict_leaves_no_file(
+    messy_trained: Trained, rows: Path, workdir: Path, monkeypatch
+) -> None:
+    """Written whole or not at all: a CSV writer that dies halfway leaves neither file nor leftover."""
+
+    def dies(self: pd.DataFrame, path: Path, **kwargs: object) -> None:
+        Path(path).write_text("row,prediction\n0,")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", dies)
+    with pytest.raises(OSError, match="No space left"):
+        main(predict_words(messy_trained.checkpoint, rows, f"--output={workdir / 'out.csv'}"))
+    assert list(workdir.iterdir()) == []
