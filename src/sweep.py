@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import socket
+import sqlite3
 import sys
 import time
 import warnings
@@ -50,6 +51,9 @@ SWEEPS = Path("logs") / "sweeps"
 #: what a study needs to reach its trial count: finished trials, and those that are being run
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 UNDER_WAY = (*FINISHED, TrialState.RUNNING)
+#: seconds to wait for another process's lock on a SQLite study while opening it (once open, a process
+#: waits far longer: parallel workers take turns to write)
+OPEN_WAIT = 5
 
 
 @dataclass
@@ -223,8 +227,9 @@ def open_study(name: str, storage: str | None, space: Space, worker: int = 0) ->
     if storage is None:
         SWEEPS.mkdir(parents=True, exist_ok=True)
         storage = f"sqlite:///{SWEEPS / name}.db"
+    url = _check_storage(storage)
     # SQLite serializes writers; a process waits for the lock instead of failing after 5 s
-    engine_kwargs = {"connect_args": {"timeout": 120}} if storage.startswith("sqlite") else {}
+    engine_kwargs = {"connect_args": {"timeout": 120}} if url.get_backend_name() == "sqlite" else {}
     for attempt in range(1, 6):
         try:
             with warnings.catch_warnings():
@@ -240,12 +245,17 @@ def open_study(name: str, storage: str | None, space: Space, worker: int = 0) ->
                     ),
                 )
             break
-        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError):
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError) as err:
             # processes that start on a new SQLite file at once race to create its tables and stamp its
             # schema version ("table studies already exists"); the loser finds them made when it tries again
             if attempt == 5:
-                raise
+                raise UserInputError(_storage_problem(url, err)) from err
             time.sleep(attempt)
+        except RuntimeError as err:  # Optuna's schema check: a study file of another Optuna version
+            shown = url.render_as_string(hide_password=True)
+            raise UserInputError(
+                f"the study storage {shown!r} cannot be used: {str(err).replace('$STORAGE_URL', shown)}"
+            ) from err
     study = optuna.create_study(
         study_name=name,
         storage=rdb,
@@ -257,6 +267,80 @@ def open_study(name: str, storage: str | None, space: Space, worker: int = 0) ->
     # propose the values it proposed before: its seed is drawn from (seed, worker, trials already held)
     study.sampler = _build(optuna.samplers, space.sampler, (worker, len(study.get_trials(deepcopy=False))))
     return study
+
+
+def _check_storage(storage: str) -> sqlalchemy.engine.URL:
+    """The parsed URL of ``storage``, once it has been opened, its tables read and (SQLite) a write tried
+    and rolled back: a wrong URL, a missing driver, a file that is not a database, one that cannot be
+    written or one that another process holds locked is refused here in one sentence, without the long
+    lock waits and retries that opening the study allows itself."""
+    try:
+        url = sqlalchemy.engine.make_url(storage)
+        sqlite = url.get_backend_name() == "sqlite"
+        engine = sqlalchemy.create_engine(url, connect_args={"timeout": OPEN_WAIT} if sqlite else {})
+    except sqlalchemy.exc.ArgumentError as err:  # unparsable, or a database SQLAlchemy does not know
+        raise UserInputError(
+            f"--storage {storage!r} is not a database URL SQLAlchemy can use ({err}); "
+            "for a SQLite file write sqlite:///path/to/study.db."
+        ) from err
+    except ImportError as err:
+        raise UserInputError(
+            f"the study storage {url.render_as_string(hide_password=True)!r} needs the database driver "
+            f"{err.name or str(err)!r}, which is not installed; install it, or use a SQLite file: "
+            "sqlite:///path/to/study.db."
+        ) from err
+    try:
+        with engine.connect() as connection:
+            sqlalchemy.inspect(connection).get_table_names()  # reads the schema: not a database, damaged
+            if sqlite:  # a read-only file or folder, a lock held by another process
+                connection.exec_driver_sql("BEGIN IMMEDIATE")
+                connection.exec_driver_sql("CREATE TABLE sweep_write_check (x)")
+                connection.rollback()
+    except sqlalchemy.exc.DBAPIError as err:
+        raise UserInputError(_storage_problem(url, err)) from err
+    finally:
+        engine.dispose()
+    return url
+
+
+def _storage_problem(url: sqlalchemy.engine.URL, err: sqlalchemy.exc.DBAPIError) -> str:
+    """One sentence on why the study storage ``url`` cannot be opened, and what to do."""
+    code = getattr(err.orig, "sqlite_errorcode", None)
+    if code is None:  # another database: its driver's words
+        shown = url.render_as_string(hide_password=True)
+        return f"the study storage {shown!r} cannot be opened ({err.orig}); check the URL and the database."
+    file = Path(url.database or ":memory:")
+    code &= 0xFF  # the primary result code: SQLITE_READONLY_DIRECTORY is a SQLITE_READONLY
+    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return (
+            f"the study database {file} is locked by another process (waited {OPEN_WAIT} s); let that "
+            "process finish or end its open transaction, then run the sweep again."
+        )
+    if code == sqlite3.SQLITE_NOTADB:
+        return (
+            f"{file} is not a SQLite database; name a new file for the study: --storage sqlite:///<path>.db."
+        )
+    if code == sqlite3.SQLITE_CORRUPT:
+        return (
+            f"the study database {file} is damaged ({err.orig}); restore it from a copy, or start the "
+            "study afresh in a new file."
+        )
+    if code == sqlite3.SQLITE_CANTOPEN and file.is_dir():
+        return (
+            f"{file} is a folder, not a study database; name a file in it, "
+            f"e.g. --storage sqlite:///{file / 'study.db'}."
+        )
+    if code == sqlite3.SQLITE_CANTOPEN and not file.parent.is_dir():
+        return (
+            f"the folder {file.parent} of the study database {file} does not exist; create it, "
+            "or name a file in another folder."
+        )
+    if code in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM):
+        return (
+            f"the study database {file} cannot be written ({err.orig}); allow writing to it and its "
+            "folder, or name another file with --storage."
+        )
+    return f"the study database {file} cannot be opened ({err.orig}); name another file with --storage."
 
 
 def _build(module: Any, spec: dict[str, Any], salt: tuple[int, ...] = ()) -> Any:

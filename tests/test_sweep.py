@@ -2,9 +2,12 @@
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import optuna
@@ -16,10 +19,12 @@ from src.cli import main
 from src.cv import run_metrics
 from src.errors import UserInputError
 from src.sweep import (
+    OPEN_WAIT,
     Objective,
     Space,
     Surplus,
     TrialStopped,
+    cli_main,
     decode,
     open_study,
     param_words,
@@ -161,6 +166,131 @@ def test_a_bad_space_file_is_refused_in_one_sentence(tmp_path: Path) -> None:
     path.write_text("params: {}\nmetrik: val/acc\n")
     with pytest.raises(UserInputError, match="cannot be read"):
         Space.read(path)
+
+
+# -- storage a study cannot be opened in --------------------------------------------------------------
+
+
+def study_file(path: Path, revision: str | None = None) -> Path:
+    """A real study database; ``revision`` overwrites its schema version (another Optuna's file)."""
+    optuna.create_study(study_name="old", storage=f"sqlite:///{path}")
+    if revision is not None:
+        with closing(sqlite3.connect(path)) as connection, connection:
+            connection.execute("UPDATE alembic_version SET version_num = ?", (revision,))
+    return path
+
+
+def damaged(tmp: Path) -> Path:
+    path = study_file(tmp / "damaged.db")
+    data = bytearray(path.read_bytes())
+    data[100:4000] = bytes(3900)  # page 1 after the header: the table of tables
+    path.write_bytes(bytes(data))
+    return path
+
+
+def written(path: Path, content: bytes) -> Path:
+    path.write_bytes(content)
+    return path
+
+
+def file_url(path: Path) -> tuple[str, str]:
+    """A SQLite URL, and the file the error should name."""
+    return f"sqlite:///{path}", str(path)
+
+
+def read_only(tmp: Path) -> tuple[str, str]:
+    # what chmod a-w does for a user who is not root (tests may run as root, who may write anyway)
+    path = study_file(tmp / "read-only.db")
+    return f"sqlite:///file:{path}?mode=ro&uri=true", str(path)
+
+
+def url_only(storage: str) -> tuple[str, str]:
+    return storage, storage
+
+
+#: case → (makes the storage in a scratch folder: its URL and what the error names; what the error says)
+UNUSABLE: dict[str, tuple[Callable[[Path], tuple[str, str]], str]] = {
+    "damaged": (lambda tmp: file_url(damaged(tmp)), "is damaged (database disk image is malformed)"),
+    "text": (
+        lambda tmp: file_url(written(tmp / "notes.txt", b"not a database\n" * 50)),
+        "not a SQLite database",
+    ),
+    "bytes": (
+        lambda tmp: file_url(written(tmp / "random.bin", bytes(range(256)) * 32)),
+        "not a SQLite database",
+    ),
+    "missing folder": (lambda tmp: file_url(tmp / "nope" / "study.db"), "does not exist; create it"),
+    "folder": (lambda tmp: file_url(tmp), "is a folder, not a study database; name a file in it"),
+    "read-only": (read_only, "cannot be written (attempt to write a readonly database)"),
+    "older schema": (
+        lambda tmp: url_only(f"sqlite:///{study_file(tmp / 'old.db', 'v3.0.0.a')}"),
+        "optuna storage upgrade --storage sqlite:///",
+    ),
+    "newer schema": (
+        lambda tmp: url_only(f"sqlite:///{study_file(tmp / 'new.db', 'v99.0.0')}"),
+        "pip install -U optuna",
+    ),
+    "unknown scheme": (lambda tmp: url_only("foo://x"), "is not a database URL SQLAlchemy can use"),
+    "not a URL": (lambda tmp: url_only(str(tmp / "study.db")), "is not a database URL SQLAlchemy can use"),
+}
+
+
+def refusal(capsys: pytest.CaptureFixture[str], storage: str) -> str:
+    """What ``python -m src.sweep ... --storage <storage>`` prints on stderr; it must exit with status 2."""
+    with pytest.raises(SystemExit) as stop:
+        cli_main(["--space", str(CONFIGS / "sweeps" / "digits.yaml"), "--trials=0", f"--storage={storage}"])
+    assert stop.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", UNUSABLE)
+def test_a_storage_the_study_cannot_be_opened_in_is_refused_in_one_sentence(
+    workdir: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    make, says = UNUSABLE[case]
+    storage, named = make(workdir)
+    capsys.readouterr()  # Optuna's log lines while the file was made
+    start = time.monotonic()
+    err = refusal(capsys, storage)
+    # at once: neither the retries for processes racing to create a new file's tables nor a lock wait
+    assert time.monotonic() - start < 10
+    assert err.startswith("error: ")
+    assert err.count("\n") == 1, err
+    assert says in err
+    assert named in err
+
+
+#: holds an exclusive lock on the database it is given until it is killed (or 20 s have passed)
+HOLD = """
+import sqlite3, sys, time
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+time.sleep(20)
+"""
+
+
+def test_a_study_another_process_holds_locked_is_refused_after_a_short_wait(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = study_file(workdir / "locked.db")
+    with subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True
+    ) as holder:
+        try:
+            assert holder.stdout is not None
+            assert holder.stdout.readline() == "locked\n"
+            capsys.readouterr()
+            start = time.monotonic()
+            err = refusal(capsys, f"sqlite:///{path}")
+            waited = time.monotonic() - start
+        finally:
+            holder.kill()
+    assert OPEN_WAIT - 1 < waited < OPEN_WAIT + 10  # SQLite's busy timeout, not the 120 s a sweep allows
+    assert err == (
+        f"error: the study database {path} is locked by another process (waited {OPEN_WAIT} s); let that "
+        "process finish or end its open transaction, then run the sweep again.\n"
+    )
 
 
 # -- crashes and several processes ----------------------------------------------------------------
