@@ -16,23 +16,29 @@ once before they start, so that a bad one is refused with one sentence).
 
 A bad request gets a 4xx whose body is ``{"detail": "<one sentence>"}``, and the server carries on:
 400 for a body that is not JSON, 413 for more than ``--max_rows`` rows, 422 for anything else (no
-``rows`` list, a row that is not an object, a value that is a list or an object, a column the model
-needs that no row has, text where the model reads a number).
+``rows`` list, a row that is not an object, a value that is a list or an object, text that is not
+valid Unicode (a lone surrogate such as ``"\\ud800"``), an integer too large for any float, a column
+named twice, a column the model needs that no row has, text or a number too large where the model
+reads a number). ``NaN`` reads as a missing cell, as in a CSV file.
 
-Concurrent requests are batched by LitServe (``--max_batch_size``, ``--batch_timeout``): the rows of
-up to that many requests are encoded in one call, go through one forward pass and are labelled in one
-call, which pays each step's fixed cost once. LitServe answers every request of a batch with the error
-when one of them raises (Lightning-AI/LitServe#340), so a refused request is carried through the batch
-as a value and answered on its own.
+Concurrent requests are batched by LitServe (``--max_batch_size``, ``--batch_timeout``). LitServe
+answers every request of a batch with the error when one of them raises (Lightning-AI/LitServe#340),
+in ``decode_request`` as much as in ``predict``, so each request is encoded on its own in
+``decode_request``, where every cell of it is read, and joins the batch as its ``(N_i, F)`` tensor or
+as its refusal, a value answered on its own. The batch step only concatenates tensors known to be
+finite: one forward pass and one labelling call for all their rows. Encoding each request alone also
+keeps its prediction what it is alone (pandas reads a column from its cells, so the cells of another
+request could change how it reads them).
 """
 
 import argparse
 import json
+import logging
 import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -58,6 +64,14 @@ REQUEST = Location("the request")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 #: LitServe binds only these addresses
 HOSTS = ("127.0.0.1", "0.0.0.0", "::")
+#: the answer to a request that hit a bug here: that request alone, the traceback in the server's log
+FAILED = (
+    "the server failed on this request (an error on its side, logged there); the request was not predicted."
+)
+#: why a text cannot be read, JSON's escape of a lone surrogate being valid JSON but no character
+NOT_UNICODE = "not valid Unicode (a lone surrogate such as \\ud800); send text as UTF-8"
+
+log = logging.getLogger(__name__)
 
 
 class PredictRequest(BaseModel):
@@ -76,6 +90,55 @@ class Refused:
 
 def refused_response(refusal: Refused) -> JSONResponse:
     return JSONResponse({"detail": refusal.detail}, status_code=refusal.status)
+
+
+def unreadable_cell(rows: list[dict[str, Any]]) -> Refused | None:
+    """The first cell that pandas or the preprocessing could not take in, whichever column it is in:
+    text that is not valid Unicode (JSON's escape of a lone surrogate, ``"\\ud800"``) or an integer
+    beyond float64 (JSON has no limit on digits)."""
+    for i, row in enumerate(rows):
+        for column, value in row.items():
+            if not _unicode(column):
+                return Refused(422, f"rows[{i}] has the column name {column!r}, which is {NOT_UNICODE}.")
+            if isinstance(value, str) and not _unicode(value):
+                return Refused(422, f"rows[{i}][{column!r}] is text that is {NOT_UNICODE}.")
+            if isinstance(value, int) and not _float(value):
+                return Refused(
+                    422,
+                    f"rows[{i}][{column!r}] is an integer too large for any float (beyond ±1.8e308); send a "
+                    "number within float32's range (about ±3.4e38).",
+                )
+    return None
+
+
+def _unicode(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _float(value: int) -> bool:
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
+
+
+def doubled_column(names: Iterable[str]) -> Refused | None:
+    """A column named twice once the spaces around names are dropped (``"age"`` and ``" age"``), as
+    :meth:`src.data.preprocessing.Preprocessor.transform` drops them."""
+    seen: dict[str, str] = {}
+    for name in names:
+        if (first := seen.setdefault(key := name.strip(), name)) != name:
+            return Refused(
+                422, f"the request names the column {key!r} twice, as {first!r} and {name!r}; send it once."
+            )
+    return None
 
 
 class TabularAPI(ls.LitAPI):
@@ -104,65 +167,84 @@ class TabularAPI(ls.LitAPI):
         torch.set_num_threads(self.threads)
         self.predictor = Predictor.from_checkpoint(self.ckpt_path)
 
-    def decode_request(self, request: PredictRequest, **kwargs: Any) -> pd.DataFrame | Refused:
-        """The request's raw rows as a frame, or why they cannot be predicted."""
-        rows = request.rows
+    def decode_request(self, request: PredictRequest, **kwargs: Any) -> torch.Tensor | Refused:
+        """The request's rows encoded ``(N, F)`` on their own, or why they cannot be predicted.
+
+        Never raises: LitServe would answer every request of the batch with the error.
+        """
+        try:
+            return self.encode(request.rows)
+        except Exception:  # a bug, not the client's: this request alone is answered 500
+            log.exception("a request failed in decode_request; it alone was answered 500")
+            return Refused(500, FAILED)
+
+    def encode(self, rows: list[dict[str, Any]]) -> torch.Tensor | Refused:
+        """Every check of one request's cells, then the checkpoint's own encoding of them."""
         if not rows:
             return Refused(422, 'the request holds no rows; send {"rows": [{"column": value, ...}, ...]}.')
         if len(rows) > self.max_rows:
             return Refused(
                 413, f"the request holds {len(rows)} rows, more than the {self.max_rows} allowed; split it."
             )
+        refusal = unreadable_cell(rows)
+        if refusal is not None:
+            return refusal
         frame = pd.DataFrame.from_records(rows)
+        refusal = doubled_column(frame.columns)
+        if refusal is not None:
+            return refusal
         try:
-            self.predictor.preprocessor.check_columns(frame, REQUEST)
+            # a number within float32 can still leave it once standardized, by a column's small scale:
+            # it becomes inf, and is refused below rather than warned of in the server's log
+            with np.errstate(over="ignore"):
+                x = self.predictor.encode(frame, REQUEST.what)  # (N, F) float32
         except UserInputError as err:
             return Refused(422, str(err))
-        return frame
+        overflowed = (~torch.isfinite(x)).nonzero()
+        if len(overflowed):
+            row, feature = overflowed[0].tolist()
+            cell = REQUEST.cell(self.predictor.preprocessor.feature_names[feature], row)
+            return Refused(
+                422,
+                f"{cell} is too large for the model once standardized; fix the cell or rescale the column.",
+            )
+        return x
 
-    def batch(self, inputs: list[pd.DataFrame | Refused]) -> list[pd.DataFrame | Refused]:
-        # the list as it is: predict encodes the requests' rows together
+    def batch(self, inputs: list[torch.Tensor | Refused]) -> list[torch.Tensor | Refused]:
+        # the list as it is: predict concatenates the requests' rows
         return inputs
 
-    def predict(self, x: pd.DataFrame | Refused | list[pd.DataFrame | Refused], **kwargs: Any) -> Any:
-        """Every request of the batch (a list when batching) through encode, one forward pass and
-        :func:`prediction_frame`, each step once for all their rows: one prediction list per request,
-        or its refusal."""
+    def predict(self, x: torch.Tensor | Refused | list[torch.Tensor | Refused], **kwargs: Any) -> Any:
+        """Every request of the batch (a list when batching): one prediction list per request, or its
+        refusal."""
         requests = x if isinstance(x, list) else [x]
-        encoded = self.encode([r for r in requests if isinstance(r, pd.DataFrame)])
-        readable = [e for e in encoded if isinstance(e, torch.Tensor)]
-        answers: list[list[dict[str, Any]]] = []
-        if readable:
-            outputs = self.predictor.outputs(torch.cat(readable))
-            frame = prediction_frame(outputs, self.predictor.preprocessor, range(len(outputs["preds"])))
-            every = self.answers(frame)
-            ends = np.cumsum([len(e) for e in readable]).tolist()
-            answers = [every[start:end] for start, end in zip([0, *ends[:-1]], ends, strict=True)]
-        # put the answers and refusals back in the order of the requests
-        encoded_in_order, answered = iter(encoded), iter(answers)
-        results: list[list[dict[str, Any]] | Refused] = []
-        for request in requests:
-            outcome = request if isinstance(request, Refused) else next(encoded_in_order)
-            results.append(next(answered) if isinstance(outcome, torch.Tensor) else outcome)
+        encoded = [r for r in requests if isinstance(r, torch.Tensor)]
+        answered = iter(self.predict_encoded(encoded) if encoded else [])
+        results = [next(answered) if isinstance(r, torch.Tensor) else r for r in requests]
         return results if isinstance(x, list) else results[0]
 
-    def encode(self, frames: list[pd.DataFrame]) -> list[torch.Tensor | Refused]:
-        """Each request's rows encoded ``(N_i, F)``: all in one call, whose fixed cost dominates a few
-        rows, or, when some request holds a cell the model cannot read, one by one, so that only that
-        request is refused (and its sentence counts rows from its own first)."""
-        if not frames:
-            return []
-        try:
-            together = self.predictor.encode(pd.concat(frames, ignore_index=True), REQUEST.what)
-            return list(together.split([len(frame) for frame in frames]))
-        except UserInputError:
-            return [self.encode_alone(frame) for frame in frames]
-
-    def encode_alone(self, frame: pd.DataFrame) -> torch.Tensor | Refused:
-        try:
-            return self.predictor.encode(frame, REQUEST.what)
-        except UserInputError as err:
-            return Refused(422, str(err))
+    def predict_encoded(self, encoded: list[torch.Tensor]) -> list[list[dict[str, Any]] | Refused]:
+        """The rows of all requests through one forward pass and one :func:`prediction_frame`: each
+        request's predictions, or a refusal where the model's output for one of its rows is not finite
+        (JSON has no such number)."""
+        outputs = self.predictor.outputs(torch.cat(encoded))
+        finite = torch.stack([torch.isfinite(v.reshape(len(v), -1)).all(1) for v in outputs.values()]).all(0)
+        every = self.answers(prediction_frame(outputs, self.predictor.preprocessor, range(len(finite))))
+        ends = np.cumsum([len(e) for e in encoded]).tolist()
+        results: list[list[dict[str, Any]] | Refused] = []
+        for start, end in zip([0, *ends[:-1]], ends, strict=True):
+            bad = (~finite[start:end]).nonzero()
+            if len(bad):
+                results.append(
+                    Refused(
+                        422,
+                        f"{REQUEST.what}, row {int(bad[0])}: the model's output is not a finite number; "
+                        "its values lie too far from those the model was trained on.",
+                    )
+                )
+            else:
+                results.append(every[start:end])
+        return results
 
     def answers(self, frame: pd.DataFrame) -> list[dict[str, Any]]:
         """:func:`prediction_frame`'s lines as the response's predictions: label and probabilities, or

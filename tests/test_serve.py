@@ -2,6 +2,7 @@
 4xx and one sentence while it keeps serving, and stops, with its workers, on SIGTERM to its PID."""
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -13,7 +14,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -192,23 +193,29 @@ def test_rows_the_model_cannot_read_get_a_4xx_naming_the_problem(
     assert "Traceback" not in server.log.read_text()
 
 
-def test_concurrent_good_and_bad_requests_each_get_their_own_answer(
-    server: Server, messy_trained: Trained
-) -> None:
-    rows = good_rows(messy_trained, n=2)
-    bodies = [rows if i % 2 else [{**rows[0], "age": "old"}] for i in range(8)]
+def burst(server: Server, bodies: list[bytes]) -> list[tuple[int, dict]]:
+    """Every body posted at once, one thread each, released together so that they share batches."""
     answers: list[tuple[int, dict]] = [(0, {})] * len(bodies)
     start = threading.Barrier(len(bodies))
 
     def send(i: int) -> None:
         start.wait()
-        answers[i] = server.predict(bodies[i])
+        answers[i] = server.post(bodies[i])
 
     threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
+    return answers
+
+
+def test_concurrent_good_and_bad_requests_each_get_their_own_answer(
+    server: Server, messy_trained: Trained
+) -> None:
+    rows = good_rows(messy_trained, n=2)
+    bodies = [rows if i % 2 else [{**rows[0], "age": "old"}] for i in range(8)]
+    answers = burst(server, [json.dumps({"rows": body}).encode() for body in bodies])
     expected = Predictor.from_checkpoint(messy_trained.checkpoint).predict(pd.DataFrame.from_records(rows))
     for body, (status, answer) in zip(bodies, answers, strict=True):
         if body is rows:
@@ -217,6 +224,131 @@ def test_concurrent_good_and_bad_requests_each_get_their_own_answer(
         else:
             assert status == 422
             assert "column 'age', row 0 holds 'old'" in answer["detail"]
+
+
+def with_cell(row: dict, column: str, token: str) -> bytes:
+    """A one-row body whose ``column`` holds ``token`` as written, JSON or not (``1e999``, ``NaN``)."""
+    return json.dumps({"rows": [{**row, column: "<token>"}]}).replace('"<token>"', token).encode()
+
+
+#: 10**400: valid JSON, and beyond any float
+OVERFLOWING = "1" + "0" * 400
+
+
+def bad_requests(row: dict) -> dict[str, tuple[bytes, int, str]]:
+    """What one request can hold that the model cannot read, each in an otherwise good ``row``: its
+    body, its status and how its sentence starts."""
+    return {
+        "an overflowing integer": (
+            with_cell(row, "income", OVERFLOWING),
+            422,
+            "rows[0]['income'] is an integer too large for any float",
+        ),
+        "an overflowing integer as a category": (
+            with_cell(row, "region", "-" + OVERFLOWING),
+            422,
+            "rows[0]['region'] is an integer too large for any float",
+        ),
+        "a lone surrogate": (
+            with_cell(row, "region", r'"\ud800"'),
+            422,
+            "rows[0]['region'] is text that is not valid Unicode",
+        ),
+        "a lone surrogate in a number column": (
+            with_cell(row, "income", r'"4\udfff"'),
+            422,
+            "rows[0]['income'] is text that is not valid Unicode",
+        ),
+        "a lone surrogate in a name": (
+            with_cell(row, "\ud800", "1"),
+            422,
+            "rows[0] has the column name '\\ud800', which is not valid Unicode",
+        ),
+        "1e999": (
+            with_cell(row, "income", "1e999"),
+            422,
+            "the request, column 'income', row 0 holds inf, which is infinite",
+        ),
+        "-Infinity": (
+            with_cell(row, "age", "-Infinity"),
+            422,
+            "the request, column 'age', row 0 holds -inf, which is infinite",
+        ),
+        "a list in a cell": (
+            with_cell(row, "income", "[1, 2]"),
+            422,
+            "rows[0]['income'] is [1, 2]; a value must be",
+        ),
+        "an object in a cell": (
+            with_cell(row, "city", '{"a": 1}'),
+            422,
+            "rows[0]['city'] is {\"a\": 1}; a value must be",
+        ),
+        "text for a number": (
+            with_cell(row, "income", '"lots"'),
+            422,
+            "the request, column 'income', row 0 holds 'lots', which is not a number",
+        ),
+        "a column named twice": (
+            with_cell(row, " income ", "3"),
+            422,
+            "the request names the column 'income' twice, as 'income' and ' income '; send it once.",
+        ),
+        "a column missing": (
+            json.dumps({"rows": [{k: v for k, v in row.items() if k != "age"}]}).encode(),
+            422,
+            "the request has no column(s) ['age']",
+        ),
+        "no rows": (b'{"rows": []}', 422, "the request holds no rows"),
+    }
+
+
+def good_requests(trained: Trained) -> list[bytes]:
+    """Requests of one to three rows, one with a category the model never saw (true and 1 read apart),
+    one with ``NaN``, which reads as a missing cell."""
+    rows = good_rows(trained, n=8)
+    bodies = [json.dumps({"rows": rows[i : i + 1 + i % 3]}).encode() for i in range(6)]
+    return [*bodies, with_cell(rows[0], "verified", "1"), with_cell(rows[1], "income", "NaN")]
+
+
+def assert_same_predictions(got: dict, alone: dict) -> None:
+    """Equal labels; probabilities equal to float32 rounding (a row alone runs another matrix kernel than
+    the rows of a batch)."""
+    assert [p["label"] for p in got["predictions"]] == [p["label"] for p in alone["predictions"]]
+    torch.testing.assert_close(
+        [p["probabilities"] for p in got["predictions"]],
+        [p["probabilities"] for p in alone["predictions"]],
+        rtol=1.3e-6,
+        atol=1e-5,
+    )
+
+
+def test_one_bad_request_never_fails_its_batch(server: Server, messy_trained: Trained) -> None:
+    """Fault injection through the front door: good requests in a burst with every kind of bad one, twice
+    over; each good one is answered as it is alone, each bad one with its own 4xx, and none with a 500."""
+    goods = good_requests(messy_trained)
+    bads = {
+        body: (status, detail)
+        for body, status, detail in bad_requests(good_rows(messy_trained, 1)[0]).values()
+    }
+    alone = {body: server.post(body) for body in goods}
+    assert all(status == 200 for status, _ in alone.values())
+    nan, null = goods[-1], goods[-1].replace(b"NaN", b"null")
+    assert_same_predictions(alone[nan][1], server.post(null)[1])
+    # good and bad in turn, so that every batch of 8 holds both
+    bodies = [body for i, bad in enumerate(bads) for body in (goods[i % len(goods)], bad)]
+    for _ in range(2):
+        answers = burst(server, bodies)
+        assert sum(status == 500 for status, _ in answers) == 0
+        for body, (status, answer) in zip(bodies, answers, strict=True):
+            if body in alone:
+                assert status == 200
+                assert_same_predictions(answer, alone[body][1])
+            else:
+                assert status == bads[body][0]
+                assert answer["detail"].startswith(bads[body][1])
+                assert_one_sentence(answer["detail"])
+    assert "Traceback" not in server.log.read_text()
 
 
 def test_a_refused_request_in_a_batch_is_answered_alone(messy_trained: Trained) -> None:
@@ -228,7 +360,7 @@ def test_a_refused_request_in_a_batch_is_answered_alone(messy_trained: Trained) 
     rows = good_rows(messy_trained, n=3)
     requests = [
         rows,
-        [{**rows[0], "income": "lots"}],  # refused when encoded: the batch is then encoded request by request
+        [{**rows[0], "income": "lots"}],  # refused when decoded, where each request is encoded alone
         rows[:1],
         [],  # refused when decoded
         [{k: v for k, v in row.items() if k != "age"} for row in rows],  # refused when decoded
@@ -268,6 +400,101 @@ def test_a_refused_request_in_a_batch_is_answered_alone(messy_trained: Trained) 
     alone, batched = (json.loads(r.body)["predictions"][0] for r in (single, responses[2]))
     assert alone["label"] == batched["label"]
     torch.testing.assert_close(alone["probabilities"], batched["probabilities"], rtol=1.3e-6, atol=1e-5)
+
+
+def ready_api(checkpoint: Path) -> serve.TabularAPI:
+    api = serve.TabularAPI(str(checkpoint), max_rows=10, max_batch_size=8, batch_timeout=0.0)
+    api.pre_setup()
+    api.setup("cpu")
+    return api
+
+
+def through_a_batch(api: serve.TabularAPI, bodies: list[bytes]) -> list[tuple[int, dict]]:
+    """What LitServe's batched loop does with one batch of bodies: each decoded (as FastAPI parses and
+    checks it), then batch, predict and unbatch once, then each response encoded."""
+    decoded = [api.decode_request(serve.PredictRequest.model_validate(json.loads(body))) for body in bodies]
+    responses = [api.encode_response(output) for output in api.unbatch(api.predict(api.batch(decoded)))]
+    return [(response.status_code, json.loads(response.body)) for response in responses]
+
+
+def test_what_one_request_holds_wrong_stays_with_it_in_a_batch(messy_trained: Trained) -> None:
+    """Every bad cell that passes FastAPI's check of the body, in one batch with good requests: each bad
+    one refused with its sentence, each good one answered as alone (``"verified": 1`` beside ``true``
+    too: pandas would read them as one value in one column)."""
+    api = ready_api(messy_trained.checkpoint)
+    goods = good_requests(messy_trained)
+    shapes = ("a list in a cell", "an object in a cell")  # refused by FastAPI before any worker sees them
+    bads = [case for name, case in bad_requests(good_rows(messy_trained, 1)[0]).items() if name not in shapes]
+    answers = through_a_batch(api, [*goods, *(body for body, _, _ in bads)])
+    for body, (status, answer) in zip(goods, answers[: len(goods)], strict=True):
+        assert status == 200
+        assert_same_predictions(answer, through_a_batch(api, [body])[0][1])
+    for (_, status, detail), (got, answer) in zip(bads, answers[len(goods) :], strict=True):
+        assert (got, list(answer)) == (status, ["detail"])
+        assert answer["detail"].startswith(detail)
+        assert_one_sentence(answer["detail"])
+
+
+def test_faults_past_the_cells_stay_with_their_request(
+    messy_trained: Trained, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Fault injection where every cell is readable: a number that leaves float32 once standardized, a
+    model output that is not finite (JSON has no such number), a bug while encoding. Each is the answer
+    of its own request; the others of its batch are answered as alone."""
+    api = ready_api(messy_trained.checkpoint)
+    rows = good_rows(messy_trained, n=3)
+    goods = [json.dumps({"rows": rows[:2]}).encode(), json.dumps({"rows": rows[2:]}).encode()]
+
+    def assert_only_refused(body: bytes, status: int, detail: str) -> None:
+        answers = through_a_batch(api, [goods[0], body, goods[1]])
+        assert answers[1] == (status, {"detail": detail})
+        for good, (got, answer) in zip(goods, answers[::2], strict=True):
+            assert got == 200
+            assert_same_predictions(answer, through_a_batch(api, [good])[0][1])
+
+    preprocessor = api.predictor.preprocessor
+    income, *others = preprocessor.numeric
+    assert income.name == "income"
+    with monkeypatch.context() as patch:  # standardized by 0.01, 1e37 leaves float32
+        patch.setattr(
+            api.predictor,
+            "preprocessor",
+            replace(preprocessor, numeric=[replace(income, scale=0.01), *others]),
+        )
+        assert_only_refused(
+            with_cell(rows[0], "income", "1e37"),
+            422,
+            "the request, column 'income', row 0 is too large for the model once standardized; fix the cell "
+            "or rescale the column.",
+        )
+    outputs = api.predictor.outputs
+
+    def not_finite_past_a_million(x: torch.Tensor) -> dict[str, torch.Tensor]:
+        found = outputs(x)
+        probs = found["probs"].clone()  # (N, K)
+        probs[x[:, 0] > 1e5] = torch.nan  # column 0: income standardized, about 1e6 for 1e7
+        return {**found, "probs": probs}
+
+    with monkeypatch.context() as patch:
+        patch.setattr(api.predictor, "outputs", not_finite_past_a_million)
+        body = json.dumps({"rows": [rows[0], {**rows[1], "income": 1e7}]}).encode()
+        assert_only_refused(
+            body,
+            422,
+            "the request, row 1: the model's output is not a finite number; its values lie too far from "
+            "those the model was trained on.",
+        )
+    encode = api.predictor.encode
+
+    def failing_on_boom(frame: pd.DataFrame, source: str = "the rows") -> torch.Tensor:
+        if (frame["city"] == "boom").any():
+            raise RuntimeError("a bug")
+        return encode(frame, source)
+
+    with monkeypatch.context() as patch, caplog.at_level(logging.ERROR, logger="src.serve"):
+        patch.setattr(api.predictor, "encode", failing_on_boom)
+        assert_only_refused(with_cell(rows[0], "city", '"boom"'), 500, serve.FAILED)
+    assert "RuntimeError: a bug" in caplog.text  # the traceback goes to the server's log alone
 
 
 def test_bad_options_and_checkpoints_are_one_sentence(messy_trained: Trained, tmp_path: Path, capsys) -> None:
