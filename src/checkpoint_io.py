@@ -7,7 +7,7 @@ disk, as on many clusters) that move is a copy, and a process killed during it l
 the final ``os.replace`` is one atomic rename on one filesystem; a temporary file left by a killed save
 is removed by the next save in that folder.
 
-Loading (``fit --ckpt_path``, including ``last``) goes through :func:`src.checkpoints.load_checkpoint`:
+Loading (``fit --ckpt_path``, including ``last``) goes through :func:`src.checkpoints.read_data`:
 tensors and plain data only, and one sentence for a file that is not a checkpoint.
 """
 
@@ -20,7 +20,7 @@ from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from typing_extensions import override
 
-from src.checkpoints import load_checkpoint
+from src.checkpoints import read_data
 from src.files import written
 
 
@@ -46,4 +46,4 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     ) -> dict[str, Any]:
         if "://" in str(path):  # remote storage: fsspec's client, still as data only
             return super().load_checkpoint(path, map_location, weights_only=True)
-        return load_checkpoint(path, map_location)
+        return read_data(path, map_location or "cpu")  # as Lightning's default: every tensor on the CPU

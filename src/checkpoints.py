@@ -38,7 +38,18 @@ SETTINGS = ("hyper_parameters", "datamodule_hyper_parameters", "config")
 
 
 def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
-    """The checkpoint at ``path``, read with ``torch.load(weights_only=True)`` (onto the CPU by default).
+    """The Lightning checkpoint at ``path``: :func:`read_data` of it, which must hold a ``state_dict``."""
+    checkpoint = read_data(path, map_location)
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise UserInputError(
+            f"checkpoint {str(path)!r} is not a Lightning checkpoint (it has no state_dict)."
+        )
+    return checkpoint
+
+
+def read_data(path: str | Path, map_location: Any = "cpu") -> Any:
+    """What ``torch.save`` wrote at ``path``, read with ``torch.load(weights_only=True)`` (onto the CPU by
+    default): a checkpoint, or a bare state dict as Lightning's spawn strategies hand between processes.
 
     Only tensors and plain data come back: a file that would need to run code to load is refused, as is
     a URL (download it, then pass the local file), a folder, a missing file, or one that is not a
@@ -54,12 +65,9 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, An
     if not file.is_file():
         raise UserInputError(f"{where} does not exist; pass the path of a .ckpt file.")
     try:
-        checkpoint = torch.load(file, map_location=map_location, weights_only=True)
+        return torch.load(file, map_location=map_location, weights_only=True)
     except Exception as err:  # torch.load fails in many ways on a file that is not a checkpoint
         raise UserInputError(f"{where} {_why_unreadable(file, err)}") from err
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise UserInputError(f"{where} is not a Lightning checkpoint (it has no state_dict).")
-    return checkpoint
 
 
 def _why_unreadable(file: Path, err: Exception) -> str:

@@ -153,10 +153,10 @@ def read_file(
     return frame
 
 
-def _refuse_repeated(names: Sequence[str], what: str) -> None:
-    """Refuse a column name written more than once, surrounding spaces aside: a setting that names it, or
-    a checkpoint's list of columns, could not say which of the columns it means."""
-    stripped = pd.Index([name.strip() for name in names])
+def _refuse_repeated(names: Sequence[str], what: str, strip: bool = True) -> None:
+    """Refuse a column name written more than once (surrounding spaces aside, unless ``strip`` is off): a
+    setting that names it, or a checkpoint's list of columns, could not say which of the columns it means."""
+    stripped = pd.Index([name.strip() if strip else name for name in names])
     repeated = stripped[stripped.duplicated()].unique().tolist()
     if repeated:
         raise UserInputError(
@@ -193,9 +193,11 @@ def _read_parquet(path: Path, what: str) -> pd.DataFrame:
     (``copy=False``), so that each can be freed on its own later.
     """
     file = pq.ParquetFile(path)
-    # every field, a saved index's too: a name shared with the index would leave the column out below
-    _refuse_repeated(file.schema_arrow.names, what)
+    # every field as written, a saved index's too: a column named exactly as the index would be left
+    # out below with it; then the data columns, their surrounding spaces aside
+    _refuse_repeated(file.schema_arrow.names, what, strip=False)
     names = _data_columns(file)
+    _refuse_repeated(names, what)
     per_block = _columns_per_read(file)
     columns: dict[str, pd.Series] = {}
     for start in range(0, len(names), per_block):
