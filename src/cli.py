@@ -439,5 +439,10 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
         raise SystemExit(2) from err
 
 
+def console() -> None:
+    """The ``lightning-template`` command (pyproject.toml's script): :func:`main` on the shell's words."""
+    main()
+
+
 if __name__ == "__main__":
     main()
