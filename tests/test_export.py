@@ -87,8 +87,8 @@ def test_the_sidecar_is_the_checkpoints_preprocessing(exported: Path, messy_trai
 
 
 def readme_example() -> str:
-    """The README's onnxruntime example, the block that reads the sidecar."""
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    """The docs' onnxruntime example, the block that reads the sidecar."""
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "deploy.md").read_text(), re.DOTALL)
     [block] = [b for b in blocks if 'Path("model.onnx.json")' in b]
     return block
 
@@ -114,7 +114,7 @@ def test_the_readme_example_encodes_raw_rows_from_the_sidecar_alone(
     (tmp_path / "request.json").write_text(json.dumps({"rows": RAW_ROWS}))
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/deploy.md", "exec"), namespace)
 
     predictor = Predictor.from_checkpoint(messy_trained.checkpoint)
     frame = pd.DataFrame.from_records(RAW_ROWS)

@@ -1,12 +1,13 @@
-"""The README as a newcomer meets it: every command and snippet runs as printed, in order.
+"""The README and the docs pages as a newcomer meets them: every command and snippet runs as printed.
 
-Each fenced ``bash`` or ``python`` block of README.md runs, top to bottom, in one scratch folder that
-stands in for the repository's root (``configs/`` copied, ``src`` importable), so that a later block
-finds what an earlier one made, as it would for a reader following along. Training commands run in a
-short form (two epochs of three batches); ``make X`` runs the commands ``make -n X`` prints. A command
-that is not run is named in :data:`NOT_RUN` (what it starts with) or :data:`NEEDS` (what it contains),
-with the reason; ``test_every_command_is_run_or_skipped_by_name`` counts them, so a new README command
-that fits neither fails the suite until it runs or says why it cannot.
+Each fenced ``bash`` or ``python`` block of README.md, then of each page of ``docs/`` in the order the
+README links them, runs, top to bottom, in one scratch folder that stands in for the repository's root
+(``configs/`` copied, ``src`` importable), so that a later block finds what an earlier one made, as it
+would for a reader following along. Training commands run in a short form (two epochs of three
+batches); ``make X`` runs the commands ``make -n X`` prints. A command that is not run is named in
+:data:`NOT_RUN` (what it starts with) or :data:`NEEDS` (what it contains), with the reason;
+``test_every_command_is_run_or_skipped_by_name`` counts them, so a new command that fits neither fails
+the suite until it runs or says why it cannot.
 """
 
 import contextlib
@@ -26,6 +27,15 @@ from src.cli import main
 from tests.conftest import CONFIGS, ROOT
 
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+
+
+def pages() -> list[Path]:
+    """README.md, then the docs pages in the order its links name them."""
+    linked = re.findall(r"\]\((docs/[\w-]+\.md)\)", README.read_text())
+    return [README, *(ROOT / name for name in dict.fromkeys(linked))]
+
+
 VENV_BIN = Path(sys.executable).parent
 
 #: commands not run, by how they start, and why
@@ -69,15 +79,20 @@ QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=
 
 @dataclass
 class Block:
+    page: Path
     language: str
-    line: int  # where the block's first line is in README.md
+    line: int  # where the block's first line is in its page
     text: str
 
 
 def blocks() -> list[Block]:
-    """The README's bash and python blocks, and the json blocks it names as files (`` `x.json` `` in the
+    """Every page's bash and python blocks, and the json blocks it names as files (`` `x.json` `` in the
     lines just before), which are saved under that name when their turn comes."""
-    found, lines = [], README.read_text().splitlines()
+    return [block for page in pages() for block in page_blocks(page)]
+
+
+def page_blocks(page: Path) -> list[Block]:
+    found, lines = [], page.read_text().splitlines()
     i = 0
     while i < len(lines):
         match = re.fullmatch(r"```(bash|python|json)", lines[i].strip())
@@ -86,9 +101,9 @@ def blocks() -> list[Block]:
             text = "\n".join(lines[i + 1 : end])
             named = re.search(r"`(\w+\.json)`", " ".join(lines[max(0, i - 3) : i]))
             if match.group(1) != "json":
-                found.append(Block(match.group(1), i + 2, text))
+                found.append(Block(page, match.group(1), i + 2, text))
             elif named:
-                found.append(Block(f"file:{named.group(1)}", i + 2, text))
+                found.append(Block(page, f"file:{named.group(1)}", i + 2, text))
             i = end
         i += 1
     return found
@@ -166,12 +181,12 @@ def run_command(command: str, scratch: Path, record: bool = True) -> None:
         command = shlex.join([*words, *SHORT["fit"], *QUIET])
     env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(["bash", "-c", command], cwd=scratch, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, f"README command failed: {command}\n{done.stdout}\n{done.stderr}"
+    assert done.returncode == 0, f"documented command failed: {command}\n{done.stdout}\n{done.stderr}"
     if record:
         LEDGER["run"].append(command)
 
 
-@pytest.mark.parametrize("block", blocks(), ids=lambda b: f"{b.language}-line{b.line}")
+@pytest.mark.parametrize("block", blocks(), ids=lambda b: f"{b.page.stem}-{b.language}-line{b.line}")
 def test_readme_block_runs_as_printed(block: Block, scratch: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(scratch)
     monkeypatch.setattr(sys, "argv", ["src.cli"])
@@ -188,8 +203,8 @@ def test_readme_block_runs_as_printed(block: Block, scratch: Path, monkeypatch: 
         (scratch / saved_as.group(1)).write_text(block.text)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        exec(compile(block.text, f"README.md:{block.line}", "exec"), {"__name__": "__readme__"})
-    LEDGER["run"].append(f"python block at line {block.line}")
+        exec(compile(block.text, f"{block.page.name}:{block.line}", "exec"), {"__name__": "__readme__"})
+    LEDGER["run"].append(f"python block at {block.page.name}:{block.line}")
 
 
 def test_every_command_is_run_or_skipped_by_name(capsys: pytest.CaptureFixture[str]) -> None:
@@ -197,6 +212,11 @@ def test_every_command_is_run_or_skipped_by_name(capsys: pytest.CaptureFixture[s
     python_blocks = [b for b in blocks() if b.language == "python"]
     with capsys.disabled():
         run, skipped, total = len(LEDGER["run"]), len(LEDGER["skipped"]), len(every) + len(python_blocks)
-        print(f"\nREADME: {run} commands and snippets run, {skipped} skipped by name, of {total}")
+        print(f"\nREADME and docs: {run} commands and snippets run, {skipped} skipped by name, of {total}")
     assert len(LEDGER["run"]) + len(LEDGER["skipped"]) == len(every) + len(python_blocks)
     assert len(LEDGER["run"]) > len(LEDGER["skipped"])
+
+
+def test_every_docs_page_is_linked_from_the_readme_and_the_readme_is_a_first_hours_read() -> None:
+    assert sorted(pages()[1:]) == sorted(DOCS.glob("*.md"))  # none orphaned, so none left untested
+    assert len(README.read_text().splitlines()) <= 350

@@ -4,7 +4,7 @@ One test per bug. Each one (1) checks the reference, ``src.loop``, against an ex
 without it (gradient descent written as algebra, a closed form, a direct evaluation), so breaking the
 loop breaks the test; (2) runs the bug written out by hand and shows that it gives another result; and
 (3) checks the symptom you would see. Where the template's Lightning path rules the bug out, a
-``test_lightning_...`` test checks that claim. The crib sheet in the README lists them all.
+``test_lightning_...`` test checks that claim. The crib sheet in docs/loop.md lists them all.
 """
 
 import gc

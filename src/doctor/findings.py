@@ -8,7 +8,7 @@ class Finding:
     """One problem the doctor saw.
 
     Attributes:
-        id: Stable, kebab-case name of the check (``initial-loss``); the README lists them all.
+        id: Stable, kebab-case name of the check (``initial-loss``); docs/loop.md lists them all.
         saw: What was measured, with its numbers.
         why: Why it matters: what goes wrong, silently, if it stays.
         fix: What to change.
