@@ -14,6 +14,7 @@ in training (when ``missing_indicator`` is on), and a one-hot block per categori
 ``max_categories - 1`` most frequent training values, then one column for everything rarer or unseen).
 """
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -58,6 +59,11 @@ class CategoricalColumn:
     name: str
     categories: list[str]  #: one output column each, in this order
     other: bool  #: whether a last column collects rarer training values and values never seen
+
+    @functools.cached_property
+    def index(self) -> pd.Index:
+        """``categories`` as the Index one-hot encoding looks values up in, built once, not per call."""
+        return pd.Index(self.categories)
 
 
 @dataclass(frozen=True)
@@ -324,7 +330,7 @@ class Preprocessor:
 def _one_hot(values: np.ndarray, column: CategoricalColumn) -> np.ndarray:
     """``(N,)`` canonical strings → ``(N, K)`` one-hot, the last column for rare and unseen values."""
     width = len(column.categories) + int(column.other)
-    codes = pd.Index(column.categories).get_indexer(values)
+    codes = column.index.get_indexer(values)
     if column.other:
         codes = np.where(codes < 0, width - 1, codes)
     out = np.zeros((len(values), width))
