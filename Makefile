@@ -35,16 +35,16 @@ train: $(STAMP) ## fit CONFIG (default configs/digits.yaml), then test the best 
 	$(PY) -m src.cli fit --config $(CONFIG) --test_after_fit true
 
 doctor: $(STAMP) ## check CONFIG's model, data and schedule for the silent training bugs (exit 1 on findings)
-	$(PY) -m src.doctor --config $(CONFIG)
+	$(PY) -m src.apps.doctor --config $(CONFIG)
 
 sweep: $(STAMP) ## search SPACE for CONFIG until the study has TRIALS trials (logs/sweeps/; resumable)
-	$(PY) -m src.sweep --space $(SPACE) --trials $(TRIALS) --config $(CONFIG)
+	$(PY) -m src.apps.sweep --space $(SPACE) --trials $(TRIALS) --config $(CONFIG)
 
 cv: $(STAMP) ## cross-validate CONFIG over FOLDS folds of the train and validation rows
-	$(PY) -m src.cv --folds $(FOLDS) --config $(CONFIG)
+	$(PY) -m src.apps.cv --folds $(FOLDS) --config $(CONFIG)
 
 repeat: $(STAMP) ## fit and test CONFIG with SEEDS seeds; mean ± std of the test metrics
-	$(PY) -m src.cv --seeds $(SEEDS) --config $(CONFIG)
+	$(PY) -m src.apps.cv --seeds $(SEEDS) --config $(CONFIG)
 
 test: $(STAMP) ## run the test suite without the slow tests
 	$(PY) -m pytest -m "not slow" --nbmake tests notebooks $(PYTEST_ARGS)
@@ -68,12 +68,12 @@ tensorboard: $(STAMP) ## serve logs/ on localhost (PORT=6006)
 
 export: $(STAMP) ## export CKPT=... to ONNX (FORMAT=torch-export for .pt2; OUTPUT=path, default beside CKPT; OVERWRITE=1 replaces)
 	@test -n "$(CKPT)" || { echo "error: say which checkpoint: make export CKPT=path/to/last.ckpt" >&2; exit 2; }
-	$(PY) -m src.export --ckpt_path "$(CKPT)" --format $(FORMAT) $(if $(OUTPUT),--output "$(OUTPUT)") $(if $(OVERWRITE),--overwrite)
+	$(PY) -m src.apps.export --ckpt_path "$(CKPT)" --format $(FORMAT) $(if $(OUTPUT),--output "$(OUTPUT)") $(if $(OVERWRITE),--overwrite)
 
 serve: PORT = 8000
 serve: $(STAMP) ## serve CKPT=... over HTTP on 127.0.0.1 (PORT=8000): POST /predict
 	@test -n "$(CKPT)" || { echo "error: say which checkpoint: make serve CKPT=path/to/last.ckpt" >&2; exit 2; }
-	$(PY) -m src.serve --ckpt_path "$(CKPT)" --port $(PORT)
+	$(PY) -m src.apps.serve --ckpt_path "$(CKPT)" --port $(PORT)
 
 bench: $(STAMP) ## training speed side by side, make train's time, epoch time and memory by rows, the dashboard's cost, predict, the server and the exports (benchmarks/results/)
 	$(PY) -m benchmarks.train_speed --rounds 7 --write

@@ -5,7 +5,7 @@
 
 A short fit on ``configs/penguins.yaml`` makes the checkpoint. Then, as Markdown tables on stdout:
 
-- **Serving**: ``python -m src.serve`` on a free port of 127.0.0.1, with LitServe's batching
+- **Serving**: ``python -m src.apps.serve`` on a free port of 127.0.0.1, with LitServe's batching
   (``--max_batch_size 16``, the default), without it (``--max_batch_size 1``), and with two inference
   workers (``--workers 2``, each with its own HTTP process). ``--clients`` threads,
   each with its own keep-alive connection, post requests of 1 or 64 raw penguin rows (text, empty
@@ -39,7 +39,7 @@ import onnxruntime
 import pandas as pd
 import torch
 
-from src import export
+from src.apps import export
 from src.cli import main
 from src.data.sources import penguins_path
 from src.predict import Predictor
@@ -47,7 +47,7 @@ from src.predict import Predictor
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "penguins.yaml"
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
-#: the server settings measured side by side (src.serve's defaults: max_batch_size 16, 1 worker)
+#: the server settings measured side by side (src.apps.serve's defaults: max_batch_size 16, 1 worker)
 SERVERS = {
     "defaults: batching (max_batch_size 16), 1 worker": [],
     "no batching (max_batch_size 1), 1 worker": ["--max_batch_size=1"],
@@ -77,7 +77,7 @@ def raw_rows(n: int, seed: int = 0) -> pd.DataFrame:
 
 
 class Served:
-    """``python -m src.serve`` in its own process group, ended by SIGTERM (and SIGKILL if it lingers)."""
+    """``python -m src.apps.serve`` in its own process group, ended by SIGTERM (and SIGKILL if it lingers)."""
 
     def __init__(self, checkpoint: Path, options: list[str]) -> None:
         with socket.socket() as probe:
@@ -86,7 +86,7 @@ class Served:
         command = [
             sys.executable,
             "-m",
-            "src.serve",
+            "src.apps.serve",
             "--ckpt_path",
             str(checkpoint),
             "--port",

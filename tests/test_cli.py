@@ -203,8 +203,8 @@ def test_a_callback_section_changes_one_setting_or_switches_it_off(workdir: Path
 
 def test_own_callbacks_come_after_the_shipped_ones(workdir: Path) -> None:
     doctor = [*SHIPPED[:8], "Doctor", *SHIPPED[8:]]  # before the CLI's config saver
-    assert callback_types("--trainer.callbacks+=src.doctor.Doctor") == doctor
-    (workdir / "own.yaml").write_text("trainer:\n  callbacks:\n    - class_path: src.doctor.Doctor\n")
+    assert callback_types("--trainer.callbacks+=src.apps.doctor.Doctor") == doctor
+    (workdir / "own.yaml").write_text("trainer:\n  callbacks:\n    - class_path: src.apps.doctor.Doctor\n")
     assert callback_types("--config", "own.yaml") == doctor  # a list of one's own replaces no shipped one
 
 
@@ -251,7 +251,7 @@ class CountingHooks(Callback):
 
 
 def test_the_trainer_calls_shipped_callbacks_only_at_the_batch_hooks_they_act_at(workdir: Path) -> None:
-    run = main([*SMALL, "--trainer.callbacks+=src.doctor.Doctor"], run=False)
+    run = main([*SMALL, "--trainer.callbacks+=src.apps.doctor.Doctor"], run=False)
     by_type = {type(c).__name__: c for c in run.trainer.callbacks}
     # what each acts at stays a bound method; Callback's empty ones are hidden from Lightning's dispatch
     assert callable(by_type["NonFiniteGuard"].on_before_optimizer_step)

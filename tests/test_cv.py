@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import yaml
 
-from src.cv import cross_validate, mean_std, repeat
+from src.apps.cv import cross_validate, mean_std, repeat
 from src.data import TabularDataModule
 from src.errors import UserInputError
 from tests.conftest import BARE, CONFIGS, QUIET

@@ -24,12 +24,12 @@ from torch import nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, OneCycleLR, StepLR
 from torch.utils.data import DataLoader
 
+from src.apps.doctor import Doctor, Finding, examine
+from src.apps.doctor.__main__ import main as doctor_main
+from src.apps.doctor.model import layers_in_python_lists
 from src.cli import main
 from src.data import TabularDataModule
 from src.data.datamodule import Stage, TensorBatches
-from src.doctor import Doctor, Finding, examine
-from src.doctor.__main__ import main as doctor_main
-from src.doctor.model import layers_in_python_lists
 from src.models import Classifier, Regressor
 from tests.conftest import CONFIGS, QUIET
 
@@ -463,7 +463,7 @@ def test_the_callback_watches_a_real_run_switched_on_in_yaml(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     switch = workdir / "doctor.yaml"
-    switch.write_text("trainer:\n  callbacks+:\n    - class_path: src.doctor.Doctor\n")
+    switch.write_text("trainer:\n  callbacks+:\n    - class_path: src.apps.doctor.Doctor\n")
     words = [
         "fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=1000", "--trainer.max_epochs=2",
         "--trainer.gradient_clip_val=0.0001", *QUIET,

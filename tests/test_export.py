@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from src import export
+from src.apps import export
 from src.predict import Predictor
 from tests.conftest import ROOT, Trained
 
@@ -179,7 +179,7 @@ def test_the_export_refuses_a_graph_that_differs_from_the_checkpoint(
         ),
         (
             ["--format", "onnx"],
-            "error: the following arguments are required: --ckpt_path; see python -m src.export --help.",
+            "error: the following arguments are required: --ckpt_path; see python -m src.apps.export --help.",
         ),
     ],
 )
@@ -219,5 +219,5 @@ def test_a_regression_graph_returns_values_in_the_targets_units(
 
 def test_make_export_runs_the_export_command() -> None:
     recipe = (ROOT / "Makefile").read_text().split("\nexport: $(STAMP)", 1)[1].split("\n\n", 1)[0]
-    assert '$(PY) -m src.export --ckpt_path "$(CKPT)" --format $(FORMAT)' in recipe
+    assert '$(PY) -m src.apps.export --ckpt_path "$(CKPT)" --format $(FORMAT)' in recipe
     assert '$(if $(OUTPUT),--output "$(OUTPUT)")' in recipe

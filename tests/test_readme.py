@@ -174,7 +174,7 @@ def run_command(command: str, scratch: Path, record: bool = True) -> None:
         if record:
             LEDGER["run"].append(command)
         return
-    if words[:3] in (["python", "-m", "src.sweep"], ["python", "-m", "src.cv"]):
+    if words[:3] in (["python", "-m", "src.apps.sweep"], ["python", "-m", "src.apps.cv"]):
         for i, word in enumerate(words[:-1]):
             if word in FEWER:
                 words[i + 1] = FEWER[word]

@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 import torch
 
-from src import serve
+from src.apps import serve
 from src.cli import main
 from src.predict import Predictor
 from tests.conftest import QUIET, ROOT, Trained
@@ -67,7 +67,7 @@ def json_rows(frame: pd.DataFrame) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def server(messy_trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """``python -m src.serve`` as its own process group; killed whole at the end, whatever happened."""
+    """``python -m src.apps.serve`` as its own process group; killed whole at the end, whatever happened."""
     log = tmp_path_factory.mktemp("server") / "server.log"
     port = free_port()
     words = ["--ckpt_path", str(messy_trained.checkpoint), "--port", str(port), f"--max_rows={MAX_ROWS}"]
@@ -75,7 +75,7 @@ def server(messy_trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> 
     words += ["--batch_timeout=0.05", "--max_batch_size=8"]
     with log.open("w") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "src.serve", *words],
+            [sys.executable, "-m", "src.apps.serve", *words],
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -491,7 +491,7 @@ def test_faults_past_the_cells_stay_with_their_request(
             raise RuntimeError("a bug")
         return encode(frame, source)
 
-    with monkeypatch.context() as patch, caplog.at_level(logging.ERROR, logger="src.serve"):
+    with monkeypatch.context() as patch, caplog.at_level(logging.ERROR, logger="src.apps.serve"):
         patch.setattr(api.predictor, "encode", failing_on_boom)
         assert_only_refused(with_cell(rows[0], "city", '"boom"'), 500, serve.FAILED)
     assert "RuntimeError: a bug" in caplog.text  # the traceback goes to the server's log alone
@@ -575,4 +575,4 @@ def test_make_serve_starts_what_these_tests_start() -> None:
     makefile = (ROOT / "Makefile").read_text()
     assert "\nserve: PORT = 8000\n" in makefile  # its own default; tensorboard keeps 6006
     recipe = makefile.split("\nserve: $(STAMP)", 1)[1].split("\n\n", 1)[0]
-    assert '$(PY) -m src.serve --ckpt_path "$(CKPT)" --port $(PORT)' in recipe
+    assert '$(PY) -m src.apps.serve --ckpt_path "$(CKPT)" --port $(PORT)' in recipe

@@ -15,10 +15,8 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from src.cli import main
-from src.cv import run_metrics
-from src.errors import UserInputError
-from src.sweep import (
+from src.apps.cv import run_metrics
+from src.apps.sweep import (
     OPEN_WAIT,
     Objective,
     Space,
@@ -31,6 +29,8 @@ from src.sweep import (
     run_sweep,
     suggest,
 )
+from src.cli import main
+from src.errors import UserInputError
 from tests.conftest import BARE, CONFIGS, QUIET, ROOT
 from tests.test_dashboard import Run, read_events, session_hparams
 
@@ -236,7 +236,7 @@ UNUSABLE: dict[str, tuple[Callable[[Path], tuple[str, str]], str]] = {
 
 
 def refusal(capsys: pytest.CaptureFixture[str], storage: str) -> str:
-    """What ``python -m src.sweep ... --storage <storage>`` prints on stderr; it must exit with status 2."""
+    """What ``python -m src.apps.sweep ... --storage <storage>`` prints on stderr; it must exit with 2."""
     with pytest.raises(SystemExit) as stop:
         cli_main(["--space", str(CONFIGS / "sweeps" / "digits.yaml"), "--trials=0", f"--storage={storage}"])
     assert stop.value.code == 2
@@ -301,7 +301,7 @@ def sweep_command(tmp: Path, trials: int, worker: int = 0) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "src.sweep",
+        "src.apps.sweep",
         "--space",
         str(tmp / "space.yaml"),
         f"--trials={trials}",

@@ -14,7 +14,7 @@ from torch.optim.lr_scheduler import (
     ReduceLROnPlateau,
 )
 
-from src.doctor.findings import Finding
+from src.apps.doctor.findings import Finding
 from src.models import BaseTask
 
 #: a move of this share of the peak LR counts as a fall, or as a climb back

@@ -1,4 +1,4 @@
-"""``python -m src.doctor [fit] --config ... [--key value ...]``: the checks, one line per finding.
+"""``python -m src.apps.doctor [fit] --config ... [--key value ...]``: the checks, one line per finding.
 
 Exit status 1 when something is wrong, 0 when all is clean (2 for a config the CLI refuses).
 """
@@ -7,8 +7,8 @@ import logging
 import sys
 import time
 
+from src.apps.doctor.probe import examine
 from src.cli import main as cli
-from src.doctor.probe import examine
 
 
 def main(args: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """Hyperparameter sweeps with Optuna: each trial an ordinary run of the CLI, the study in a database.
 
-    python -m src.sweep --space configs/sweeps/digits.yaml --trials 20 --config configs/digits.yaml
+    python -m src.apps.sweep --space configs/sweeps/digits.yaml --trials 20 --config configs/digits.yaml
     make sweep CONFIG=configs/digits.yaml SPACE=configs/sweeps/digits.yaml TRIALS=20
 
 The space file names dotted config keys and their ranges, the metric and its direction, the sampler and
@@ -43,8 +43,8 @@ from optuna.exceptions import ExperimentalWarning
 from optuna.trial import TrialState
 from typing_extensions import override
 
+from src.apps.cv import cross_validate, mean_std
 from src.cli import main
-from src.cv import cross_validate, mean_std
 from src.errors import UserInputError
 
 SWEEPS = Path("logs") / "sweeps"
@@ -418,7 +418,9 @@ def report(study: optuna.Study, words: Sequence[str], space: Space, name: str) -
 
 def cli_main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m src.sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m src.apps.sweep",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--space", required=True, help="the search space file (configs/sweeps/*.yaml)")
     parser.add_argument("--trials", type=int, default=20, help="finished trials the study should have")

@@ -4,7 +4,7 @@
 
 1. the configured run itself, cut off after a few optimizer steps: the same loader, precision, clipping,
    accumulation, run length (so the scheduler is built as in the real run) and one validation batch,
-   watched by the :class:`~src.doctor.Doctor` callback;
+   watched by the :class:`~src.apps.doctor.Doctor` callback;
 2. one fixed training batch, a few dozen steps, at the optimizer's own LR (a
    :class:`~src.models.BaseTask`'s schedule is left out, so a warmup does not hide the answer).
 """
@@ -19,10 +19,10 @@ from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader, Dataset
 from typing_extensions import override
 
+from src.apps.doctor import model as model_checks
+from src.apps.doctor.callback import Doctor
+from src.apps.doctor.findings import Finding
 from src.data.datamodule import keep_batch
-from src.doctor import model as model_checks
-from src.doctor.callback import Doctor
-from src.doctor.findings import Finding
 from src.models import BaseTask
 
 #: optimizer steps of the configured run that the doctor watches

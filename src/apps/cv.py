@@ -1,7 +1,7 @@
 """Cross-validation and repeats: one ordinary run of the CLI per fold or per seed, then mean ± std.
 
-    python -m src.cv --folds 5 --config configs/digits.yaml       # = make cv CONFIG=... FOLDS=5
-    python -m src.cv --seeds 3 --config configs/digits.yaml       # = make repeat CONFIG=... SEEDS=3
+    python -m src.apps.cv --folds 5 --config configs/digits.yaml       # = make cv CONFIG=... FOLDS=5
+    python -m src.apps.cv --seeds 3 --config configs/digits.yaml       # = make repeat CONFIG=... SEEDS=3
 
 Cross-validation splits the train and validation rows together into ``--folds`` folds (stratified by
 class for classification, seeded by ``data.seed``) and trains one model per fold, with that fold as the
@@ -138,7 +138,9 @@ def _group_folder(run: CLI) -> Path | None:
 
 def cli_main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m src.cv", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m src.apps.cv",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--folds", type=int, help="cross-validate with this many folds")

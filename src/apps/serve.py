@@ -1,6 +1,6 @@
 """Serve a checkpoint over HTTP with LitServe: raw rows in, labelled predictions out.
 
-    python -m src.serve --ckpt_path CKPT [--port 8000]          # or: make serve CKPT=... [PORT=8000]
+    python -m src.apps.serve --ckpt_path CKPT [--port 8000]          # or: make serve CKPT=... [PORT=8000]
 
 ``POST /predict`` takes ``{"rows": [{"column": value, ...}, ...]}``: values as they come (numbers,
 text, true/false, null or a blank for a missing cell; a key left out of one row is a missing cell
@@ -298,7 +298,7 @@ async def invalid_body(request: Request, error: Exception) -> JSONResponse:
 
 
 def parse(args: Sequence[str] | None) -> argparse.Namespace:
-    parser = _Parser(prog="python -m src.serve", description=(__doc__ or "").splitlines()[0])
+    parser = _Parser(prog="python -m src.apps.serve", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--ckpt_path", required=True, help="The checkpoint to serve (a .ckpt file).")
     parser.add_argument("--host", default="127.0.0.1", help=f"One of {', '.join(HOSTS)} (default 127.0.0.1).")
     parser.add_argument("--port", type=int, default=8000, help="Port to listen on (default 8000).")
@@ -324,7 +324,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse whose complaints are one sentence and exit status 2, like every other bad input here."""
 
     def error(self, message: str) -> Any:
-        raise UserInputError(f"{message}; see python -m src.serve --help.")
+        raise UserInputError(f"{message}; see python -m src.apps.serve --help.")
 
 
 def build(options: argparse.Namespace) -> ls.LitServer:

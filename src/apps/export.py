@@ -1,7 +1,7 @@
 """Ship a checkpoint to another runtime: an ONNX or ``torch.export`` graph, and a JSON sidecar beside it.
 
-    python -m src.export --ckpt_path CKPT --format onnx --output model.onnx          # make export CKPT=...
-    python -m src.export --ckpt_path CKPT --format torch-export --output model.pt2
+    python -m src.apps.export --ckpt_path CKPT --format onnx --output model.onnx     # make export CKPT=...
+    python -m src.apps.export --ckpt_path CKPT --format torch-export --output model.pt2
 
 Two files are written: the graph at ``--output`` (left out: beside the checkpoint, ``.onnx`` or
 ``.pt2``) and the sidecar at ``<output>.json``. Both are first written under temporary names in the
@@ -241,7 +241,9 @@ def export(
 
 
 def parse(args: Sequence[str] | None) -> argparse.Namespace:
-    parser = _Parser(prog="python -m src.export", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = _Parser(
+        prog="python -m src.apps.export", description=__doc__.splitlines()[0] if __doc__ else None
+    )
     parser.add_argument("--ckpt_path", required=True, help="The checkpoint to export (a .ckpt file).")
     parser.add_argument("--format", default="onnx", help=f"One of {', '.join(FORMATS)} (default onnx).")
     parser.add_argument(
@@ -259,7 +261,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse whose complaints are one sentence and exit status 2, like every other bad input here."""
 
     def error(self, message: str) -> Any:
-        raise UserInputError(f"{message}; see python -m src.export --help.")
+        raise UserInputError(f"{message}; see python -m src.apps.export --help.")
 
 
 def main(args: Sequence[str] | None = None) -> None:

@@ -9,9 +9,9 @@ import torch
 from sklearn.metrics import balanced_accuracy_score, r2_score
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
+from src.apps.doctor.findings import Finding
 from src.data import TabularDataModule
 from src.data.datamodule import Stage
-from src.doctor.findings import Finding
 
 SPLITS: tuple[Stage, ...] = ("train", "val", "test")
 #: share of validation or test rows that may repeat a training row before it counts as leakage

@@ -4,12 +4,12 @@ Switch it on in a config by appending it to the Trainer's callbacks (``+`` keeps
 
     trainer:
       callbacks+:
-        - class_path: src.doctor.Doctor
+        - class_path: src.apps.doctor.Doctor
 
-or on the command line with ``--trainer.callbacks+=src.doctor.Doctor``. It prints one line per
-finding (:class:`src.doctor.Finding`) as it sees it, and keeps them in ``findings``. ``make doctor`` runs it
-in a short probe of the configured run, together with the one check that needs a probe of its own
-(overfitting one batch); see :mod:`src.doctor`.
+or on the command line with ``--trainer.callbacks+=src.apps.doctor.Doctor``. It prints one line per
+finding (:class:`src.apps.doctor.Finding`) as it sees it, and keeps them in ``findings``. ``make doctor``
+runs it in a short probe of the configured run, together with the one check that needs a probe of its own
+(overfitting one batch); see :mod:`src.apps.doctor`.
 
 Everything it does per step is bookkeeping on the host plus, while it watches, one gradient norm and one
 loss read back from the device; after ``steps`` optimizer steps it stops watching. It keeps a copy of the
@@ -29,11 +29,11 @@ from lightning.pytorch.callbacks import Callback
 from lightning_utilities.core.apply_func import apply_to_collection
 from typing_extensions import override
 
+from src.apps.doctor import data as data_checks
+from src.apps.doctor import model as model_checks
+from src.apps.doctor.findings import Finding
+from src.apps.doctor.schedule import check_schedule, scheduler_steps
 from src.data import TabularDataModule
-from src.doctor import data as data_checks
-from src.doctor import model as model_checks
-from src.doctor.findings import Finding
-from src.doctor.schedule import check_schedule, scheduler_steps
 from src.errors import UserInputError
 from src.models import BaseTask, Classifier, ManualClassifier
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from src.doctor.findings import Finding
+from src.apps.doctor.findings import Finding
 
 #: initial loss outside [1/FAR, FAR] times the loss of an all-zero output counts as far off
 FAR = 1.5
