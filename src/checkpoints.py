@@ -4,8 +4,9 @@
   in one sentence, the same at every entry point, what is wrong with a file it cannot read.
 - :func:`check_names` refuses a checkpoint that names code outside the trusted set, at any depth of what
   it carries, before anything it names is imported: a ``class_path`` (or ``_class_path``,
-  ``_instantiator``) anywhere, or any other text that reads as an importable dotted name, which
-  jsonargparse would import for a parameter typed as a class or a callable.
+  ``_instantiator``) anywhere, any other text that reads as an importable dotted name, which
+  jsonargparse would import for a parameter typed as a class or a callable, and the same inside a text
+  that jsonargparse would read as YAML.
 """
 
 import importlib
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from src.errors import UserInputError
 
@@ -104,8 +106,17 @@ def names_of_code(value: Any, where: str = "") -> Iterator[tuple[str, str]]:
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
             yield from names_of_code(item, f"{where}[{i}]")
-    elif isinstance(value, str) and DOTTED.fullmatch(value) and _importable(value):
-        yield where, value
+    elif isinstance(value, str) and DOTTED.fullmatch(value):
+        if _importable(value):
+            yield where, value
+    elif isinstance(value, str):
+        # jsonargparse reads a text given for a nested setting as YAML (or JSON): so is it read here
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return
+        if isinstance(parsed, dict | list) or (isinstance(parsed, str) and parsed != value):
+            yield from names_of_code(parsed, where)
 
 
 def _importable(name: str) -> bool:

@@ -92,6 +92,10 @@ def plant(checkpoint: dict, where: str) -> None:
         hparams["optimizer"] = f"{PLANTED}.function"
     elif where == "the instantiator":
         hparams["_instantiator"] = f"{PLANTED}.function"
+    elif where == "a YAML text the parser reads":
+        hparams["optimizer"] = f"class_path: {PLANTED}.Optimizer\ninit_args: {{lr: 0.1}}"
+        config["model"]["init_args"]["optimizer"] = f"{{class_path: {PLANTED}.Optimizer}}"
+        config["trainer"]["callbacks"] = f"[{{class_path: {PLANTED}.Optimizer}}]"
     else:
         raise ValueError(where)
 
@@ -104,6 +108,7 @@ PLACES = [
     "the logger in the settings",
     "a plain string a callable takes",
     "the instantiator",
+    "a YAML text the parser reads",
 ]
 
 
