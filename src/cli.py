@@ -355,8 +355,13 @@ def config_files(words: list[str]) -> list[str]:
 
 
 def user_named(words: list[str]) -> set[str]:
-    """Every dotted name the user wrote: in the words themselves and in the config files they give."""
-    texts = [word for word in words if "\n" not in word]  # inline YAML is the checkpoint's own settings
+    """Every dotted name the user wrote: in the words themselves and in the config files they give.
+
+    A word that names a file (``model.ckpt``, ``data.csv``) names no class, whatever its dots.
+    """
+    values = [word.split("=", 1)[-1] for word in words]
+    # inline YAML is the checkpoint's own settings; an existing path is a file, not a class
+    texts = [value for value in values if "\n" not in value and not Path(value).exists()]
     texts += [Path(file).read_text(errors="replace") for file in config_files(words)]
     return {name for text in texts for name in DOTTED.findall(text)}
 

@@ -145,6 +145,18 @@ def test_a_class_the_user_names_is_imported_and_used(messy_trained: Trained, pla
     assert planted.exists()  # imported: the user asked for it
 
 
+def test_a_checkpoints_own_file_name_names_no_class(
+    messy_trained: Trained, planted: Path, workdir: Path, capsys
+) -> None:
+    """``planted_trust_probe.ckpt`` on the command line is a path the user gave, not a class they named."""
+    checkpoint = load_checkpoint(messy_trained.checkpoint)
+    checkpoint["config"]["model"]["init_args"]["optimizer"] = {"class_path": f"{PLANTED}.ckpt"}
+    torch.save(checkpoint, workdir / f"{PLANTED}.ckpt")
+    sentence = refusal(main, ["predict", "--ckpt_path", f"{PLANTED}.ckpt", *QUIET], capsys)
+    assert f"names '{PLANTED}.ckpt' (at config.model.init_args.optimizer.class_path)" in sentence
+    assert not planted.exists()
+
+
 def test_load_from_checkpoint_loads_the_projects_checkpoints_and_refuses_a_url(
     messy_trained: Trained,
 ) -> None:
