@@ -6,7 +6,7 @@
   it carries, before anything it names is imported: a ``class_path`` (or ``_class_path``,
   ``_instantiator``) anywhere, any other text that reads as an importable dotted name, which
   jsonargparse would import for a parameter typed as a class or a callable, and the same inside a text
-  that jsonargparse would read as YAML.
+  that jsonargparse would read as YAML or as the path of a YAML file.
 """
 
 import importlib
@@ -106,17 +106,27 @@ def names_of_code(value: Any, where: str = "") -> Iterator[tuple[str, str]]:
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
             yield from names_of_code(item, f"{where}[{i}]")
-    elif isinstance(value, str) and DOTTED.fullmatch(value):
+    elif isinstance(value, str) and DOTTED.fullmatch(value) and _file_text(value) is None:
         if _importable(value):
             yield where, value
     elif isinstance(value, str):
-        # jsonargparse reads a text given for a nested setting as YAML (or JSON): so is it read here
+        # jsonargparse reads a text given for a nested setting as YAML (or JSON), or as the path of a
+        # YAML file: so is it read here
         try:
-            parsed = yaml.safe_load(value)
+            parsed = yaml.safe_load(_file_text(value) or value)
         except yaml.YAMLError:
             return
         if isinstance(parsed, dict | list) or (isinstance(parsed, str) and parsed != value):
             yield from names_of_code(parsed, where)
+
+
+def _file_text(value: str) -> str | None:
+    """The text of the file ``value`` names, if it names one of at most a mebibyte (a config)."""
+    try:
+        path = Path(value)
+        return path.read_text(errors="replace") if path.is_file() and path.stat().st_size <= 2**20 else None
+    except (OSError, ValueError):  # not a path this system can have
+        return None
 
 
 def _importable(name: str) -> bool:

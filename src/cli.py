@@ -336,12 +336,26 @@ def with_checkpoint_settings(words: list[str]) -> list[str]:
     extra: list[str] = []
     configured = any(w in ("--config", "-c") or w.startswith(("--config=", "--model")) for w in words)
     if words[0] != "fit" and not configured and "config" in checkpoint:
-        extra = ["--config", yaml.safe_dump(checkpoint["config"])]
+        extra = ["--config", yaml.safe_dump(carried_settings(checkpoint["config"]))]
     if _value(words, "--data.preprocessing_from") is None:
         words = [*words, f"--data.preprocessing_from={ckpt_path}"]
     if words[0] != "fit" and not any(w.startswith("--trainer.logger") for w in words):
         words = [*words, *_log_with_the_run(words[0], Path(ckpt_path), checkpoint)]
     return [words[0], *extra, *words[1:]]
+
+
+def carried_settings(config: Any) -> dict[str, Any]:
+    """What of a checkpoint's carried config a later run takes: what :class:`SaveConfig` writes there (the
+    model, the data, the seed) and the logger's run name, and nothing else a file from elsewhere could add
+    (callbacks, an output path, a logger writing to a folder of its choosing)."""
+    if not isinstance(config, dict):
+        return {}
+    taken = {key: config[key] for key in CARRIED if key in config}
+    logger = (config.get("trainer") or {}).get("logger") if isinstance(config.get("trainer"), dict) else None
+    name = (logger.get("init_args") or {}).get("name") if isinstance(logger, dict) else None
+    if isinstance(name, str):
+        taken["trainer"] = {"logger": {"init_args": {"name": name}}}
+    return taken
 
 
 def config_files(words: list[str]) -> list[str]:

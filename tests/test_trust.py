@@ -92,6 +92,10 @@ def plant(checkpoint: dict, where: str) -> None:
         hparams["optimizer"] = f"{PLANTED}.function"
     elif where == "the instantiator":
         hparams["_instantiator"] = f"{PLANTED}.function"
+    elif where == "a YAML file the parser reads":
+        Path("planted.yaml").write_text(f"class_path: {PLANTED}.Optimizer\ninit_args: {{lr: 0.1}}\n")
+        hparams["optimizer"] = "planted.yaml"
+        config["model"]["init_args"]["optimizer"] = str(Path("planted.yaml").absolute())
     elif where == "a YAML text the parser reads":
         hparams["optimizer"] = f"class_path: {PLANTED}.Optimizer\ninit_args: {{lr: 0.1}}"
         config["model"]["init_args"]["optimizer"] = f"{{class_path: {PLANTED}.Optimizer}}"
@@ -109,6 +113,7 @@ PLACES = [
     "a plain string a callable takes",
     "the instantiator",
     "a YAML text the parser reads",
+    "a YAML file the parser reads",
 ]
 
 
@@ -155,6 +160,33 @@ def test_a_checkpoints_own_file_name_names_no_class(
     sentence = refusal(main, ["predict", "--ckpt_path", f"{PLANTED}.ckpt", *QUIET], capsys)
     assert f"names '{PLANTED}.ckpt' (at config.model.init_args.optimizer.class_path)" in sentence
     assert not planted.exists()
+
+
+def test_a_checkpoint_carries_no_settings_beyond_its_model_data_seed_and_run_name(
+    messy_trained: Trained, rows: Path, workdir: Path
+) -> None:
+    """An output path, callbacks or a logger folder written into a checkpoint are not applied."""
+    checkpoint = load_checkpoint(messy_trained.checkpoint)
+    victim, elsewhere = workdir / "victim.csv", workdir / "elsewhere"
+    victim.write_text("mine\n")
+    checkpoint["config"]["output"] = str(victim)
+    checkpoint["config"]["overwrite"] = True
+    checkpoint["config"]["prediction_writer"] = {"init_args": {"output_path": str(victim), "overwrite": True}}
+    keeper = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {"dirpath": "x"}}
+    checkpoint["config"]["trainer"]["callbacks"] = [keeper]
+    checkpoint["config"]["trainer"]["logger"] = {
+        "class_path": "lightning.pytorch.loggers.CSVLogger",
+        "init_args": {"save_dir": str(elsewhere), "name": "theirs"},
+    }
+    (workdir / "run" / "checkpoints").mkdir(parents=True)
+    path = workdir / "run" / "checkpoints" / "last.ckpt"
+    torch.save(checkpoint, path)
+    run = main(predict_words(path, rows))
+    assert victim.read_text() == "mine\n"
+    assert (workdir / "run" / "predictions.csv").is_file()
+    assert not elsewhere.exists()
+    assert run.trainer.logger.name == "theirs"  # the run's name is taken, its logger and folder are not
+    assert type(run.trainer.logger).__name__ == "TensorBoardLogger"
 
 
 def test_load_from_checkpoint_loads_the_projects_checkpoints_and_refuses_a_url(
