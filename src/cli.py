@@ -65,6 +65,8 @@ SUBCOMMANDS = ("fit", "validate", "test", "predict")
 CARRIED = ("seed_everything", "model", "data")
 #: data settings that belong to one invocation, not to the run that made the checkpoint
 PER_INVOCATION = ("predict_path", "preprocessing_from")
+#: options whose values are paths, never class names
+PATH_OPTIONS = ("--output", "--ckpt_path", "--data.path", "--data.predict_path", "--data.preprocessing_from")
 #: the shipped callbacks, one top-level config section each (settings in configs/defaults.yaml), in the
 #: order the Trainer gets them: (section, the class it accepts, itself or a subclass; what it is for).
 #: A later config changes one setting (``early_stopping: {init_args: {patience: 5}}``) without repeating
@@ -197,9 +199,10 @@ class CLI(LightningCLI):
         if config.get("output") is not None:
             data = config.get("data") or {}
             inputs = [data.get("path"), data.get("predict_path"), data.get("preprocessing_from")]
+            files = [str(DEFAULTS), *(str(file) for file in config.get("config") or [])]
             check_output(
                 config["output"],
-                [*inputs, config.get("ckpt_path"), *(str(file) for file in config.get("config") or [])],
+                [*inputs, config.get("ckpt_path"), *files],
                 overwrite=bool(config.get("overwrite")),
             )
         if config.get("test_after_fit") and self.subcommand != "fit":
@@ -289,7 +292,7 @@ class CLI(LightningCLI):
         # are checked here, after parsing and before anything the checkpoint names is imported
         config = self.config.get(self.config.get("subcommand") or "", self.config)
         ckpt_path = config.get("ckpt_path") if hasattr(config, "get") else None
-        if ckpt_path and Path(ckpt_path).is_file():
+        if ckpt_path and ("://" in str(ckpt_path) or Path(ckpt_path).is_file()):  # a URL: one sentence
             words = sys.argv[1:] if args is None else [str(word) for word in args]
             check_names(load_checkpoint(ckpt_path), ckpt_path, user_named(words))
 
@@ -371,9 +374,14 @@ def config_files(words: list[str]) -> list[str]:
 def user_named(words: list[str]) -> set[str]:
     """Every dotted name the user wrote: in the words themselves and in the config files they give.
 
-    A word that names a file (``model.ckpt``, ``data.csv``) names no class, whatever its dots.
+    A word that names a file (``model.ckpt``, ``data.csv``), or the value of an option that takes a path
+    (:data:`PATH_OPTIONS`), names no class, whatever its dots.
     """
-    values = [word.split("=", 1)[-1] for word in words]
+    values = [
+        word.split("=", 1)[-1]
+        for i, word in enumerate(words)
+        if not word.startswith(PATH_OPTIONS) and (i == 0 or words[i - 1] not in PATH_OPTIONS)
+    ]
     # inline YAML is the checkpoint's own settings; an existing path is a file, not a class
     texts = [value for value in values if "\n" not in value and not Path(value).exists()]
     texts += [Path(file).read_text(errors="replace") for file in config_files(words)]

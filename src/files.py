@@ -11,6 +11,7 @@
 
 import os
 import re
+import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -74,15 +75,24 @@ def check_output(
     for given in inputs:
         if given is not None and "://" not in str(given) and _same(target, Path(given)):
             raise UserInputError(f"{named} is {str(given)!r}, an input of this run; name another file.")
+    if target.is_symlink():  # a rename would replace the link itself, wherever it pointed
+        raise UserInputError(f"{named} is a symbolic link; name the file itself.")
     if target.is_dir():
         raise UserInputError(f"{named} is a folder; name the file to write inside it.")
     if target.exists() and not target.is_file():
         raise UserInputError(f"{named} is not a regular file (a device, pipe or socket); name a file.")
-    if (target.exists() or target.is_symlink()) and not overwrite:
+    if target.exists() and not overwrite:
         raise UserInputError(f"{named} exists; pass --overwrite to replace it, or name another file.")
     existing = next(p for p in target.absolute().parents if p.exists())
     if not existing.is_dir():
         raise UserInputError(f"{named} cannot be written: {str(existing)!r} is a file, not a folder.")
+    try:  # a real write: access() says yes to root even where nothing can be created (/proc, read-only)
+        tempfile.TemporaryFile(dir=existing).close()
+    except OSError as err:
+        raise UserInputError(
+            f"{named} cannot be written: {str(existing)!r} refuses new files ({err.strerror}); name a file "
+            "elsewhere."
+        ) from err
     return target
 
 

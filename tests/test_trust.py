@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
+import src.cli
 from src.checkpoints import load_checkpoint
 from src.cli import main
 from src.errors import UserInputError
@@ -25,7 +26,7 @@ from tests.conftest import CONFIGS, PLANTED, QUIET, Trained
 #: the apps that open checkpoints, where they are still there (each can be deleted)
 APPS = {
     name: importlib.import_module(f"src.apps.{name}")
-    for name in ("cv", "export", "serve")
+    for name in ("cv", "export", "serve", "sweep")
     if importlib.util.find_spec(f"src.apps.{name}") is not None
 }
 #: the tests of the export app's outputs skip once it is deleted
@@ -430,3 +431,59 @@ def test_a_failed_predict_leaves_no_file(
     with pytest.raises(OSError, match="No space left"):
         main(predict_words(messy_trained.checkpoint, rows, f"--output={workdir / 'out.csv'}"))
     assert list(workdir.iterdir()) == []
+
+
+def test_the_projects_own_defaults_are_an_input_too(
+    messy_trained: Trained, rows: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    defaults = workdir / "defaults.yaml"  # a copy: were the rule broken, the test breaks only its copy
+    defaults.write_text(src.cli.DEFAULTS.read_text())
+    monkeypatch.setattr(src.cli, "DEFAULTS", defaults)
+    words = predict_words(messy_trained.checkpoint, rows, f"--output={defaults}", "--overwrite=true")
+    assert refusal(main, words, capsys).endswith("an input of this run; name another file.")
+    assert defaults.read_text() == CONFIGS.joinpath("defaults.yaml").read_text()
+
+
+def test_a_link_is_not_replaced_and_a_folder_that_refuses_files_is_said_first(
+    messy_trained: Trained, rows: Path, workdir: Path, capsys
+) -> None:
+    (workdir / "theirs.csv").write_text("theirs\n")
+    (workdir / "link.csv").symlink_to(workdir / "theirs.csv")
+    link = f"--output={workdir / 'link.csv'}"
+    words = predict_words(messy_trained.checkpoint, rows, link, "--overwrite=true")
+    assert refusal(main, words, capsys).endswith("is a symbolic link; name the file itself.")
+    assert (workdir / "link.csv").is_symlink()
+    assert (workdir / "theirs.csv").read_text() == "theirs\n"
+    if Path("/proc").is_dir():  # nothing can be created there, not even by root
+        words = predict_words(messy_trained.checkpoint, rows, "--output=/proc/predictions.csv")
+        assert "cannot be written: '/proc' refuses new files" in refusal(main, words, capsys)
+
+
+def test_a_url_as_ckpt_path_in_a_config_file_is_one_sentence(workdir: Path, capsys) -> None:
+    (workdir / "resume.yaml").write_text("ckpt_path: http://127.0.0.1:9/model.ckpt\n")
+    words = ["fit", *SPIRAL, "--config", str(workdir / "resume.yaml"), *QUIET]
+    assert refusal(main, words, capsys).startswith("checkpoint 'http://127.0.0.1:9/model.ckpt' is a URL")
+
+
+def test_an_output_path_spelled_like_a_class_names_no_class(
+    messy_trained: Trained, rows: Path, planted: Path, workdir: Path, capsys
+) -> None:
+    checkpoint = load_checkpoint(messy_trained.checkpoint)
+    plant(checkpoint, "the scheduler in the settings")
+    torch.save(checkpoint, workdir / "theirs.ckpt")
+    output = f"--output={workdir / 'out' / f'{PLANTED}.Optimizer'}"
+    sentence = refusal(main, predict_words(workdir / "theirs.ckpt", rows, output), capsys)
+    assert f"names '{PLANTED}.Optimizer'" in sentence
+    assert not planted.exists()
+
+
+@pytest.mark.skipif("sweep" not in APPS, reason="src/apps/sweep.py was deleted")
+def test_a_sweep_never_writes_its_best_config_over_a_config_it_reads(workdir: Path, capsys) -> None:
+    mine = workdir / "logs" / "sweeps" / "digits-best.yaml"
+    mine.parent.mkdir(parents=True)
+    mine.write_text((CONFIGS / "spiral.yaml").read_text())
+    words = ["--space", str(CONFIGS / "sweeps" / "digits.yaml"), "--trials=1", "--config", str(mine)]
+    sentence = refusal(APPS["sweep"].cli_main, words, capsys)
+    assert sentence.startswith("the sweep's best config='logs/sweeps/digits-best.yaml' is")
+    assert mine.read_text() == (CONFIGS / "spiral.yaml").read_text()
+    assert sorted(p.name for p in mine.parent.iterdir()) == ["digits-best.yaml"]  # no study was opened

@@ -44,8 +44,9 @@ from optuna.trial import TrialState
 from typing_extensions import override
 
 from src.apps.cv import cross_validate, mean_std
-from src.cli import main
+from src.cli import config_files, main
 from src.errors import UserInputError
+from src.files import check_output
 
 SWEEPS = Path("logs") / "sweeps"
 #: what a study needs to reach its trial count: finished trials, and those that are being run
@@ -363,6 +364,7 @@ def run_sweep(
     worker: int = 0,
 ) -> optuna.Study:
     """Run trials until the study has ``trials`` finished ones; then report the best and write its config."""
+    best_config(name, words)  # a refusal before the trials, not after them
     study = open_study(name, storage, space, worker)
     objective = Objective(words, space, trials, group=name)
     while True:
@@ -380,6 +382,13 @@ def run_sweep(
         study.optimize(objective, n_trials=1, catch=(Surplus,))
     report(study, words, space, name)
     return study
+
+
+def best_config(name: str, words: Sequence[str]) -> Path:
+    """Where the study's best config goes: rewritten by every run of the study, but never over a config
+    file the sweep itself reads."""
+    path = SWEEPS / f"{name}-best.yaml"
+    return check_output(path, config_files(list(words)), overwrite=True, option="the sweep's best config")
 
 
 def report(study: optuna.Study, words: Sequence[str], space: Space, name: str) -> Path | None:
@@ -400,7 +409,7 @@ def report(study: optuna.Study, words: Sequence[str], space: Space, name: str) -
     logger = (resolved.get("trainer") or {}).get("logger")
     if isinstance(logger, dict) and isinstance(logger.get("init_args"), dict):
         logger["init_args"]["version"] = None  # a new version folder per run, not the trial's
-    path = SWEEPS / f"{name}-best.yaml"
+    path = best_config(name, words)
     path.parent.mkdir(parents=True, exist_ok=True)
     header = (
         f"# The best trial of sweep {name!r}: {space.metric} {best.value:.4f} (trial {best.number}).\n"
