@@ -9,7 +9,6 @@ anywhere in the chain, Lightning's own configuration errors, a checkpoint that d
 
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -19,6 +18,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 from typing_extensions import override
 
 from src.errors import UserInputError
+from src.files import refusal_to_create
 
 NOISE = (
     "Does not validate against any of the",
@@ -105,13 +105,11 @@ def check_log_folder(save_dir: Any) -> None:
             f"trainer.logger.init_args.save_dir={str(save_dir)!r} cannot be a folder: {str(existing)!r} is a "
             "file; choose another save_dir."
         )
-    try:  # a real write: access() says yes to root even where nothing can be created (/proc, read-only)
-        tempfile.TemporaryDirectory(dir=existing).cleanup()
-    except OSError as err:
+    if refusal_to_create(existing) is not None:
         raise UserInputError(
             f"trainer.logger.init_args.save_dir={str(save_dir)!r} is not writable ({str(existing)!r} "
             "refuses new files); choose another save_dir."
-        ) from err
+        )
 
 
 def user_error(err: BaseException) -> str | None:

@@ -86,14 +86,26 @@ def check_output(
     existing = next(p for p in target.absolute().parents if p.exists())
     if not existing.is_dir():
         raise UserInputError(f"{named} cannot be written: {str(existing)!r} is a file, not a folder.")
-    try:  # a real write: access() says yes to root even where nothing can be created (/proc, read-only)
-        tempfile.TemporaryFile(dir=existing).close()
-    except OSError as err:
+    refusal = refusal_to_create(existing)
+    if refusal is not None:
         raise UserInputError(
-            f"{named} cannot be written: {str(existing)!r} refuses new files ({err.strerror}); name a file "
+            f"{named} cannot be written: {str(existing)!r} refuses new files ({refusal}); name a file "
             "elsewhere."
-        ) from err
+        )
     return target
+
+
+def refusal_to_create(folder: Path) -> str | None:
+    """Why ``folder`` refuses a new file (the system's words), or ``None`` when it takes one.
+
+    A real write, since ``access()`` says yes to root even where nothing can be created (/proc, a
+    read-only mount).
+    """
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as err:
+        return err.strerror or str(err)
+    return None
 
 
 @contextmanager
