@@ -357,9 +357,9 @@ def template_data(setup: Setup, data: Data) -> TabularDataModule:
 def run_template(setup: Setup, data: Data) -> Run:
     datamodule = template_data(setup, data)
     model = Classifier(
-        datamodule.in_features,  # reads, splits and scales the file now, outside the clock
-        datamodule.out_features,
-        hidden_sizes=list(setup.hidden_sizes),
+        in_features=datamodule.in_features,  # reads, splits and scales the file now, outside the clock
+        out_features=datamodule.out_features,
+        net=partial(MLP, hidden_sizes=list(setup.hidden_sizes)),
         optimizer=partial(torch.optim.AdamW, lr=setup.lr),
     )
     model.net.load_state_dict(setup.net().state_dict())
@@ -371,7 +371,8 @@ def cli_words(setup: Setup, data: Data) -> list[str]:
     """The flags that make ``configs/defaults.yaml`` train this benchmark's model on its file."""
     return [
         "--model=src.models.Classifier",
-        f"--model.init_args.hidden_sizes=[{', '.join(map(str, setup.hidden_sizes))}]",
+        "--model.init_args.net=src.nets.MLP",
+        f"--model.init_args.net.init_args.hidden_sizes=[{', '.join(map(str, setup.hidden_sizes))}]",
         "--model.init_args.optimizer=torch.optim.AdamW",
         f"--model.init_args.optimizer.init_args.lr={setup.lr}",
         "--data.source=parquet",

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from typing_extensions import override
 
@@ -30,7 +29,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     @override
     def save_checkpoint(
-        self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None
+        self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None
     ) -> None:
         if "://" in str(path):  # remote storage: its own client's semantics
             super().save_checkpoint(checkpoint, path, storage_options)
@@ -42,7 +41,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     @override
     def load_checkpoint(
-        self, path: _PATH, map_location: Callable | None = None, weights_only: bool | None = None
+        self, path: str | Path, map_location: Callable | None = None, weights_only: bool | None = None
     ) -> dict[str, Any]:
         if "://" in str(path):  # remote storage: fsspec's client, still as data only
             return super().load_checkpoint(path, map_location, weights_only=True)

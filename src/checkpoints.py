@@ -12,6 +12,7 @@
 import importlib
 import importlib.util
 import re
+import sys
 from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,14 @@ def resolve(name: str) -> Any:
         return None
 
 
+def _imported_module_class(name: str) -> bool:
+    """Whether ``name`` is a torch module class (a net, a LightningModule) that the running program has
+    already imported: naming it imports nothing, as Lightning's own loader requires of a module class."""
+    module, _, attribute = name.rpartition(".")
+    found = getattr(sys.modules.get(module), attribute, None)
+    return isinstance(found, type) and issubclass(found, torch.nn.Module)
+
+
 def check_names(checkpoint: dict[str, Any], path: str | Path, allowed: Collection[str] = ()) -> None:
     """Refuse ``checkpoint`` if it names code that is neither trusted nor in ``allowed`` (the names the
     user gave: on the command line, in their config files, or as a class in the Python call).
@@ -157,13 +166,13 @@ def check_names(checkpoint: dict[str, Any], path: str | Path, allowed: Collectio
     for key, name in (
         found for section in SETTINGS for found in names_of_code(checkpoint.get(section), section)
     ):
-        if name in allowed or name in TRUSTED_FUNCTIONS:
+        if name in allowed or name in TRUSTED_FUNCTIONS or _imported_module_class(name):
             continue
         if not name.startswith(TRUSTED_PREFIXES):
             raise UserInputError(
                 f"checkpoint {str(path)!r} names {name!r} (at {key}), code outside this project that is "
                 "not imported on a checkpoint's word; name that class yourself (--model or a --config file, "
-                "or model_class= in Python) if you trust it."
+                "or import it before loading, in Python) if you trust it."
             )
         if not isinstance(resolve(name), type):
             raise UserInputError(

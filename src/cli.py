@@ -48,16 +48,16 @@ from src.callbacks import (
     PredictionWriter,
     Preemption,
     RandomState,
+    StepValues,
     ValidationFigures,
 )
 from src.callbacks.dashboard import environment_text, tensorboard_writer
-from src.callbacks.hooks import skip_no_op_batch_hooks
 from src.checkpoints import DOTTED, check_names, load_checkpoint
 from src.cli_errors import Parser, check_config_files, check_log_folder, user_error
 from src.data import TabularDataModule
 from src.errors import UserInputError
 from src.files import check_output
-from src.models import BaseTask
+from src.speedups import Speedups
 
 DEFAULTS = Path(__file__).resolve().parent.parent / "configs" / "defaults.yaml"
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
@@ -78,6 +78,7 @@ CALLBACK_SECTIONS: tuple[tuple[str, type[Callback], str], ...] = (
     ("last_checkpoint", ModelCheckpoint, "Rewrites last.ckpt at every epoch's end, for resuming."),
     ("early_stopping", EarlyStopping, "Stops training when val/loss stops improving."),
     ("dashboard", Dashboard, "TensorBoard's speed, generalization gap, HParams and layout."),
+    ("step_values", StepValues, "Writes the step's loss, learning rate and gradient norm every few steps."),
     ("validation_figures", ValidationFigures, "Confusion matrix or predicted vs true per validation."),
     ("prediction_writer", BasePredictionWriter, "Writes predict's CSV file."),
     ("random_state", RandomState, "Keeps the random generators' states in checkpoints, for resuming."),
@@ -158,7 +159,8 @@ class CLI(LightningCLI):
 
     @override
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        # shapes known only to the data reach the model here; nobody types them twice
+        # shapes known only to the data reach the model here, where its constructor asks for them (a
+        # module without such an argument is built without it); nobody types them twice
         parser.link_arguments("data.in_features", "model.init_args.in_features", apply_on="instantiate")
         parser.link_arguments("data.out_features", "model.init_args.out_features", apply_on="instantiate")
         for section, base, purpose in CALLBACK_SECTIONS:
@@ -168,6 +170,8 @@ class CLI(LightningCLI):
             parser.add_subclass_arguments(
                 base, section, required=False, fail_untyped=False, help=f"{purpose} null: off."
             )
+        # the tricks that lean on Lightning's internals, each with an off switch (src/speedups.py)
+        parser.add_class_arguments(Speedups, "speedups")
         parser.add_argument(
             "--test_after_fit",
             type=bool,
@@ -241,11 +245,15 @@ class CLI(LightningCLI):
         built = super().instantiate_trainer(
             **{"callbacks": [*shipped, *(own if isinstance(own, list) else [own])], **kwargs}
         )
-        # the shipped callbacks and those Lightning adds (model summary, config saver) are called only
-        # where they act; the user's own are left as they are
-        for callback in built.callbacks:  # type: ignore[attr-defined]
-            if any(callback is c for c in shipped) or isinstance(callback, SaveConfigCallback | ModelSummary):
-                skip_no_op_batch_hooks(callback)
+        # the speed-ups apply to the shipped callbacks and those Lightning adds (model summary, config
+        # saver); the user's own are left as they are
+        speedups = config.get("speedups")
+        if isinstance(speedups, Speedups):
+            speedups.apply(
+                c
+                for c in built.callbacks  # type: ignore[attr-defined]
+                if any(c is s for s in shipped) or isinstance(c, SaveConfigCallback | ModelSummary)
+            )
         return built
 
     @override
@@ -264,11 +272,12 @@ class CLI(LightningCLI):
             config = self.config[self.subcommand] if self.subcommand else self.config
             named = config["trainer"]["logger"]["init_args"].get("version")
             saver.new_version = named is None or not (base / str(named)).exists()
-        if self.model.optimizer is not None:
+        optimizer = getattr(self.model, "optimizer", None)  # the shipped tasks' injected one
+        if callable(optimizer):
             # built once on the real parameters now, so that a bad argument (a negative learning rate)
             # is one sentence before the run starts, not a traceback from inside fit
             try:
-                self.model.optimizer(self.model.parameters())
+                optimizer(self.model.parameters())
             except (ValueError, TypeError) as err:
                 raise UserInputError(f"model.init_args.optimizer: {err}") from err
         if self.subcommand != "predict":
@@ -439,7 +448,7 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
                 args = with_checkpoint_settings(list(args))
             check_config_files(sys.argv[1:] if args is None else args)
         return CLI(
-            model_class=BaseTask,
+            model_class=L.LightningModule,  # any: the shipped tasks, or yours as it is
             subclass_mode_model=True,
             datamodule_class=TabularDataModule,
             args=args,

@@ -77,12 +77,17 @@ class Predictor:
         check_names(checkpoint, path, named)
         hparams = dict(checkpoint.get("hyper_parameters", {}))
         model_class = model_class or _model_class(hparams.get("_class_path"), str(path))
-        init = {k: v for k, v in hparams.items() if not k.startswith("_")}
-        init["compile_net"] = False  # compiling pays off in training, not in a forward pass per request
         try:
-            model = model_class(**init)
-            model.load_state_dict(checkpoint["state_dict"])
-        except (TypeError, RuntimeError) as err:  # other arguments, or other weights, than the class has
+            # Lightning's loader rebuilds the net from the config it was saved as; compiling pays off in
+            # training, not in a forward pass per request
+            model = model_class.load_from_checkpoint(path, map_location="cpu", compile_net=False)
+        except UserInputError:
+            raise
+        except (
+            TypeError,
+            RuntimeError,
+            ValueError,
+        ) as err:  # other arguments, or other weights, than the class has
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise UserInputError(
                 f"checkpoint {str(path)!r} does not fit {model_class.__name__} ({first.rstrip('.')}); "

@@ -81,7 +81,8 @@ def test_killed_during_saves_twenty_times_every_checkpoint_reads_and_the_run_res
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(shm if shm.is_dir() else tmp_path)}
     words = [
         sys.executable, "-m", "src.cli", "fit", "--config", str(CONFIGS / "spiral.yaml"),
-        "--data.num_samples=20000", "--model.init_args.hidden_sizes=[512, 512]", "--trainer.max_epochs=1000",
+        "--data.num_samples=20000", "--model.init_args.net.init_args.hidden_sizes=[512, 512]",
+        "--trainer.max_epochs=1000",
         "--trainer.logger.init_args.version=killed", *BARE,
         "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
         "--trainer.callbacks.filename=last", "--trainer.callbacks.every_n_train_steps=1",

@@ -15,10 +15,11 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.profilers import SimpleProfiler
 
 from src.callbacks import ProgressBar
-from src.callbacks.hooks import BATCH_HOOKS
 from src.cli import CALLBACK_SECTIONS, DEFAULTS, main
 from src.models import Classifier, Regressor
+from src.nets import MLP
 from src.profilers import NoProfiler
+from src.speedups import BATCH_HOOKS
 from tests.conftest import BARE, CONFIGS, QUIET, ROOT
 
 EXPERIMENTS = sorted(p for p in CONFIGS.glob("*.yaml") if p.name != "defaults.yaml")
@@ -120,7 +121,11 @@ def test_checkpoint_holds_only_data_and_loads_back(cli) -> None:
     path = run.trainer.checkpoint_callback.best_model_path
     checkpoint = torch.load(path, weights_only=True)  # no pickled code: safe to load
     assert checkpoint["hyper_parameters"]["out_features"] == 10
+    # the net as the config named it (class and arguments), which is how the checkpoint rebuilds it
+    net = checkpoint["hyper_parameters"]["net"]
+    assert (net["class_path"], net["init_args"]["hidden_sizes"]) == ("src.nets.MLP", [256, 128])
     model = Classifier.load_from_checkpoint(path)  # no extra arguments needed
+    assert isinstance(model.net, MLP)
     for name, tensor in run.model.state_dict().items():
         torch.testing.assert_close(model.state_dict()[name], checkpoint["state_dict"][name])
         assert tensor.shape == model.state_dict()[name].shape
@@ -134,9 +139,13 @@ def test_regressor_checkpoint_carries_target_statistics(cli) -> None:
     assert model.target_std.item() == pytest.approx(std)
 
 
+#: the shipped MLP's dropout, one of the net's own arguments under the task's ``net``
+DROPOUT = "model.init_args.net.init_args.dropout"
+
+
 def test_print_config_round_trips(cli, capsys, workdir: Path) -> None:
     with pytest.raises(SystemExit) as exit_:
-        cli("fit", "--config", "friedman.yaml", "--model.init_args.dropout=0.3", "--print_config")
+        cli("fit", "--config", "friedman.yaml", f"--{DROPOUT}=0.3", "--print_config")
     assert exit_.value.code == 0
     dumped = capsys.readouterr().out
     (workdir / "dumped.yaml").write_text(dumped)
@@ -144,16 +153,19 @@ def test_print_config_round_trips(cli, capsys, workdir: Path) -> None:
         cli("fit", "--config", str(workdir / "dumped.yaml"), "--print_config")
     again = capsys.readouterr().out
     assert yaml.safe_load(again) == yaml.safe_load(dumped)
-    assert yaml.safe_load(dumped)["model"]["init_args"]["dropout"] == 0.3
+    assert yaml.safe_load(dumped)["model"]["init_args"]["net"]["init_args"]["dropout"] == 0.3
 
 
 def test_later_config_wins(cli, workdir: Path) -> None:
     (workdir / "override.yaml").write_text(
-        "data:\n  batch_size: 17\nmodel:\n  init_args:\n    dropout: 0.4\n"
+        "data:\n  batch_size: 17\nmodel:\n  init_args:\n    net:\n      init_args:\n        dropout: 0.4\n"
     )
     run = main(["--config", str(CONFIGS / "digits.yaml"), "--config", "override.yaml"], run=False)
     assert run.datamodule.hparams.batch_size == 17
-    assert run.model.hparams.dropout == 0.4
+    assert run.model.hparams.net["init_args"]["dropout"] == 0.4
+    # the later file changed one of the net's arguments and kept the others digits.yaml gives
+    assert run.model.hparams.net["init_args"]["hidden_sizes"] == [256, 128]
+    assert [m.p for m in run.model.net.modules() if isinstance(m, torch.nn.Dropout)] == [0.4, 0.4]
 
 
 SMALL = ["--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300"]
@@ -169,6 +181,7 @@ def callback_types(*words: str) -> list[str]:
 SHIPPED = [
     "EarlyStopping",
     "Dashboard",
+    "StepValues",
     "ValidationFigures",
     "PredictionWriter",
     "RandomState",
@@ -184,7 +197,8 @@ SHIPPED = [
 
 def test_defaults_give_each_shipped_callback_a_section_of_its_own(workdir: Path) -> None:
     defaults = yaml.safe_load(DEFAULTS.read_text())
-    assert [key for key in defaults if key not in ("seed_everything", "trainer")] == [
+    # speedups: the switches of src/speedups.py, not a callback
+    assert [key for key in defaults if key not in ("seed_everything", "trainer", "speedups")] == [
         section for section, *_ in CALLBACK_SECTIONS
     ]
     assert defaults["trainer"]["callbacks"] == []  # the user's own
@@ -202,7 +216,8 @@ def test_a_callback_section_changes_one_setting_or_switches_it_off(workdir: Path
 
 
 def test_own_callbacks_come_after_the_shipped_ones(workdir: Path) -> None:
-    doctor = [*SHIPPED[:8], "Doctor", *SHIPPED[8:]]  # before the CLI's config saver
+    saver = SHIPPED.index("SaveConfig")
+    doctor = [*SHIPPED[:saver], "Doctor", *SHIPPED[saver:]]  # before the CLI's config saver
     assert callback_types("--trainer.callbacks+=src.apps.doctor.Doctor") == doctor
     (workdir / "own.yaml").write_text("trainer:\n  callbacks:\n    - class_path: src.apps.doctor.Doctor\n")
     assert callback_types("--config", "own.yaml") == doctor  # a list of one's own replaces no shipped one
@@ -255,6 +270,8 @@ def test_the_trainer_calls_shipped_callbacks_only_at_the_batch_hooks_they_act_at
     by_type = {type(c).__name__: c for c in run.trainer.callbacks}
     # what each acts at stays a bound method; Callback's empty ones are hidden from Lightning's dispatch
     assert callable(by_type["NonFiniteGuard"].on_before_optimizer_step)
+    assert callable(by_type["StepValues"].on_before_optimizer_step)
+    assert callable(by_type["StepValues"].on_train_batch_end)
     assert callable(by_type["ProgressBar"].on_train_batch_end)
     assert callable(by_type["TopKCheckpoint"].on_train_batch_end)
     for name in ("EarlyStopping", "RandomState", "Preemption", "CpuThreads", "SaveConfig", "ModelSummary"):

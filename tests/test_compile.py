@@ -1,5 +1,6 @@
 """torch.compile as an option: the net is compiled (not the LightningModule) and trains as eager does."""
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,7 @@ from torch._dynamo.utils import counters
 
 from src.cli import CLI, main
 from src.models import Classifier
+from src.nets import MLP
 from tests.conftest import BARE, CONFIGS, QUIET
 
 TRAINER = CONFIGS / "trainer"
@@ -24,7 +26,9 @@ def build(*args: str) -> CLI:
 
 def test_compile_option_compiles_the_net_in_place(workdir: Path) -> None:
     compiled = build("--config", str(TRAINER / "compile.yaml")).model
-    eager = Classifier(in_features=2, out_features=3, hidden_sizes=[64, 64], activation="tanh")
+    # the net configs/spiral.yaml names, built eagerly
+    net = functools.partial(MLP, hidden_sizes=[64, 64], activation="tanh")
+    eager = Classifier(in_features=2, out_features=3, net=net)
     assert compiled.hparams.compile_net
     assert type(compiled.net) is type(eager.net)  # compiled in place, not wrapped in an OptimizedModule
     assert compiled.net._compiled_call_impl is not None  # what nn.Module.compile() sets

@@ -1,5 +1,6 @@
 """The TensorBoard dashboard, read back from finished runs' event files as TensorBoard itself reads them."""
 
+import functools
 import io
 import math
 import re
@@ -23,17 +24,19 @@ from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 from tensorboard.util import tensor_util
 
-from src.callbacks import Dashboard, ValidationFigures
-from src.callbacks.dashboard import ROOT
+from src.callbacks import Dashboard, StepValues, ValidationFigures
+from src.callbacks.dashboard import ROOT, scalars_layout
 from src.cli import CLI, main
 from src.data import TabularDataModule
 from src.errors import UserInputError
 from src.models import Classifier, Regressor
+from src.nets import MLP
 from tests.conftest import CONFIGS, QUIET
 
 EPOCHS, BATCHES, BATCH_SIZE = 3, 4, 64  # digits: 4 training batches of 64 per epoch
 CLIP = 0.8  # below the first steps' gradient norms, so clipping fires now and then
 HISTOGRAM_EVERY = 2  # epochs 0 and 2 of 3
+NET = functools.partial(MLP, hidden_sizes=[8])
 
 # SummaryWriter.add_graph traces with torch.jit.trace, which torch 2.13 marks deprecated; the Graphs tab
 # has no other way in, and the option is off by default
@@ -168,7 +171,9 @@ class TwoGroups(Classifier):
 
 def test_learning_rate_per_parameter_group(tmp_path: Path) -> None:
     data = TabularDataModule(source="spiral", num_samples=300, batch_size=64)
-    model = TwoGroups(in_features=data.in_features, out_features=data.out_features, hidden_sizes=[8])
+    model = TwoGroups(
+        in_features=data.in_features, out_features=data.out_features, net=NET, label_smoothing=0.1
+    )
     logger = TensorBoardLogger(tmp_path, name="groups", default_hp_metric=False)
     trainer = L.Trainer(
         max_epochs=3,
@@ -176,7 +181,7 @@ def test_learning_rate_per_parameter_group(tmp_path: Path) -> None:
         limit_val_batches=1,
         logger=logger,
         log_every_n_steps=1,
-        callbacks=[Dashboard()],
+        callbacks=[Dashboard(), StepValues()],  # StepValues writes train/lr
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -191,7 +196,9 @@ def test_learning_rate_per_parameter_group(tmp_path: Path) -> None:
     # outside the CLI the HParams come from the module's and the data's saved hyperparameters
     hparams = session_hparams(run)
     assert hparams["model"] == f"{TwoGroups.__module__}.TwoGroups"
-    assert hparams["model.hidden_sizes"] == "[8]"
+    assert hparams["model.label_smoothing"] == pytest.approx(0.1)
+    assert hparams["model.in_features"] == 2
+    assert "model.net" not in hparams  # a net factory built in Python is no hyperparameter
     assert hparams["data.source"] == "spiral"
     assert hparams["trainer.max_epochs"] == 3
 
@@ -308,7 +315,9 @@ def test_hparams_hold_the_resolved_config_beside_real_metrics(runs: dict[str, Ru
     assert hparams["model.optimizer"] == "torch.optim.AdamW"
     assert hparams["model.optimizer.lr"] == pytest.approx(0.002)
     assert hparams["model.scheduler.T_max"] == EPOCHS
-    assert hparams["model.hidden_sizes"] == "[256, 128]"
+    assert hparams["model.net"] == "src.nets.MLP"  # the injected net, with its own arguments
+    assert hparams["model.net.hidden_sizes"] == "[256, 128]"
+    assert hparams["model.net.dropout"] == pytest.approx(0.2)
     assert hparams["data.batch_size"] == BATCH_SIZE
     assert hparams["trainer.max_epochs"] == EPOCHS
     assert hparams["trainer.gradient_clip_val"] == pytest.approx(CLIP)
@@ -335,7 +344,7 @@ def test_a_separate_test_run_carries_its_hparams_and_test_metrics(runs: dict[str
     assert test.log_dir != fit.log_dir
     hparams = session_hparams(test)
     assert hparams["model.optimizer.lr"] == pytest.approx(0.002)
-    assert hparams["model.hidden_sizes"] == "[256, 128]"
+    assert hparams["model.net.hidden_sizes"] == "[256, 128]"
     # the same best checkpoint on the same split: the same test metrics as the test after fit
     for tag in ("test/loss", "test/acc", "test/f1"):
         assert test.scalars(tag)[1] == pytest.approx(fit.scalars(tag)[1])
@@ -362,7 +371,7 @@ def test_a_run_that_raises_is_marked_failed(tmp_path: Path) -> None:
         enable_model_summary=False,
     )
     with pytest.raises(RuntimeError, match="boom"):
-        trainer.fit(Crashes(in_features=2, out_features=3, hidden_sizes=[8]), datamodule=data)
+        trainer.fit(Crashes(in_features=2, out_features=3, net=NET), datamodule=data)
     run = Run(None, Path(logger.log_dir), read_events(Path(logger.log_dir)))  # type: ignore[arg-type]
     assert session_status(run) == api_pb2.STATUS_FAILURE
 
@@ -379,6 +388,19 @@ def test_layout_puts_train_and_val_on_one_chart_and_every_chart_has_data(runs: d
     for title, regexes in charts.items():
         for regex in regexes:
             assert any(re.match(regex, tag) for tag in scalars), f"chart {title!r}: nothing matches {regex}"
+
+
+def test_layout_charts_each_logged_validation_value_beside_its_train_curve() -> None:
+    logged = {
+        name: torch.tensor(0.0)
+        for name in ("train/loss", "val/loss", "val/mae", "val/r2", "train/mae", "val/epoch_time", "test/x")
+    }
+    train_vs_val = scalars_layout(logged)["train vs val"]
+    # the loss first, then the others in name order; the dashboard's own val/ values are charted elsewhere
+    assert list(train_vs_val) == ["loss", "mae", "r2", "generalization gap (val loss - train loss)"]
+    assert train_vs_val["r2"] == ["Multiline", ["^train/r2$", "^val/r2$"]]
+    # what the module did not log is not charted, and the loss always is
+    assert list(scalars_layout({})["train vs val"]) == ["loss", "generalization gap (val loss - train loss)"]
 
 
 def test_config_and_environment_are_written_as_text(runs: dict[str, Run]) -> None:
@@ -406,6 +428,10 @@ def test_histograms_and_graph_when_asked_for(runs: dict[str, Run]) -> None:
         assert all(h.histogram_value.num == param.numel() for h in histograms)
     graph = run.events.Graph()
     assert any("Linear" in node.name or "addmm" in node.op for node in graph.node)
+    # the net's graph alone (the task's metric modules would be traced too): every node inside the MLP
+    inside = [node.name for node in graph.node if node.op != "IO Node"]
+    assert inside
+    assert all(name.startswith(f"{type(run.cli.model.net).__name__}/") for name in inside)
     # the shipped defaults leave both off
     assert not runs["diabetes"].events.Tags()["histograms"]
     assert not runs["diabetes"].events.Tags()["graph"]

@@ -31,6 +31,7 @@ from src.cli import main
 from src.data import TabularDataModule
 from src.data.datamodule import Stage, TensorBatches
 from src.models import Classifier, Regressor
+from src.nets import MLP
 from tests.conftest import CONFIGS, QUIET
 
 ADAM = partial(torch.optim.Adam, lr=0.01)
@@ -46,9 +47,14 @@ def spiral(**settings: Any) -> TabularDataModule:
     return TabularDataModule(source="spiral", num_samples=300, batch_size=32, **settings)
 
 
+def mlp(**settings: Any) -> partial[MLP]:
+    """The shipped net as a task's net factory: ``mlp()(in_features, out_features)``."""
+    return partial(MLP, hidden_sizes=[64, 64], **settings)
+
+
 def classifier(cls: type[Classifier] = Classifier, **settings: Any) -> Classifier:
-    settings = {"hidden_sizes": [64, 64], "optimizer": ADAM, **settings}
-    return cls(2, 3, **settings)
+    settings = {"net": mlp(), "optimizer": ADAM, **settings}
+    return cls(in_features=2, out_features=3, **settings)
 
 
 def doctor(model: L.LightningModule, data: L.LightningDataModule, **trainer: Any) -> dict[str, Finding]:
@@ -71,35 +77,31 @@ def test_a_finding_is_one_line_with_what_was_seen_why_and_the_fix() -> None:
 # -- the model ------------------------------------------------------------------------------------------
 
 
-class LoudHead(Classifier):
+def loud_head(in_features: int, out_features: int) -> nn.Module:
     """A last layer initialized 30x too large: overconfident from the first step."""
-
-    def build_net(self) -> nn.Module:
-        net = super().build_net()
-        with torch.no_grad():
-            net.head.weight.mul_(30.0)
-        return net
+    net = mlp()(in_features, out_features)
+    with torch.no_grad():
+        net.head.weight.mul_(30.0)
+    return net
 
 
 def test_initial_loss_far_above_ln_c() -> None:
-    finding = doctor(classifier(LoudHead), spiral())["initial-loss"]
+    finding = doctor(classifier(net=loud_head), spiral())["initial-loss"]
     assert f"scores {math.log(3):.4g}" in finding.saw  # ln(3): uniform over the 3 classes
 
 
-class SoftmaxNet(Classifier):
-    """Probabilities out of the net, into cross_entropy, which expects logits."""
+def softmax_net(in_features: int, out_features: int) -> nn.Module:
+    """Probabilities out of the net, into the classifier's cross_entropy, which expects logits."""
+    return nn.Sequential(mlp()(in_features, out_features), nn.Softmax(dim=-1))
 
-    def build_net(self) -> nn.Module:
-        return nn.Sequential(super().build_net(), nn.Softmax(dim=-1))
+
+def sigmoid_net(in_features: int, out_features: int) -> nn.Module:
+    """One probability out, whatever ``out_features`` says (:class:`SigmoidBinary` takes one)."""
+    return nn.Sequential(nn.Linear(in_features, 16), nn.ReLU(), nn.Linear(16, 1), nn.Sigmoid())
 
 
 class SigmoidBinary(Classifier):
     """One sigmoid output into binary_cross_entropy_with_logits, which applies the sigmoid itself."""
-
-    def build_net(self) -> nn.Module:
-        return nn.Sequential(
-            nn.Linear(self.hparams["in_features"], 16), nn.ReLU(), nn.Linear(16, 1), nn.Sigmoid()
-        )
 
     def check_shapes(self) -> None:
         pass
@@ -111,23 +113,27 @@ class SigmoidBinary(Classifier):
         return torch.cat([1 - output, output, torch.zeros_like(output)], dim=-1), (target > 0).long()
 
 
-@pytest.mark.parametrize(("cls", "layer"), [(SoftmaxNet, "a softmax"), (SigmoidBinary, "a sigmoid")])
-def test_probabilities_into_a_loss_that_expects_logits(cls: type[Classifier], layer: str) -> None:
-    finding = doctor(classifier(cls), spiral())["probabilities-into-loss"]
+@pytest.mark.parametrize(
+    ("model", "layer"),
+    [
+        pytest.param(lambda: classifier(net=softmax_net), "a softmax", id="softmax"),
+        pytest.param(lambda: classifier(SigmoidBinary, net=sigmoid_net), "a sigmoid", id="sigmoid"),
+    ],
+)
+def test_probabilities_into_a_loss_that_expects_logits(model: Callable[[], Classifier], layer: str) -> None:
+    finding = doctor(model(), spiral())["probabilities-into-loss"]
     assert f"the net ends with {layer}" in finding.saw
 
 
-class UnusedBranch(Classifier):
+def unused_branch(in_features: int, out_features: int) -> nn.Module:
     """A layer built but never called in forward."""
-
-    def build_net(self) -> nn.Module:
-        net = super().build_net()
-        net.add_module("aux_head", nn.Linear(64, 3))
-        return net
+    net = mlp()(in_features, out_features)
+    net.add_module("aux_head", nn.Linear(64, out_features))
+    return net
 
 
 def test_parameters_that_get_no_gradient() -> None:
-    finding = doctor(classifier(UnusedBranch), spiral())["param-no-grad"]
+    finding = doctor(classifier(net=unused_branch), spiral())["param-no-grad"]
     assert "net.aux_head.weight" in finding.saw
 
 
@@ -144,10 +150,10 @@ def test_parameters_missing_from_the_optimizer() -> None:
 
 
 class ListedLayers(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, in_features: int, out_features: int) -> None:
         super().__init__()
-        self.blocks = [nn.Linear(2, 16), nn.Tanh()]  # BUG: a plain list, not nn.ModuleList
-        self.head = nn.Linear(16, 3)
+        self.blocks = [nn.Linear(in_features, 16), nn.Tanh()]  # BUG: a plain list, not nn.ModuleList
+        self.head = nn.Linear(16, out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
@@ -155,13 +161,8 @@ class ListedLayers(nn.Module):
         return self.head(x)
 
 
-class ListNet(Classifier):
-    def build_net(self) -> nn.Module:
-        return ListedLayers()
-
-
 def test_layers_kept_in_a_plain_python_list() -> None:
-    finding = doctor(classifier(ListNet), spiral())["layers-in-python-list"]
+    finding = doctor(classifier(net=ListedLayers), spiral())["layers-in-python-list"]
     assert "net.blocks (2 layers)" in finding.saw
     # a plain list of layers that are registered as well is only an ordering: not reported
     net = nn.Module()
@@ -180,10 +181,16 @@ class BroadcastingLoss(Regressor):
 
 def test_a_model_that_cannot_overfit_one_batch() -> None:
     data = TabularDataModule(source="friedman", num_samples=300, batch_size=32)
-    found = doctor(BroadcastingLoss(10, 1, hidden_sizes=[32], optimizer=ADAM), data)
+    settings = {
+        "in_features": 10,
+        "out_features": 1,
+        "net": partial(MLP, hidden_sizes=[32]),
+        "optimizer": ADAM,
+    }
+    found = doctor(BroadcastingLoss(**settings), data)
     assert "one fixed batch of 32 rows" in found["overfit-one-batch"].saw
     assert "initial-loss" not in found  # the broadcast also makes the loss of a zero output: no alarm there
-    assert doctor(Regressor(10, 1, hidden_sizes=[32], optimizer=ADAM), data) == {}  # the same, fixed
+    assert doctor(Regressor(**settings), data) == {}  # the same, fixed
 
 
 class ZeroGradBeforeStep(Classifier):
@@ -223,7 +230,12 @@ def test_clipping_on_every_step() -> None:
 @pytest.mark.filterwarnings("ignore:Encountered `nan` values:UserWarning")
 def test_a_gradient_norm_that_explodes() -> None:
     data = TabularDataModule(source="friedman", num_samples=300, batch_size=32)
-    model = Regressor(10, 1, hidden_sizes=[32], optimizer=partial(torch.optim.SGD, lr=3.0))
+    model = Regressor(
+        in_features=10,
+        out_features=1,
+        net=partial(MLP, hidden_sizes=[32]),
+        optimizer=partial(torch.optim.SGD, lr=3.0),
+    )
     assert "grad-norm-exploding" in doctor(model, data, gradient_clip_val=None)
 
 
@@ -286,20 +298,28 @@ class TrainModeValidation(Classifier):
         return super().validation_step(batch, batch_idx)
 
 
-class FunctionalDropout(Classifier):
+class FunctionalDropout(MLP):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net.head(F.dropout(self.net.body(x), 0.5))  # BUG: F.dropout drops even in eval mode
+        return self.head(F.dropout(self.body(x), 0.5))  # BUG: F.dropout drops even in eval mode
 
 
 @pytest.mark.parametrize(
-    ("cls", "saw"),
+    ("model", "saw"),
     [
-        (TrainModeValidation, "net.body.2, net.body.5 still in training mode"),
-        (FunctionalDropout, "gave different outputs"),
+        pytest.param(
+            lambda: classifier(TrainModeValidation, net=mlp(dropout=0.2)),
+            "net.body.2, net.body.5 still in training mode",
+            id="train-in-validation_step",
+        ),
+        pytest.param(
+            lambda: classifier(net=partial(FunctionalDropout, hidden_sizes=[64, 64], dropout=0.2)),
+            "gave different outputs",
+            id="functional-dropout",
+        ),
     ],
 )
-def test_dropout_still_active_in_validation(cls: type[Classifier], saw: str) -> None:
-    finding = doctor(classifier(cls, dropout=0.2), spiral())["val-train-mode"]
+def test_dropout_still_active_in_validation(model: Callable[[], Classifier], saw: str) -> None:
+    finding = doctor(model(), spiral())["val-train-mode"]
     assert saw in finding.saw
 
 
@@ -378,7 +398,13 @@ def table(path: Path, rows: int = 300, **columns: Callable[[pd.DataFrame], Any])
 
 def on_file(path: Path, **settings: Any) -> dict[str, Finding]:
     data = TabularDataModule(path=str(path), target_column="label", task="classification", batch_size=32)
-    model = Classifier(data.in_features, data.out_features, hidden_sizes=[32], optimizer=ADAM, **settings)
+    model = Classifier(
+        in_features=data.in_features,
+        out_features=data.out_features,
+        net=partial(MLP, hidden_sizes=[32]),
+        optimizer=ADAM,
+        **settings,
+    )
     return doctor(model, data)
 
 
@@ -421,6 +447,45 @@ def test_heavy_class_imbalance_without_weights(tmp_path: Path) -> None:
     frame.to_csv(path, index=False)
     assert "the largest class has" in on_file(path)["data-class-imbalance"].saw
     assert "data-class-imbalance" not in on_file(path, class_weights=True)
+
+
+# -- any LightningModule --------------------------------------------------------------------------------
+
+
+class OwnModule(L.LightningModule):
+    """A LightningModule written from Lightning's docs, no BaseTask: the doctor sees only public state."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return F.cross_entropy(self(x), y)
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        x, y = batch
+        self.log("val/loss", F.cross_entropy(self(x), y))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=0.01)
+
+
+def test_a_module_of_its_own_is_examined_too() -> None:
+    assert doctor(OwnModule(mlp()(2, 3)), spiral()) == {}
+    assert (
+        "the net ends with a softmax"
+        in doctor(OwnModule(softmax_net(2, 3)), spiral())["probabilities-into-loss"].saw
+    )
+    assert (
+        "net.blocks (2 layers)"
+        in doctor(OwnModule(ListedLayers(2, 3)), spiral())["layers-in-python-list"].saw
+    )
+    finding = doctor(OwnModule(mlp()(2, 3)), spiral(), gradient_clip_val=1e-3)["clipping-every-step"]
+    assert "fired on 8 of 8 optimizer steps (threshold 0.001" in finding.saw
 
 
 # -- the front doors: make doctor, and the callback in any run ----------------------------------------------
@@ -467,7 +532,8 @@ def test_the_callback_watches_a_real_run_switched_on_in_yaml(
     words = [
         "fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=1000", "--trainer.max_epochs=2",
         "--trainer.gradient_clip_val=0.0001", *QUIET,
-        "--model.init_args.batch_norm=true", "--model.init_args.dropout=0.2",  # extra passes could move them
+        # extra passes could move them
+        "--model.init_args.net.init_args.batch_norm=true", "--model.init_args.net.init_args.dropout=0.2",
     ]  # fmt: skip
     watched = main([*words, "--config", str(switch)])
     (doctor_callback,) = [c for c in watched.trainer.callbacks if isinstance(c, Doctor)]

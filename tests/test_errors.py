@@ -173,7 +173,10 @@ def test_unknown_config_key(cli, capsys, nothing_written) -> None:
 
 
 def test_unknown_key_inside_a_config_file(cli, capsys, workdir: Path) -> None:
-    (workdir / "typo.yaml").write_text("model:\n  init_args:\n    hiden_sizes: [8]\n")
+    # a typo in one of the net's own arguments, under the task's ``net``
+    (workdir / "typo.yaml").write_text(
+        "model:\n  init_args:\n    net:\n      init_args:\n        hiden_sizes: [8]\n"
+    )
     with pytest.raises(SystemExit) as exit_:
         cli("fit", "--config", "digits.yaml", "--config", "typo.yaml")
     assert exit_.value.code == 2
@@ -189,6 +192,7 @@ def test_unknown_key_in_a_callback_section_of_a_config_file(cli, capsys, workdir
 
 SPIRAL = ["--config", "spiral.yaml", "--data.num_samples=300"]
 SCHEDULER = "--model.init_args.scheduler.init_args"
+NET = "--model.init_args.net.init_args"
 
 
 @pytest.mark.parametrize(
@@ -197,7 +201,11 @@ SCHEDULER = "--model.init_args.scheduler.init_args"
         (["--model.init_args.optimizer.init_args.lr=-1"], "optimizer: Invalid learning rate: -1.0"),
         (["--trainer.max_epochs=-5"], "`max_epochs` must be a non-negative integer or -1. You passed in -5."),
         (["--trainer.max_epochs=0"], "trainer.max_epochs=0 (or max_steps=0) trains nothing"),
-        (["--model.init_args.hidden_sizes=[-1]"], "hidden_sizes=[-1]: every width must be at least 1"),
+        (
+            [f"{NET}.hidden_sizes=[-1]"],
+            "model.init_args.net: MLP hidden_sizes=[-1]: every width must be at least 1.",
+        ),
+        ([f"{NET}.dropout=1.5"], "model.init_args.net: MLP dropout=1.5 must lie in [0, 1)."),
         (["--data.num_workers=-1"], "data.num_workers=-1 must be 0 (load in this process) or more"),
         (["--trainer.accelerator=gpu"], "No supported gpu backend found!"),
         (["--data.batch_size=abc"], "data.batch_size: 'abc' is not accepted (expected int)"),
@@ -216,7 +224,8 @@ SCHEDULER = "--model.init_args.scheduler.init_args"
             "warmup_steps=9999 must lie in (0, total_steps=",
         ),
     ],
-    ids=["negative-lr", "negative-epochs", "zero-epochs", "negative-width", "negative-workers", "gpu-on-cpu",
+    ids=["negative-lr", "negative-epochs", "zero-epochs", "negative-width", "dropout-above-one",
+         "negative-workers", "gpu-on-cpu",
          "batch-size-text", "precision-typo", "optimizer-typo", "unknown-key", "callback-key-typo",
          "callback-section-typo", "callback-without-class", "unwritable-log-folder",
          "warmup-longer-than-the-run"],

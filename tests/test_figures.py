@@ -1,5 +1,7 @@
 """Validation figures: every n-th epoch, the first and the last always, drawn off the training thread."""
 
+import functools
+import logging
 import threading
 import time
 from pathlib import Path
@@ -16,8 +18,10 @@ from typing_extensions import override
 from src.callbacks import ValidationFigures
 from src.data import TabularDataModule
 from src.models import Classifier
+from src.nets import MLP
 
 BATCHES = 3
+NET = functools.partial(MLP, hidden_sizes=[8])
 
 
 class StopAfter(Callback):
@@ -47,7 +51,7 @@ def fit(
     tmp_path: Path, epochs: int, every: int, *callbacks: Callback, validate_every: int = 1
 ) -> tuple[Threads, dict[str, list[int]]]:
     data = TabularDataModule(source="spiral", num_samples=300, batch_size=50)
-    model = Classifier(in_features=data.in_features, out_features=data.out_features, hidden_sizes=[8])
+    model = Classifier(in_features=data.in_features, out_features=data.out_features, net=NET)
     figures = Threads(every_n_epochs=every, image_size=120)
     figures.threads = []
     logger = TensorBoardLogger(tmp_path, name="figures", default_hp_metric=False)
@@ -99,7 +103,7 @@ class Broken(ValidationFigures):
 
 def test_a_drawing_error_is_raised_by_the_fit(tmp_path: Path) -> None:
     data = TabularDataModule(source="spiral", num_samples=300, batch_size=50)
-    model = Classifier(in_features=data.in_features, out_features=data.out_features, hidden_sizes=[8])
+    model = Classifier(in_features=data.in_features, out_features=data.out_features, net=NET)
     trainer = L.Trainer(
         max_epochs=1,
         limit_train_batches=BATCHES,
@@ -134,7 +138,7 @@ class FailAfterValidation(Callback):
 def test_a_failed_run_waits_for_the_figure_being_drawn(tmp_path: Path) -> None:
     # a failed run's folder may be removed right after: nothing may still be writing into it
     data = TabularDataModule(source="spiral", num_samples=300, batch_size=50)
-    model = Classifier(in_features=data.in_features, out_features=data.out_features, hidden_sizes=[8])
+    model = Classifier(in_features=data.in_features, out_features=data.out_features, net=NET)
     slow = Slow(image_size=120)
     trainer = L.Trainer(
         max_epochs=3,
@@ -155,3 +159,72 @@ def test_the_first_and_the_last_validation_are_drawn_when_validation_skips_epoch
     # validation after epochs 1, 3 and 5 of 0..6; none of them a multiple of 4
     _, steps = fit(tmp_path, 7, 4, validate_every=2)
     assert steps["images"] == [(epoch + 1) * BATCHES - 1 for epoch in (1, 5)]
+
+
+class Named(TabularDataModule):
+    """The spiral data, its classes named as a CSV file might name them (Markdown's own signs in two)."""
+
+    @property
+    def label_names(self) -> list[str]:
+        return ["red|dish", "green_ish", "blue"]
+
+
+def counts_header(tmp_path: Path, **fit: Any) -> str:
+    """The header row of the one confusion-counts table a one-epoch fit writes."""
+    logger = TensorBoardLogger(tmp_path, name="labels", default_hp_metric=False)
+    L.Trainer(
+        max_epochs=1,
+        limit_train_batches=BATCHES,
+        logger=logger,
+        callbacks=[ValidationFigures()],  # the default size: room for the names beside the matrix
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    ).fit(Classifier(in_features=2, out_features=3, net=NET), **fit)
+    events = EventAccumulator(logger.log_dir, size_guidance={"tensors": 0}).Reload()
+    [text] = events.Tensors("val/confusion_counts/text_summary")
+    return text.tensor_proto.string_val[0].decode().splitlines()[0]
+
+
+def test_classes_are_named_by_the_datamodules_label_names_and_else_numbered(tmp_path: Path) -> None:
+    named = Named(source="spiral", num_samples=300, batch_size=50)
+    assert (
+        counts_header(tmp_path, datamodule=named) == "| true \\ predicted | red\\|dish | green\\_ish | blue |"
+    )
+    # no DataModule at all (plain loaders), so no names: the class ids
+    plain = TabularDataModule(source="spiral", num_samples=300, batch_size=50)
+    plain.setup("fit")
+    loaders = {"train_dataloaders": plain.train_dataloader(), "val_dataloaders": plain.val_dataloader()}
+    assert counts_header(tmp_path, **loaders) == "| true \\ predicted | 0 | 1 | 2 |"
+
+
+class Silent(Classifier):
+    """A task whose validation_step returns nothing, as many LightningModules' do."""
+
+    @override
+    def validation_step(self, batch: Any, batch_idx: int) -> None:  # type: ignore[override]
+        super().validation_step(batch, batch_idx)
+
+
+def test_a_module_that_returns_no_preds_gets_one_line_and_no_figures(tmp_path: Path, caplog) -> None:
+    data = TabularDataModule(source="spiral", num_samples=300, batch_size=50)
+    logger = TensorBoardLogger(tmp_path, name="silent", default_hp_metric=False)
+    with caplog.at_level(logging.INFO):
+        L.Trainer(
+            max_epochs=2,
+            limit_train_batches=BATCHES,
+            logger=logger,
+            callbacks=[ValidationFigures(every_n_epochs=1, image_size=120)],
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        ).fit(Silent(in_features=2, out_features=3, net=NET), datamodule=data)
+    said = [record.getMessage() for record in caplog.records if "ValidationFigures" in record.getMessage()]
+    # once for the run, not once per batch or epoch
+    assert said == [
+        "ValidationFigures draws from the {'preds', 'target'} dict validation_step returns; "
+        "Silent.validation_step returns none, so no figures are drawn."
+    ]
+    events = EventAccumulator(logger.log_dir, size_guidance={"images": 0}).Reload()
+    assert events.Tags()["images"] == []
+    assert "val/loss" in events.Tags()["scalars"]  # the validation itself ran and logged

@@ -2,11 +2,14 @@
 
 import math
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from typing_extensions import override
 
 from src.callbacks import NonFiniteGuard
 from src.cli import CLI, main
@@ -138,7 +141,8 @@ def test_the_cli_ends_a_hopeless_run_with_one_sentence(cli, capsys) -> None:
 
 @pytest.fixture
 def lightning_clipped(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The steps at which the task left clipping to Lightning's ``clip_gradients``."""
+    """The steps at which Lightning's clipping ran: its precision plugin calls the module's
+    ``configure_gradient_clipping``, whose default calls ``clip_gradients``."""
     steps: list[int] = []
     clip_gradients = Classifier.clip_gradients
 
@@ -150,25 +154,77 @@ def lightning_clipped(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return steps
 
 
-@pytest.mark.parametrize("log_every", [1, 50])
-def test_clipping_with_the_guards_norm_trains_to_the_very_bits_of_lightnings_own_clipping(
-    workdir: Path, lightning_clipped: list[int], log_every: int
+@pytest.fixture
+def clipped_norms(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The total norm each call of ``torch.nn.utils.clip_grad_norm_`` clipped with (what it returns)."""
+    norms: list[float] = []
+    clip_grad_norm_ = torch.nn.utils.clip_grad_norm_
+
+    def recorded(*args: Any, **kwargs: Any) -> torch.Tensor:
+        norm = clip_grad_norm_(*args, **kwargs)
+        norms.append(norm.item())
+        return norm
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", recorded)
+    return norms
+
+
+class NormProbe(Callback):
+    """The total L2 norm of the gradients every optimizer step is about to use, before clipping."""
+
+    def __init__(self) -> None:
+        self.norms: list[float] = []
+
+    @override
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        self.norms.append(torch.nn.utils.get_total_norm(grads).item())
+
+
+def test_the_guard_and_lightnings_clipping_train_to_the_very_bits_of_a_run_without_the_guard(
+    workdir: Path, lightning_clipped: list[int], clipped_norms: list[float]
 ) -> None:
-    """The guard hands its gradient norm to the task, which clips with it instead of computing it again."""
-    clip = ["--trainer.gradient_clip_val=0.05", f"--trainer.log_every_n_steps={log_every}"]  # acts every step
-    shared = build(workdir, *clip)
-    shared.trainer.fit(shared.model, datamodule=shared.datamodule)
-    assert lightning_clipped == []  # every step clipped with the guard's norm
-    own = build(workdir, *clip, "--nonfinite_guard=null")
-    own.trainer.fit(own.model, datamodule=own.datamodule)
-    assert len(lightning_clipped) == STEPS  # without the guard, Lightning's clipping computes the norm
-    for (name, a), b in zip(shared.model.state_dict().items(), own.model.state_dict().values(), strict=True):
+    """With every step finite, the guard changes nothing: Lightning clips as it would without it, and
+    StepValues writes the very norm Lightning clipped with."""
+    clip = ["--trainer.gradient_clip_val=0.05", "--trainer.log_every_n_steps=1"]  # clipping acts every step
+    guarded = build(workdir, *clip)
+    assert guard(guarded).max_consecutive == 10  # the shipped guard is on
+    probe = NormProbe()
+    guarded.trainer.callbacks.append(probe)
+    guarded.trainer.fit(guarded.model, datamodule=guarded.datamodule)
+    assert guard(guarded).skipped == 0
+    assert lightning_clipped == list(range(STEPS))  # Lightning's own clipping, on every step
+    assert len(clipped_norms) == STEPS
+    assert all(norm > 0.05 for norm in clipped_norms)  # the precondition: clipping had something to do
+    # the norm before clipping that a callback sees is the very float32 number Lightning clipped with ...
+    assert probe.norms == clipped_norms
+    # ... and the one StepValues wrote as train/grad_norm at each step, beside train/grad_clipped
+    events = EventAccumulator(guarded.trainer.log_dir, size_guidance={"scalars": 0}).Reload()
+    logged = {point.step: point.value for point in events.Scalars("train/grad_norm")}
+    assert sorted(logged) == list(range(STEPS))
+    assert [logged[step] for step in range(STEPS)] == clipped_norms
+    assert [point.value for point in events.Scalars("train/grad_clipped")] == [1.0] * STEPS
+
+    unguarded = build(workdir, *clip, "--nonfinite_guard=null")
+    assert not any(isinstance(c, NonFiniteGuard) for c in unguarded.trainer.callbacks)
+    unguarded.trainer.fit(unguarded.model, datamodule=unguarded.datamodule)
+    assert lightning_clipped == list(range(STEPS)) * 2
+    for (name, a), b in zip(
+        guarded.model.state_dict().items(), unguarded.model.state_dict().values(), strict=True
+    ):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+    # step by step, the unguarded run clipped the same norms
+    assert clipped_norms[STEPS:] == clipped_norms[:STEPS]
 
 
-def test_a_precision_plugin_that_clips_its_own_way_keeps_lightnings_clipping(
+def test_lightnings_clipping_acts_beside_the_guard_under_mixed_precision_too(
     workdir: Path, lightning_clipped: list[int]
 ) -> None:
-    mixed = build(workdir, "--trainer.precision=bf16-mixed")  # MixedPrecision clips its own way
+    # MixedPrecision unscales before on_before_optimizer_step and clips its own way; the guard's check
+    # comes first and leaves the clipping to Lightning
+    mixed = build(workdir, "--trainer.precision=bf16-mixed")
     mixed.trainer.fit(mixed.model, datamodule=mixed.datamodule)
-    assert len(lightning_clipped) == STEPS
+    assert guard(mixed).skipped == 0
+    assert lightning_clipped == list(range(STEPS))

@@ -2,22 +2,27 @@
 
 import functools
 import inspect
+import re
 from pathlib import Path
 from typing import Any
 
 import docstring_parser
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from sklearn.metrics import f1_score, mean_absolute_error, r2_score
+from torch import nn
 
 from src.cli import main
+from src.errors import UserInputError
 from src.models import BaseTask, Classifier, ManualClassifier, Regressor
 from src.nets import MLP
+from tests.conftest import CONFIGS
 
-# these tests call the steps directly, without a Trainer, so self.log() has nowhere to go and says so
-pytestmark = pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`:UserWarning")
+
+def mlp(*hidden_sizes: int, **kwargs: Any) -> functools.partial[MLP]:
+    """The net factory a task is given in Python: ``net(in_features, out_features)`` builds the MLP."""
+    return functools.partial(MLP, hidden_sizes=list(hidden_sizes), **kwargs)
 
 
 def test_mlp_registers_every_layer_and_shapes() -> None:
@@ -27,13 +32,48 @@ def test_mlp_registers_every_layer_and_shapes() -> None:
     assert net(torch.randn(7, 5)).shape == (7, 3)
     assert sum(isinstance(m, torch.nn.Dropout) for m in net.modules()) == 2
     assert MLP(5, 1, hidden_sizes=[]).head.in_features == 5
-    with pytest.raises(ValueError, match="activation 'swish' is unknown"):
+    # plain PyTorch: ValueErrors naming the net, which a task turns into a sentence about its option
+    with pytest.raises(ValueError, match=re.escape("MLP activation='swish' is unknown")):
         MLP(5, 1, activation="swish")
+    with pytest.raises(ValueError, match=re.escape("MLP dropout=1.0 must lie in [0, 1).")):
+        MLP(5, 1, dropout=1.0)
+
+
+# -- the net is injected: any nn.Module built from the data's widths ------------------------------------
+
+
+def test_the_net_is_built_by_the_factory_from_the_datas_widths() -> None:
+    built: list[tuple[int, int]] = []
+
+    def linear(in_features: int, out_features: int) -> nn.Module:
+        built.append((in_features, out_features))
+        return nn.Linear(in_features, out_features)
+
+    model = Classifier(in_features=4, out_features=3, net=linear)
+    assert built == [(4, 3)]  # called once, with the widths the task was given
+    assert isinstance(model.net, nn.Linear)
+    x = torch.randn(5, 4)
+    torch.testing.assert_close(model(x), model.net(x))  # forward is the net's, nothing added
+    # no net given: src.nets.MLP with its own defaults
+    default = Classifier(in_features=4, out_features=3).net
+    assert isinstance(default, MLP)
+    assert [m.out_features for m in default.modules() if isinstance(m, nn.Linear)] == [128, 64, 3]
+
+
+def test_a_bad_net_argument_is_one_sentence_naming_the_option() -> None:
+    with pytest.raises(
+        UserInputError,
+        match=re.escape("model.init_args.net: MLP hidden_sizes=[-1]: every width must be at least 1."),
+    ):
+        Classifier(in_features=4, out_features=3, net=mlp(-1))
+
+
+# -- steps, losses, metrics, predictions ------------------------------------------------------------------
 
 
 def test_classifier_loss_is_cross_entropy_of_raw_logits() -> None:
     torch.manual_seed(0)
-    model = Classifier(in_features=4, out_features=3, hidden_sizes=[8], label_smoothing=0.1)
+    model = Classifier(in_features=4, out_features=3, net=mlp(8), label_smoothing=0.1)
     x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
     loss = model.training_step((x, y), 0)
     logits = model.net(x)
@@ -43,7 +83,7 @@ def test_classifier_loss_is_cross_entropy_of_raw_logits() -> None:
 
 
 def test_classifier_class_weights_enter_the_loss() -> None:
-    model = Classifier(in_features=4, out_features=3, hidden_sizes=[8], class_weights=True)
+    model = Classifier(in_features=4, out_features=3, net=mlp(8), class_weights=True)
     model.class_weight.copy_(torch.tensor([1.0, 2.0, 0.5]))
     x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
     expected = F.cross_entropy(model.net(x), y, weight=torch.tensor([1.0, 2.0, 0.5]))
@@ -52,24 +92,28 @@ def test_classifier_class_weights_enter_the_loss() -> None:
 
 def test_classifier_epoch_metrics_match_sklearn() -> None:
     torch.manual_seed(0)
-    model = Classifier(in_features=4, out_features=3, hidden_sizes=[8])
-    batches = [(torch.randn(10, 4), torch.randint(0, 3, (10,))) for _ in range(3)]
-    preds, targets = [], []
+    model = Classifier(in_features=4, out_features=3, net=mlp(8))
+    # batches of unequal size: the epoch loss weighs each batch by its rows
+    batches = [(torch.randn(rows, 4), torch.randint(0, 3, (rows,))) for rows in (10, 7, 13)]
     for x, y in batches:
         model.test_step((x, y), 0)
-        preds.append(model.net(x).argmax(-1))
-        targets.append(y)
-    p, t = torch.cat(preds).numpy(), torch.cat(targets).numpy()
-    computed = model.test_metrics.compute()
+    x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+    with torch.no_grad():
+        logits = model.net(x)
+    p, t = logits.argmax(-1).numpy(), y.numpy()
+    computed = model.metrics["test"].compute()
+    assert set(computed) == {"test/acc", "test/f1"}
     assert computed["test/acc"].item() == pytest.approx((p == t).mean())
     assert computed["test/f1"].item() == pytest.approx(f1_score(t, p, average="macro", labels=[0, 1, 2]))
-    assert model.test_loss.compute().item() == pytest.approx(
-        np.mean([F.cross_entropy(model.net(x), y).item() for x, y in batches]), rel=1e-5
-    )
+    # the mean over batches weighted by rows: the mean over every row of the epoch
+    assert model.losses["test"].compute().item() == pytest.approx(F.cross_entropy(logits, y).item(), rel=1e-5)
+    # the other stages saw nothing
+    assert not model.losses["fit"].update_called
+    assert not model.losses["val"].update_called
 
 
 def test_classifier_predicts_probabilities_and_labels() -> None:
-    model = Classifier(in_features=4, out_features=3, hidden_sizes=[8]).eval()
+    model = Classifier(in_features=4, out_features=3, net=mlp(8)).eval()
     out = model.predict_step((torch.randn(6, 4), torch.zeros(6)), 0)
     torch.testing.assert_close(out["probs"].sum(-1), torch.ones(6))
     torch.testing.assert_close(out["preds"], out["probs"].argmax(-1))
@@ -78,7 +122,7 @@ def test_classifier_predicts_probabilities_and_labels() -> None:
 @pytest.mark.parametrize("loss_fn", ["mse", "huber"])
 def test_regressor_trains_on_standardized_targets_and_reports_original_units(loss_fn: str) -> None:
     torch.manual_seed(0)
-    model = Regressor(in_features=3, out_features=1, hidden_sizes=[8], loss_fn=loss_fn, huber_delta=0.5)
+    model = Regressor(in_features=3, out_features=1, net=mlp(8), loss_fn=loss_fn, huber_delta=0.5)
     model.target_mean.fill_(100.0)
     model.target_std.fill_(20.0)
     x, y = torch.randn(12, 3), 100 + 20 * torch.randn(12)
@@ -92,78 +136,119 @@ def test_regressor_trains_on_standardized_targets_and_reports_original_units(los
     preds = model.predict_step((x,), 0)["preds"]
     torch.testing.assert_close(preds, out.squeeze(-1) * 20 + 100)
     model.test_step((x, y), 0)
-    m = model.test_metrics.compute()
+    m = model.metrics["test"].compute()
     p, t = preds.detach().numpy(), y.numpy()
     assert m["test/mae"].item() == pytest.approx(mean_absolute_error(t, p), rel=1e-5)
-    assert m["test/rmse"].item() == pytest.approx(np.sqrt(np.mean((t - p) ** 2)), rel=1e-5)
+    assert m["test/rmse"].item() == pytest.approx(((t - p) ** 2).mean() ** 0.5, rel=1e-5)
     assert m["test/r2"].item() == pytest.approx(r2_score(t, p), rel=1e-4)
 
 
-def test_hyperparameters_are_primitives() -> None:
-    model = Classifier(in_features=4, out_features=3, hidden_sizes=[8], label_smoothing=0.1)
+# -- hyperparameters: primitives, so that checkpoints load with torch.load(weights_only=True) ----------
+
+BASE_HPARAMS = {"scheduler_interval": "epoch", "scheduler_monitor": "val/loss", "compile_net": False}
+
+
+def test_hyperparameters_are_primitives_and_a_python_net_factory_is_left_out() -> None:
+    model = Classifier(in_features=4, out_features=3, net=mlp(8), label_smoothing=0.1)
+    # a factory built in Python is no primitive: left out (passed again to load_from_checkpoint)
     assert dict(model.hparams) == {
         "in_features": 4,
         "out_features": 3,
-        "hidden_sizes": [8],
-        "activation": "relu",
-        "dropout": 0.0,
-        "batch_norm": False,
-        "scheduler_interval": "epoch",
-        "scheduler_monitor": "val/loss",
-        "compile_net": False,
-        "activation_checkpointing": False,
+        **BASE_HPARAMS,
         "label_smoothing": 0.1,
         "class_weights": False,
     }
+    # no net given: the default is saved as what it is
+    assert Classifier(in_features=4, out_features=3).hparams["net"] is None
 
 
-# -- the subclasses' signatures: BaseTask's arguments written out, so the CLI and --help can read them --
+def is_primitive(value: object) -> bool:
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and is_primitive(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return all(is_primitive(v) for v in value)
+    return value is None or isinstance(value, bool | int | float | str)
 
-TASKS = [Classifier, Regressor, ManualClassifier]
+
+def test_a_net_named_in_yaml_is_saved_as_its_config(workdir: Path) -> None:
+    run = main(["--config", str(CONFIGS / "spiral.yaml")], run=False)
+    hparams = dict(run.model.hparams)
+    # the config the checkpoint rebuilds the net from: class_path and every init argument
+    assert hparams["net"] == {
+        "class_path": "src.nets.MLP",
+        "init_args": {
+            "hidden_sizes": [64, 64],
+            "activation": "tanh",
+            "dropout": 0.0,
+            "batch_norm": False,
+            "activation_checkpointing": False,
+        },
+    }
+    assert is_primitive(hparams)
+    assert isinstance(run.model.net, MLP)
+    assert [m.out_features for m in run.model.net.modules() if isinstance(m, nn.Linear)] == [64, 64, 3]
 
 
-def base_parameters() -> list[inspect.Parameter]:
-    return list(inspect.signature(BaseTask).parameters.values())
+# -- the subclasses declare their own arguments; BaseTask's pass through **kwargs -----------------------
+
+#: each task's own arguments, those its constructor declares; the rest are its bases'
+OWN = {
+    Classifier: ["label_smoothing", "class_weights"],
+    Regressor: ["loss_fn", "huber_delta", "standardize_target"],
+    ManualClassifier: ["accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm"],
+}
+TASKS = list(OWN)
+
+
+def declared(cls: type) -> list[str]:
+    """The named arguments ``cls.__init__`` declares itself (not ``self``, not ``**kwargs``)."""
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    return [p.name for p in parameters if p.name != "self" and p.kind is not p.VAR_KEYWORD]
+
+
+def every_argument(task: type[BaseTask]) -> list[str]:
+    """What the CLI reads for ``task``: its own arguments, then each base's up to BaseTask."""
+    mro = task.__mro__[: task.__mro__.index(BaseTask) + 1]
+    return [name for cls in mro for name in declared(cls)]
 
 
 @pytest.mark.parametrize("task", TASKS, ids=lambda t: t.__name__)
-def test_subclass_signature_repeats_every_base_task_argument(task: type[BaseTask]) -> None:
-    own = list(inspect.signature(task).parameters.values())
-    base = base_parameters()
-    # same names, order, kind (positional or keyword), default and annotation
-    assert own[: len(base)] == base
-    # what the subclass adds comes after, keyword-only, so positional calls mean what they meant
-    assert own[len(base) :]
-    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in own[len(base) :])
-    assert not any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in own)
+def test_each_subclass_declares_only_its_own_arguments(task: type[BaseTask]) -> None:
+    parameters = list(inspect.signature(task).parameters.values())
+    assert [p.name for p in parameters[:-1]] == OWN[task]
+    # keyword-only, so a positional call cannot shift a base's argument into one of them
+    assert all(p.kind is p.KEYWORD_ONLY for p in parameters[:-1])
+    # the rest reach the base through **kwargs, not written out again
+    assert parameters[-1].kind is inspect.Parameter.VAR_KEYWORD
+    inherited = set(every_argument(task)) - set(OWN[task])
+    assert {"in_features", "out_features", "net", "optimizer"} <= inherited
+    assert not inherited & set(OWN[task])
+    # a name is declared once along the chain: no argument shadows a base's
+    assert len(every_argument(task)) == len(set(every_argument(task)))
 
 
 def non_default_base_arguments(out_features: int) -> dict[str, Any]:
     return {
         "in_features": 5,
         "out_features": out_features,
-        "hidden_sizes": [7],
-        "activation": "tanh",
-        "dropout": 0.25,
-        "batch_norm": True,
+        "net": mlp(7, activation="tanh", dropout=0.25, batch_norm=True),
         "optimizer": functools.partial(torch.optim.SGD, lr=0.1),
         "scheduler": functools.partial(torch.optim.lr_scheduler.StepLR, step_size=2),
         "scheduler_interval": "step",
         "scheduler_monitor": "val/acc",
         "compile_net": True,
-        "activation_checkpointing": True,
     }
 
 
 @pytest.mark.parametrize("task", TASKS, ids=lambda t: t.__name__)
 def test_subclass_hands_every_base_task_argument_on(task: type[BaseTask], monkeypatch) -> None:
-    """A value given to the subclass reaches BaseTask, not its default.
+    """A value given to the subclass reaches BaseTask, not its default, through every class between.
 
     Checked at BaseTask's door: the saved hyperparameters would not notice a dropped argument, since
     save_hyperparameters also reads the subclass's own frame.
     """
     arguments = non_default_base_arguments(out_features=1 if task is Regressor else 3)
-    defaults = {p.name: p.default for p in base_parameters()}
+    defaults = {name: p.default for name, p in inspect.signature(BaseTask).parameters.items()}
     assert arguments.keys() == defaults.keys()
     assert all(arguments[name] != defaults[name] for name in arguments)
     received: dict[str, Any] = {}
@@ -176,8 +261,10 @@ def test_subclass_hands_every_base_task_argument_on(task: type[BaseTask], monkey
         real_init(self, **kwargs)
 
     monkeypatch.setattr(BaseTask, "__init__", spy)
-    task(**arguments)
+    model = task(**arguments)
     assert received == arguments
+    # and took effect: the net the factory built
+    assert sum(isinstance(m, nn.BatchNorm1d) for m in model.net.modules()) == 1
 
 
 def documented_arguments(task: type[BaseTask]) -> dict[str, str]:
@@ -190,17 +277,40 @@ def documented_arguments(task: type[BaseTask]) -> dict[str, str]:
     return docs
 
 
-@pytest.mark.parametrize("task", TASKS, ids=lambda t: t.__name__)
-def test_help_describes_every_argument(task: type[BaseTask], capsys, workdir: Path) -> None:
-    docs = documented_arguments(task)
-    assert set(inspect.signature(task).parameters) <= {name for name, text in docs.items() if text}
+def shown_help(capsys: pytest.CaptureFixture[str], *words: str) -> str:
+    """What ``fit <words>`` prints and exits 0 on; argparse wraps lines (at hyphens too), so with all
+    whitespace removed."""
     with pytest.raises(SystemExit) as exit_:
-        main(["fit", "--model.help", f"{task.__module__}.{task.__name__}"])
+        main(["fit", *words])
     assert exit_.value.code == 0
-    # argparse wraps lines (at hyphens too), so compare with all whitespace removed
-    shown = "".join(capsys.readouterr().out.split())
-    for name in inspect.signature(task).parameters:
-        assert f"--model.{name}" in shown
+    return "".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("task", TASKS, ids=lambda t: t.__name__)
+def test_help_describes_every_argument_the_bases_too(task: type[BaseTask], capsys, workdir: Path) -> None:
+    docs = documented_arguments(task)
+    names = every_argument(task)
+    assert set(names) <= {name for name, text in docs.items() if text}
+    shown = shown_help(capsys, "--model.help", f"{task.__module__}.{task.__name__}")
+    # BaseTask's arguments too, though the subclass only passes them on through **kwargs
+    for name in names:
+        assert f"--model.{name}" in shown, name
+        assert "".join(docs[name].split()) in shown, name
+    assert "--model.kwargs" not in shown
+
+
+def test_help_describes_the_nets_arguments(capsys, workdir: Path) -> None:
+    parsed = docstring_parser.parse(MLP.__doc__ or "", style=docstring_parser.DocstringStyle.GOOGLE)
+    docs = {p.arg_name: p.description or "" for p in parsed.params}
+    names = [
+        name for name in inspect.signature(MLP).parameters if name not in ("in_features", "out_features")
+    ]
+    assert names
+    assert set(names) <= {name for name, text in docs.items() if text}
+    shown = shown_help(capsys, "--model=src.models.Classifier", "--model.net.help", "src.nets.MLP")
+    # jsonargparse names them from the net's own key: --net.hidden_sizes is model.init_args.net's
+    for name in names:
+        assert f"--net.{name}" in shown, name
         assert "".join(docs[name].split()) in shown, name
 
 

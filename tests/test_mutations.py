@@ -20,14 +20,17 @@ import src.checkpoints
 import src.files
 import src.loop
 import tests.test_accumulation_clipping as accumulation_clipping
+import tests.test_any_module as any_module
 import tests.test_best_checkpoint as best_checkpoint
 import tests.test_checkpointing as checkpointing
 import tests.test_loop as loop
 import tests.test_parity as parity
 import tests.test_predict as predict
+import tests.test_resume as resume
 import tests.test_trust as trust
-from src.callbacks import PredictionWriter
+from src.callbacks import Dashboard, PredictionWriter, StepValues
 from src.cli import CLI
+from src.data import TabularDataModule
 from src.models import BaseTask, ManualClassifier
 from src.predict import Predictor
 
@@ -106,12 +109,9 @@ def test_parity_and_loop_tests_catch_a_raw_loop_that_does_not_clip_by_norm(
 def test_clipping_test_catches_a_trainer_path_that_does_not_clip(
     workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    mutate(
-        monkeypatch,
-        BaseTask,
-        "configure_gradient_clipping",
-        "self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)",
-        "pass",
+    # a task whose configure_gradient_clipping forgets to call clip_gradients: Lightning then clips nothing
+    monkeypatch.setattr(
+        BaseTask, "configure_gradient_clipping", lambda self, *args, **kwargs: None, raising=False
     )
     with pytest.raises(AssertionError):
         accumulation_clipping.test_norm_clipping_bounds_the_global_norm_and_logs_the_norm_before(workdir)
@@ -121,11 +121,9 @@ def test_clipping_test_catches_a_grad_norm_logged_after_clipping(
     workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # clip first, then measure: train/grad_norm would never show a norm above the threshold
-    grads = "grads = [p.grad for p in self.parameters() if p.grad is not None]"
-    clip_then_grads = (  # (the measuring happens inside the logging step's branch, one level deeper)
-        f"self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)\n        {grads}"
-    )
-    mutate(monkeypatch, BaseTask, "configure_gradient_clipping", grads, clip_then_grads)
+    norm = "norm = torch.nn.utils.get_total_norm(grads)"
+    clipped = f"{norm}.clamp(max=trainer.gradient_clip_val)"  # the norm of the clipped gradients
+    mutate(monkeypatch, StepValues, "on_before_optimizer_step", norm, clipped)
     with pytest.raises(AssertionError, match="not close"):
         accumulation_clipping.test_norm_clipping_bounds_the_global_norm_and_logs_the_norm_before(workdir)
 
@@ -210,8 +208,8 @@ def test_accumulation_test_catches_a_loss_divided_by_k_twice(
         monkeypatch,
         BaseTask,
         "training_step",
-        "return loss",
-        "return loss / self.trainer.accumulate_grad_batches",
+        'return self._shared_step(batch, "fit")["loss"]',
+        'return self._shared_step(batch, "fit")["loss"] / self.trainer.accumulate_grad_batches',
     )
     with pytest.raises(AssertionError, match="not close"):
         accumulation_clipping.test_accumulating_k_batches_equals_one_batch_k_times_bigger(workdir)
@@ -360,3 +358,33 @@ def test_trust_catches_an_output_check_that_forgets_the_inputs(
         trust.test_no_output_lands_on_an_input_even_when_overwriting(
             messy_trained, workdir, capsys, "the checkpoint", True
         )
+
+
+# -- any LightningModule ----------------------------------------------------------------------------
+
+
+def test_any_module_catches_a_gap_of_the_wrong_sign(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mutate(
+        monkeypatch,
+        Dashboard,
+        "_write_gap",
+        'logged["val/loss"] - logged["train/loss"]',
+        'logged["train/loss"] - logged["val/loss"]',
+    )
+    with pytest.raises(AssertionError):
+        any_module.test_a_plain_lightning_module_trains_under_every_shipped_default(workdir)
+
+
+def test_resume_catches_a_loader_that_forgets_the_batches_it_served(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the count a mid-epoch resume skips: without it the resumed epoch starts over from its first batch
+    mutate(
+        monkeypatch,
+        TabularDataModule,
+        "on_before_batch_transfer",
+        "self._train_loader.processed += 1",
+        "pass",
+    )
+    with pytest.raises(AssertionError):
+        resume.test_resumed_in_the_middle_of_an_epoch_equals_uninterrupted(workdir)

@@ -25,6 +25,7 @@ from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, OneCycleLR, Re
 from src.data import TabularDataModule
 from src.loop import FitResult, fit
 from src.models import Classifier, ManualClassifier
+from src.nets import MLP
 
 EPOCHS = 2
 BATCHES_PER_EPOCH = 7  # 420 training rows of the 600-row spiral, in batches of 64
@@ -43,7 +44,7 @@ class Case:
     scheduler: Any = None
     interval: str = "epoch"
     precision: str = "32-true"
-    net: dict[str, Any] = field(default_factory=dict)
+    net: dict[str, Any] = field(default_factory=dict)  # the MLP's own arguments beyond hidden_sizes
 
 
 CASES = {
@@ -78,9 +79,14 @@ def data() -> TabularDataModule:
     return TabularDataModule(source="spiral", num_samples=600, batch_size=64, seed=0)
 
 
+def net(case: Case) -> partial[MLP]:
+    """The net every path trains, as the factory the tasks are given: ``net(in_features, out_features)``."""
+    return partial(MLP, hidden_sizes=[16, 16], **case.net)
+
+
 def initial_model(case: Case) -> Classifier:
     torch.manual_seed(0)
-    return Classifier(2, 3, hidden_sizes=[16, 16], **case.net)
+    return Classifier(in_features=2, out_features=3, net=net(case))
 
 
 def run_raw(case: Case, model: Classifier) -> FitResult:
@@ -107,19 +113,18 @@ def run_trainer(case: Case, model: Classifier, manual: bool) -> tuple[L.Trainer,
     optimizer = partial(torch.optim.Adam, lr=0.01)
     if manual:
         module: Classifier = ManualClassifier(
-            2,
-            3,
-            hidden_sizes=[16, 16],
+            in_features=2,
+            out_features=3,
+            net=net(case),
             optimizer=optimizer,
             accumulate_grad_batches=case.accumulate,
             gradient_clip_val=case.clip_val,
             gradient_clip_algorithm=case.clip_algorithm,
             **settings,
-            **case.net,
         )
         loop = {}
     else:
-        module = Classifier(2, 3, hidden_sizes=[16, 16], optimizer=optimizer, **settings, **case.net)
+        module = Classifier(in_features=2, out_features=3, net=net(case), optimizer=optimizer, **settings)
         loop = {
             "accumulate_grad_batches": case.accumulate,
             "gradient_clip_val": case.clip_val,

@@ -74,7 +74,8 @@ def test_bf16_mixed_learns_as_well_as_fp32(workdir: Path) -> None:
         run = build(
             "--config", str(CONFIGS / "digits.yaml"), "--config", str(TRAINER / fragment),
             "--trainer.max_epochs=3", "--model.init_args.scheduler=null",
-            "--model.init_args.hidden_sizes=[64]", "--model.init_args.optimizer.init_args.lr=0.005",
+            "--model.init_args.net.init_args.hidden_sizes=[64]",
+            "--model.init_args.optimizer.init_args.lr=0.005",
             *BARE, "--trainer.logger=false", "--trainer.enable_checkpointing=false",
         )  # fmt: skip
         run.trainer.fit(run.model, datamodule=run.datamodule)

@@ -98,7 +98,8 @@ def test_a_longer_run_stretches_digits_cosine_to_its_last_epoch(workdir: Path) -
     run = main(
         [
             "--config", str(CONFIGS / "digits.yaml"), f"--trainer.max_epochs={epochs}",
-            "--data.batch_size=2048", "--model.init_args.hidden_sizes=[8]",  # one small step per epoch
+            "--data.batch_size=2048",  # one small step per epoch
+            "--model.init_args.net.init_args.hidden_sizes=[8]",
             "--trainer.limit_val_batches=0", *BARE,
             "--trainer.logger=false", "--trainer.enable_checkpointing=false", *QUIET,
         ],

@@ -61,9 +61,12 @@ def trainer(**kwargs) -> L.Trainer:
 
 
 def classifier(**kwargs) -> Classifier:
-    """The template's task around the same net as ``make_net`` (4 features, 3 classes, one hidden 8)."""
-    model = Classifier(4, 3, hidden_sizes=[8], optimizer=SGD, **kwargs)
-    model.net.load_state_dict(make_net(**{k: v for k, v in kwargs.items() if k == "dropout"}).state_dict())
+    """The template's task with ``make_net``'s net injected (4 features, 3 classes, one hidden 8), and its
+    initial weights."""
+    model = Classifier(
+        in_features=4, out_features=3, net=partial(MLP, hidden_sizes=[8]), optimizer=SGD, **kwargs
+    )
+    model.net.load_state_dict(make_net().state_dict())
     return model
 
 
@@ -237,7 +240,7 @@ class Recording(Classifier):
 
 def test_lightning_validates_in_eval_mode_under_inference_mode() -> None:
     batches = make_batches([16, 16])
-    model = Recording(4, 3, hidden_sizes=[8], dropout=0.5)
+    model = Recording(in_features=4, out_features=3, net=partial(MLP, hidden_sizes=[8], dropout=0.5))
     model.seen = []
     run = trainer()
     first = run.validate(model, loader(batches), verbose=False)[0]["val/loss"]
@@ -318,7 +321,7 @@ class TrackedLoss(Classifier):
 
 
 def test_lightning_keeps_no_old_step_graph_alive() -> None:
-    model = TrackedLoss(4, 3, hidden_sizes=[8], optimizer=SGD)
+    model = TrackedLoss(in_features=4, out_features=3, net=partial(MLP, hidden_sizes=[8]), optimizer=SGD)
     model.tracked, counts = track_graphs(super(TrackedLoss, model).loss)
     trainer(max_epochs=1).fit(model, loader(make_batches([8] * 6)), loader(make_batches([8])))
     assert max(counts) <= 1

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import torch
 import yaml
 from optuna.trial import TrialState
 
@@ -35,7 +36,7 @@ from tests.conftest import BARE, CONFIGS, QUIET, ROOT
 from tests.test_dashboard import Run, read_events, session_hparams
 
 LR = "model.init_args.optimizer.init_args.lr"
-HIDDEN = "model.init_args.hidden_sizes"
+HIDDEN = "model.init_args.net.init_args.hidden_sizes"
 #: a tiny spiral run: 300 rows, a few epochs, no callbacks beyond what a test adds
 TINY = [
     "--config",
@@ -79,7 +80,7 @@ def test_a_sweep_finds_a_better_config_than_a_bad_start(workdir: Path, capsys) -
         log_dir = workdir / "logs" / "spiral" / "better" / f"trial{trial.number:03d}"
         hparams = session_hparams(Run(None, log_dir, read_events(log_dir)))  # type: ignore[arg-type]
         assert hparams["model.optimizer.lr"] == pytest.approx(trial.params[LR])
-        assert hparams["model.hidden_sizes"] == str(decode(space(), trial.params)[HIDDEN])
+        assert hparams["model.net.hidden_sizes"] == str(decode(space(), trial.params)[HIDDEN])
     # the best config, written beside the study, runs as it is and gives the best trial's value again
     best = workdir / "logs" / "sweeps" / "better-best.yaml"
     written = yaml.safe_load(best.read_text())
@@ -123,10 +124,11 @@ def test_with_cv_a_trials_value_is_the_mean_over_its_folds(workdir: Path) -> Non
 
 
 def test_space_values_become_cli_words() -> None:
-    assert param_words({LR: 0.001, HIDDEN: [64, 32], "model.init_args.activation": "tanh"}) == [
+    activation = "model.init_args.net.init_args.activation"
+    assert param_words({LR: 0.001, HIDDEN: [64, 32], activation: "tanh"}) == [
         f"--{LR}=0.001",
         f"--{HIDDEN}=[64, 32]",
-        "--model.init_args.activation=tanh",
+        f"--{activation}=tanh",
     ]
     assert decode(space(), {LR: 0.5, HIDDEN: "[64, 64]"}) == {LR: 0.5, HIDDEN: [64, 64]}
 
@@ -137,7 +139,12 @@ def test_the_digits_space_names_keys_the_digits_config_accepts(workdir: Path) ->
     trial = study.ask()
     params = {key: suggest(trial, key, spec) for key, spec in digits.params.items()}
     run = main(["--config", str(CONFIGS / "digits.yaml"), *param_words(params)], run=False)
-    assert run.model.hparams["hidden_sizes"] == params.get(HIDDEN, run.model.hparams["hidden_sizes"])
+    net = run.model.hparams["net"]["init_args"]
+    assert net["hidden_sizes"] == params[HIDDEN]
+    assert net["dropout"] == params["model.init_args.net.init_args.dropout"]
+    # the net built is the one the trial asked for, not the config's
+    widths = [layer.out_features for layer in run.model.net.modules() if isinstance(layer, torch.nn.Linear)]
+    assert widths == [*params[HIDDEN], 10]
     assert digits.metric in ("val/acc", "val/f1", "val/loss")
 
 
@@ -158,10 +165,8 @@ def test_a_trial_asked_for_after_the_study_has_its_count_does_not_run(workdir: P
 
 def test_a_bad_space_file_is_refused_in_one_sentence(tmp_path: Path) -> None:
     path = tmp_path / "space.yaml"
-    path.write_text("params:\n  model.init_args.dropout: {low: 0.0, high: 0.5}\n")
-    with pytest.raises(
-        UserInputError, match=r"model\.init_args\.dropout needs type float, int or categorical"
-    ):
+    path.write_text("params:\n  model.init_args.net.init_args.dropout: {low: 0.0, high: 0.5}\n")
+    with pytest.raises(UserInputError, match=r"init_args\.dropout needs type float, int or categorical"):
         Space.read(path)
     path.write_text("params: {}\nmetrik: val/acc\n")
     with pytest.raises(UserInputError, match="cannot be read"):

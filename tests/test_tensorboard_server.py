@@ -121,6 +121,7 @@ def test_server_shows_the_run_its_scalars_layout_and_hparams(server, finished_ru
         "train/loss",
         "val/loss",
         "test/acc",
+        "train/loss_step",  # the per-step values the shipped StepValues callback writes
         "train/lr",
         "train/grad_norm",
         "val/generalization_gap",

@@ -1,5 +1,6 @@
 """Top-k checkpoints: a leftover of an interrupted update is removed when the run resumes."""
 
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -11,6 +12,7 @@ import torch
 from src.callbacks import TopKCheckpoint
 from src.data import TabularDataModule
 from src.models import Classifier
+from src.nets import MLP
 
 pytestmark = pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty")
 
@@ -36,7 +38,8 @@ def trainer(folder: Path, epochs: int, k: int) -> tuple[L.Trainer, TopKCheckpoin
 def fit(folder: Path, epochs: int, k: int, ckpt_path: Path | None = None) -> TopKCheckpoint:
     torch.manual_seed(0)
     data = TabularDataModule(source="spiral", num_samples=300, batch_size=50)
-    model = Classifier(in_features=data.in_features, out_features=data.out_features, hidden_sizes=[8])
+    net = functools.partial(MLP, hidden_sizes=[8])
+    model = Classifier(in_features=data.in_features, out_features=data.out_features, net=net)
     run, best = trainer(folder, epochs, k)
     run.fit(model, datamodule=data, ckpt_path=ckpt_path)
     return best

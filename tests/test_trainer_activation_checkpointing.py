@@ -39,11 +39,16 @@ def test_checkpointed_gradients_equal_the_plain_ones(dropout: float) -> None:
     assert (plain_calls, checkpointed_calls) == (1, 2)
 
 
-def test_fragment_turns_it_on_in_the_task(workdir: Path) -> None:
+def test_fragment_turns_it_on_in_the_experiments_net(workdir: Path) -> None:
     run = main(
         ["--config", str(CONFIGS / "spiral.yaml"),
          "--config", str(CONFIGS / "trainer" / "activation_checkpointing.yaml"), *QUIET],
         run=False,
     )  # fmt: skip
-    assert run.model.hparams.activation_checkpointing
+    # one argument of the net the experiment names, set on top of the others it gives
+    net = run.model.hparams.net
+    assert net["class_path"] == "src.nets.MLP"
+    assert net["init_args"]["activation_checkpointing"] is True
+    assert net["init_args"]["hidden_sizes"] == [64, 64]  # configs/spiral.yaml's, kept
+    assert isinstance(run.model.net, MLP)
     assert run.model.net.activation_checkpointing

@@ -63,7 +63,8 @@ class Space:
 
     Attributes:
         params: Dotted config key → ``{type: float|int, low, high, log?, step?}`` or
-            ``{type: categorical, choices: [...]}``; a choice may be a list (``hidden_sizes``).
+            ``{type: categorical, choices: [...]}``; a choice may be a list (the MLP's
+            ``model.init_args.net.init_args.hidden_sizes``).
         metric: The validation metric the sweep optimizes and the pruner watches.
         direction: ``maximize`` or ``minimize``.
         sampler: ``{type: <a class of optuna.samplers>, <its arguments>...}``.

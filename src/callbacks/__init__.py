@@ -7,6 +7,7 @@ from src.callbacks.guard import NonFiniteGuard
 from src.callbacks.predictions import PredictionWriter
 from src.callbacks.progress import ProgressBar
 from src.callbacks.resume import Preemption, RandomState
+from src.callbacks.steps import StepValues
 from src.callbacks.threads import CpuThreads
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "Preemption",
     "ProgressBar",
     "RandomState",
+    "StepValues",
     "TopKCheckpoint",
     "ValidationFigures",
 ]

@@ -1,14 +1,14 @@
 """What TensorBoard shows beside the losses and metrics the task logs itself.
 
-Scalars follow one scheme, ``train/…``, ``val/…``, ``test/…``. The task logs its losses, metrics,
-learning rates and gradient norm; the dashboard adds throughput, epoch time, the share of time spent
-waiting for data and the generalization gap. Once per run it also writes a custom-scalars layout (train
-and val on one chart) and the run's hyperparameters for the HParams table; histograms and the model
-graph are optional. (The resolved config and the environment, as text, are written by the CLI's
-config saver, ``src.cli.SaveConfig``.)
+Scalars follow one scheme, ``train/…``, ``val/…``, ``test/…``. The module logs its losses and metrics,
+:class:`~src.callbacks.StepValues` the per-step values; the dashboard adds throughput, epoch time, the
+share of time spent waiting for data and the generalization gap. Once per run it also writes a
+custom-scalars layout (train and val on one chart) and the run's hyperparameters for the HParams table;
+histograms and the model graph are optional. (The resolved config and the environment, as text, are
+written by the CLI's config saver, ``src.cli.SaveConfig``.)
 
-It reads the task through :class:`src.models.BaseTask`'s methods (``epoch_loss``, ``stage_metrics``,
-``net``); for a LightningModule of another kind the gap and the metric charts are left out.
+It reads only what any LightningModule logs: ``trainer.callback_metrics``. The gap needs ``train/loss``
+and ``val/loss`` logged per epoch; the layout charts every ``val/<name>`` beside ``train/<name>``.
 
 Every per-step hook here is host bookkeeping (a clock read, an integer add). Values reach the logger once
 per epoch, so the dashboard adds no device sync per step.
@@ -18,6 +18,7 @@ import importlib.metadata
 import platform
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,6 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.data import extract_batch_size
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
@@ -36,8 +36,8 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.writer import FileWriter
 from typing_extensions import override
 
+from src.callbacks.steps import write
 from src.errors import UserInputError
-from src.models import BaseTask
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 #: Trainer settings that change what a run learns; the rest (callbacks, logger, ...) stay out of HParams.
@@ -52,6 +52,8 @@ TRAINER_HPARAMS = (
 PACKAGES = ("torch", "lightning", "torchmetrics", "tensorboard", "numpy", "scikit-learn", "jsonargparse")
 
 HParams = dict[str, bool | int | float | str]
+#: what the dashboard logs itself under val/, charted in the speed section instead
+SPEED = {"epoch_time", "generalization_gap"}
 
 
 class Dashboard(Callback):
@@ -60,8 +62,8 @@ class Dashboard(Callback):
     Args:
         histogram_every_n_epochs: Write weight and gradient histograms (``weights/<param>``,
             ``grads/<param>``) at the first optimizer step of every n-th epoch; 0 turns them off.
-        log_graph: Trace the net (``pl_module.net``, else the whole module) once on the first training
-            batch and write its graph (Graphs tab).
+        log_graph: Trace the net (``pl_module.net`` when the module has one, else the whole module) once
+            on the first training batch and write its graph (Graphs tab).
     """
 
     def __init__(self, histogram_every_n_epochs: int = 0, log_graph: bool = False) -> None:
@@ -79,7 +81,9 @@ class Dashboard(Callback):
         self._epoch_start = self._mark = self._val_start = 0.0
         self._data_time = self._step_time = 0.0
         self._samples = 0
-        self._val_loss: torch.Tensor | None = None
+        self._layout_written = False
+        self._validated_epoch = -1  # the epoch of the last validation of the fit
+        self._ended: tuple[int, int] | None = None  # (epoch, step) of the last training epoch ended
 
     # -- once per run ---------------------------------------------------------------------------------
 
@@ -97,11 +101,11 @@ class Dashboard(Callback):
         _add_summary(
             writer, hparams_summary.hparams_pb(run_hparams(trainer, pl_module), trial_id=writer.log_dir)
         )
-        if stage == "fit":
-            writer.add_custom_scalars(scalars_layout(pl_module))
+        self._layout_written = stage != "fit"
 
     @override
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._write_gap(trainer)
         self._end_session(trainer, api_pb2.STATUS_SUCCESS)
 
     @override
@@ -124,6 +128,7 @@ class Dashboard(Callback):
 
     @override
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._write_gap(trainer)
         self._epoch_start = self._mark = time.perf_counter()
         self._data_time = self._step_time = 0.0
         self._samples = 0
@@ -164,11 +169,6 @@ class Dashboard(Callback):
             return
         _synchronize(trainer)
         pl_module.log("val/epoch_time", time.perf_counter() - self._val_start, sync_dist=True)
-        if trainer.state.fn == TrainerFn.FITTING and isinstance(pl_module, BaseTask):
-            val_loss = pl_module.epoch_loss("val")
-            if val_loss.update_called:
-                # (,) on the device; torchmetrics caches it, so Lightning's own compute reuses it
-                self._val_loss = val_loss.compute()
 
     @override
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -182,15 +182,32 @@ class Dashboard(Callback):
                 "train/samples_per_sec", self._samples * trainer.world_size / train_time, sync_dist=True
             )
             pl_module.log("train/data_time_share", self._data_time / train_time, sync_dist=True)
-        if self._val_loss is not None and isinstance(pl_module, BaseTask):
-            # an epoch that ended unforeseen may hold batches not yet taken in; the task's own hook,
-            # which takes them in, runs after this one
-            pl_module.update_train_metrics()
-            train_loss = pl_module.epoch_loss("train")
-            if train_loss.update_called:
-                # both losses are already reduced over processes, so every rank holds the same gap
-                pl_module.log("val/generalization_gap", self._val_loss - train_loss.compute(), sync_dist=True)
-        self._val_loss = None
+        # the step Lightning gives this epoch's values (the index of its last optimizer step)
+        self._ended = (trainer.current_epoch, logging_step(trainer))
+
+    # The gap between an epoch's val/loss and train/loss. A module logs its train loss in its own
+    # on_train_epoch_end, which Lightning calls after the callbacks', so both are in callback_metrics
+    # only from the next hook on (the next epoch's start, or the fit's end): written then, at the
+    # ended epoch's step.
+    @override
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        self._validated_epoch = trainer.current_epoch
+        # the first validation of a fit has logged the metric names the layout charts
+        writer = tensorboard_writer(trainer)
+        if not self._layout_written and writer is not None:
+            self._layout_written = True
+            writer.add_custom_scalars(scalars_layout(trainer.callback_metrics))
+
+    def _write_gap(self, trainer: L.Trainer) -> None:
+        ended, self._ended = self._ended, None
+        if ended is None or ended[0] != self._validated_epoch:
+            return
+        logged = trainer.callback_metrics
+        if "train/loss" in logged and "val/loss" in logged:
+            epoch, step = ended
+            write(trainer, {"val/generalization_gap": logged["val/loss"] - logged["train/loss"]}, step, epoch)
 
     # -- optional: histograms and graph ---------------------------------------------------------------
 
@@ -219,7 +236,8 @@ class Dashboard(Callback):
         if writer is None:
             return
         # the plain net of a task: tracing the task would walk into its metric modules too
-        net = pl_module.net if isinstance(pl_module, BaseTask) else pl_module
+        inner = getattr(pl_module, "net", None)
+        net = inner if isinstance(inner, torch.nn.Module) else pl_module
         # traced in eval mode on one row: BatchNorm must not update its statistics from the trace
         modes = {module: module.training for module in net.modules()}
         net.eval()
@@ -231,11 +249,10 @@ class Dashboard(Callback):
                 module.training = training
 
 
-def scalars_layout(pl_module: L.LightningModule) -> dict[str, dict[str, list[Any]]]:
-    """The custom-scalars layout: each metric's train and val curves on one chart (tags are regexes)."""
-    # keys() is typed Hashable (a ModuleDict's keys); a collection's keys are its metrics' str names
-    keys = pl_module.stage_metrics("val").keys(keep_base=True) if isinstance(pl_module, BaseTask) else []
-    names = ["loss", *map(str, keys)]
+def scalars_layout(logged: Mapping[str, Any]) -> dict[str, dict[str, list[Any]]]:
+    """The custom-scalars layout: each validation value's train and val curves on one chart (tags are
+    regexes); ``logged`` holds what the module logged (``val/loss``, ``val/acc`` ...)."""
+    names = ["loss", *sorted({n[4:] for n in logged if n.startswith("val/") and n[4:] != "loss"} - SPEED)]
 
     def chart(*tags: str) -> list[Any]:
         return ["Multiline", [f"^{tag}$" for tag in tags]]

@@ -9,6 +9,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_info
 from matplotlib.figure import Figure
 from sklearn.metrics import ConfusionMatrixDisplay
 from torch.utils.tensorboard import SummaryWriter
@@ -17,7 +18,6 @@ from torchmetrics.classification import MulticlassConfusionMatrix
 from typing_extensions import override
 
 from src.callbacks.dashboard import logging_step, tensorboard_writer
-from src.data import TabularDataModule
 from src.errors import UserInputError
 
 DPI = 100
@@ -40,7 +40,9 @@ class ValidationFigures(Callback):
     """The confusion matrix (classification) or predicted against true values (regression).
 
     Reads the ``{"preds", "target"}`` dict that ``validation_step`` returns, as the metrics see it:
-    ``(B, K)`` scores for classification, ``(B,)`` values in the target's units for regression. The
+    ``(B, K)`` scores for classification, ``(B,)`` values in the target's units for regression; a module
+    whose ``validation_step`` returns no such dict gets one line saying so, and no figures. Class names
+    come from the DataModule's ``label_names`` when it has them. The
     counts accumulate on the device; the only host transfer is at the end of the validation epoch.
 
     Drawn on every n-th epoch's validation, and always on the first and the last validation of a fit
@@ -73,6 +75,7 @@ class ValidationFigures(Callback):
         self._pending: list[Future[None]] = []
         self._painter: ThreadPoolExecutor | None = None
         self._drew = False  # whether this run has drawn a figure yet
+        self._told = False  # whether the module was told what this callback needs
 
     @override
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -94,7 +97,15 @@ class ValidationFigures(Callback):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        if not self._collecting or not isinstance(outputs, Mapping):
+        if not self._collecting:
+            return
+        if not (isinstance(outputs, Mapping) and "preds" in outputs and "target" in outputs):
+            if not self._told:
+                self._told = True
+                rank_zero_info(
+                    f"ValidationFigures draws from the {{'preds', 'target'}} dict validation_step returns; "
+                    f"{type(pl_module).__name__}.validation_step returns none, so no figures are drawn."
+                )
             return
         preds, target = outputs["preds"], outputs["target"]
         if preds.ndim == 2:  # (B, K) scores
@@ -214,8 +225,8 @@ def _scatter(ax: Any, target: torch.Tensor, preds: torch.Tensor) -> None:
 def _label_names(trainer: L.Trainer, count: int) -> list[str]:
     """The class labels as the data writes them (``MALE``, ``Gentoo``), or class ids when unknown."""
     datamodule = trainer.datamodule  # type: ignore[attr-defined]  # set by Lightning at run time
-    labels = datamodule.label_names if isinstance(datamodule, TabularDataModule) else None
-    if labels is None or len(labels) != count:
+    labels = getattr(datamodule, "label_names", None)
+    if not isinstance(labels, list | tuple) or len(labels) != count:
         return [str(k) for k in range(count)]
     return [str(label) for label in labels]
 

@@ -10,7 +10,6 @@ from torch.distributed.tensor import DTensor
 from typing_extensions import override
 
 from src.errors import UserInputError
-from src.models import BaseTask
 
 
 class NonFiniteGuard(Callback):
@@ -42,6 +41,7 @@ class NonFiniteGuard(Callback):
         self._epoch_steps = self._epoch_skipped = 0
         self._rewind: list[tuple[Any, dict[str, Any], list[float]]] = []
         self._parameters: list[tuple[str, torch.nn.Parameter]] = []
+        self._batch_idx = 0
 
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -50,12 +50,15 @@ class NonFiniteGuard(Callback):
         self._parameters = list(pl_module.named_parameters())
 
     @override
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._batch_idx = batch_idx  # to name the batch of a skipped step
+
+    @override
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
-        task = pl_module if isinstance(pl_module, BaseTask) else None
-        if task is not None:
-            task.grad_norm = None  # offered below only for this step's finite gradients
         named = [(name, p.grad) for name, p in self._parameters if p.grad is not None]
         if not named:
             return
@@ -64,17 +67,13 @@ class NonFiniteGuard(Callback):
         # element is (or, with every element finite, when the norm itself exceeds the dtype's range,
         # a step that clipping would turn into a zero update anyway)
         norm = torch.nn.utils.get_total_norm([grad for _, grad in named])
-        gathered = False
         if isinstance(norm, DTensor):  # FSDP2: the gradients are sharded; the norm gathers the shards'
-            norm, gathered = norm.full_tensor(), True
+            norm = norm.full_tensor()
         finite = torch.isfinite(norm)
         if trainer.world_size > 1:  # all processes skip the step together, or none does
             finite = trainer.strategy.reduce((~finite).float(), reduce_op="max") == 0
         if bool(finite.item()):
             self.consecutive = 0
-            if task is not None and not gathered:
-                # the task's clipping, which comes next, need not compute the same norm again
-                task.grad_norm = norm
             return
         self.skipped += 1
         self.consecutive += 1
@@ -93,8 +92,7 @@ class NonFiniteGuard(Callback):
             for config in trainer.lr_scheduler_configs
             if config.interval == "step"
         ]
-        batch = trainer.fit_loop.epoch_loop.batch_progress.current.ready - 1
-        where = f"epoch {trainer.current_epoch}, batch {batch}"
+        where = f"epoch {trainer.current_epoch}, batch {self._batch_idx}"
         rank_zero_info(
             f"Skipped the optimizer step at {where}: non-finite gradients"
             f"{' in ' + ', '.join(offenders) if offenders else ' on another process'} "

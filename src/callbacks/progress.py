@@ -2,6 +2,7 @@
 
 import math
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
@@ -9,19 +10,16 @@ import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
 from typing_extensions import override
 
-from src.models import BaseTask
-
 
 class ProgressBar(TQDMProgressBar):
     """``TQDMProgressBar`` whose refresh rate follows ``trainer.log_every_n_steps`` unless one is given,
     and which reads the values it shows only when it refreshes.
 
-    The loss the bar shows is written every ``log_every_n_steps`` steps, so refreshing more often shows
-    nothing new. It is not a ``prog_bar`` value: Lightning reads every ``prog_bar`` value back from the
-    device after every step, whether it was logged that step or not (a host sync per step on a GPU).
-    At each refresh this bar shows the values named in ``show``: from the task's
-    :attr:`~src.models.BaseTask.step_values` (the latest ones written), or else from
-    ``trainer.callback_metrics``.
+    At each refresh the bar shows the loss ``training_step`` returned for the batch just done (read back
+    from the device then, once per refresh, for any LightningModule), and the logged values named in
+    ``show`` from ``trainer.callback_metrics`` (the latest epoch's ``val/loss`` ...). The loss is not a
+    ``prog_bar`` value: Lightning reads every ``prog_bar`` value back from the device after every step
+    (a host sync per step on a GPU), whether the bar shows it or not.
 
     A training refresh due within ``min_interval_s`` of the last one is left out (the epoch's last batch
     always refreshes): a small net takes hundreds of steps a second, and each refresh (formatting and
@@ -32,7 +30,7 @@ class ProgressBar(TQDMProgressBar):
         refresh_rate: Batches between refreshes; ``None`` follows ``trainer.log_every_n_steps``.
         process_position: As ``TQDMProgressBar``'s.
         leave: As ``TQDMProgressBar``'s.
-        show: Logged values to show beside what the module logs with ``prog_bar=True``.
+        show: Logged values to show beside the loss and what the module logs with ``prog_bar=True``.
         min_interval_s: Seconds at least between two refreshes of the training bar within an epoch.
     """
 
@@ -48,9 +46,10 @@ class ProgressBar(TQDMProgressBar):
         super().__init__(refresh_rate=given, process_position=process_position, leave=leave)
         self._follow_logging = refresh_rate is None
         self._every_n_steps = 1
-        self.show = ["train/loss_step"] if show is None else list(show)
+        self.show = ["val/loss"] if show is None else list(show)
         self.min_interval_s = min_interval_s
         self._refreshed_at = -math.inf
+        self._loss: torch.Tensor | None = None
 
     @property
     @override
@@ -82,6 +81,10 @@ class ProgressBar(TQDMProgressBar):
         if done != total and now - self._refreshed_at < self.min_interval_s:
             return
         self._refreshed_at = now
+        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        # Lightning hands on the automatic loop's loss divided by accumulate_grad_batches
+        scale = trainer.accumulate_grad_batches if pl_module.automatic_optimization else 1
+        self._loss = loss * scale if isinstance(loss, torch.Tensor) and loss.numel() == 1 else None
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
     @override
@@ -89,12 +92,10 @@ class ProgressBar(TQDMProgressBar):
         self, trainer: L.Trainer, pl_module: L.LightningModule
     ) -> dict[str, int | str | float | dict[str, float]]:
         metrics = super().get_metrics(trainer, pl_module)
-        written = pl_module.step_values if isinstance(pl_module, BaseTask) else {}
-        logged = trainer.callback_metrics
+        if self._loss is not None:
+            metrics["loss"] = self._loss.item()
         for name in self.show:
-            value = written.get(name, logged.get(name))
-            if isinstance(value, float):
-                metrics[name] = value
-            elif isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = trainer.callback_metrics.get(name)
+            if isinstance(value, torch.Tensor) and value.numel() == 1:
                 metrics[name] = value.item()
         return metrics

@@ -2,7 +2,7 @@
 
 import gc
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
@@ -17,6 +17,7 @@ from sklearn.compose import ColumnTransformer
 from sklearn.model_selection import KFold, StratifiedKFold, train_test_split
 from sklearn.utils.class_weight import compute_class_weight
 from torch.utils.data import DataLoader, Dataset
+from typing_extensions import override
 
 from src.checkpoints import load_checkpoint
 from src.data import sources
@@ -72,18 +73,19 @@ class ResumableLoader(DataLoader):
 
     Lightning saves a loader's ``state_dict`` in each checkpoint and hands it back on resume when the
     loader has one. The state is the shuffle generator as it stood before this epoch's order was drawn,
-    and how many batches the epoch has processed; the resumed loader draws the same order again and
-    skips those batches, so the run goes on with the very batch the interrupted one would have taken.
+    and how many batches the epoch has processed (:attr:`processed`); the resumed loader draws the same
+    order again and skips those batches, so the run goes on with the very batch the interrupted one
+    would have taken. (Batches drawn are not batches processed: Lightning draws one ahead.)
 
     Args:
-        progress: Returns the batches processed so far this epoch (the Trainer's count).
         *args: What ``DataLoader`` takes.
         **kwargs: What ``DataLoader`` takes.
     """
 
-    def __init__(self, *args: Any, progress: Callable[[], int], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.progress = progress
+        #: batches of the current epoch that reached a training step; the DataModule counts them
+        self.processed = 0
         self._epoch_start: torch.Tensor | None = None
         self._skip = 0
 
@@ -94,13 +96,14 @@ class ResumableLoader(DataLoader):
             else:
                 self._epoch_start = self.generator.get_state()
         skip, self._skip = self._skip, 0
+        self.processed = skip
         batches = super().__iter__()
         for _ in range(skip):
             next(batches)
         yield from batches
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch_start": self._epoch_start, "done": self.progress()}
+        return {"epoch_start": self._epoch_start, "done": self.processed}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._epoch_start = state_dict["epoch_start"]
@@ -220,6 +223,7 @@ class TabularDataModule(L.LightningDataModule):
         self._datasets: dict[Stage, TensorBatches] = {}
         self._stat: os.stat_result | None = None  # the data file's, when it was first read
         self._shuffle = torch.Generator().manual_seed(seed)
+        self._train_loader: ResumableLoader | None = None
 
     @property
     def settings(self) -> AttributeDict:
@@ -478,18 +482,19 @@ class TabularDataModule(L.LightningDataModule):
 
     # -- loaders --------------------------------------------------------------------------------------
 
-    def _batches_done(self) -> int:
-        """Training batches the current epoch has processed (Lightning's own count, which a prefetched
-        batch does not inflate)."""
-        if self.trainer is None:
-            return 0
-        return self.trainer.fit_loop.epoch_loop.batch_progress.current.ready
+    @override
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        # Lightning calls this once for each batch it runs a step on, after drawing it (and the one it
+        # draws ahead), so the training loader learns how many batches its epoch has processed. (A
+        # LightningModule's own on_before_batch_transfer then yields to this one, as Lightning warns.)
+        if self.trainer is not None and self.trainer.training and self._train_loader is not None:
+            self._train_loader.processed += 1
+        return batch
 
     def _loader(self, stage: Stage, train: bool = False) -> DataLoader:
         workers = self.settings.num_workers
         on_cuda = self.trainer is not None and isinstance(self.trainer.accelerator, CUDAAccelerator)
         loader_class = ResumableLoader if train else DataLoader
-        extra: dict[str, Any] = {"progress": self._batches_done} if train else {}
         return loader_class(
             self.dataset(stage),
             batch_size=self.settings.batch_size,
@@ -500,11 +505,13 @@ class TabularDataModule(L.LightningDataModule):
             num_workers=workers,
             persistent_workers=workers > 0,
             pin_memory=on_cuda,
-            **extra,
         )
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", train=True)
+        loader = self._loader("train", train=True)
+        assert isinstance(loader, ResumableLoader)
+        self._train_loader = loader
+        return loader
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val")

@@ -1,35 +1,36 @@
-"""The base task: one net, one shared step for train/val/test, injected optimizer and scheduler."""
+"""The base task: an injected net, one shared step for train/val/test, injected optimizer and scheduler."""
 
 import functools
-import inspect
 import math
+import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, Literal, Self
+from typing import IO, Any, Literal, Self, cast
 
 import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
-from lightning.pytorch.plugins.precision import Precision
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, fully_shard
-from torch.distributed.tensor import DTensor
 from torchmetrics import MeanMetric, MetricCollection
 from typing_extensions import override
 
 from src.checkpoints import check_names, load_checkpoint
 from src.errors import UserInputError
 from src.nets import MLP
-from src.nets.mlp import Activation
 
-Stage = Literal["train", "val", "test"]
-STAGES: tuple[Stage, ...] = ("train", "val", "test")
+Stage = Literal["fit", "val", "test"]
+#: each stage's prefix in the logged names (``train/loss``, ``val/acc``); the metrics live under the
+#: stage's name, since ``train`` is taken by ``nn.Module.train``
+PREFIX: dict[Stage, str] = {"fit": "train", "val": "val", "test": "test"}
+#: builds the net from the data's widths: ``net(in_features, out_features)``; in YAML, the ``class_path`` of
+#: any ``nn.Module`` whose first two arguments are those widths, with its other arguments as ``init_args``
+NetFactory = Callable[[int, int], nn.Module]
 DEFAULT_OPTIMIZER = functools.partial(torch.optim.AdamW, lr=1e-3)
-#: training batches whose metric inputs the train metrics take in one update
-METRIC_BATCHES = 32
-#: attributes set on every step that are never parameters, buffers or modules
-_PLAIN_PER_STEP = frozenset({"_current_fx_name", "grad_norm"})
+#: init arguments by which a scheduler spans the whole run: OneCycleLR's and WarmupCosine's
+#: ``total_steps``, CosineAnnealingLR's ``T_max``
+SPANS_THE_RUN = ("total_steps", "T_max")
 
 
 class BaseTask(L.LightningModule, ABC):
@@ -41,10 +42,9 @@ class BaseTask(L.LightningModule, ABC):
     Args:
         in_features: Input width; linked from the DataModule by the CLI, never typed by hand.
         out_features: Output width (class count, or 1 for regression); linked from the DataModule.
-        hidden_sizes: Hidden layer widths of the MLP.
-        activation: Activation of the MLP (``relu``, ``gelu``, ``silu``, ``tanh``, ``leaky_relu``).
-        dropout: Dropout after each hidden activation.
-        batch_norm: BatchNorm after each hidden linear layer.
+        net: Builds the net from ``(in_features, out_features)``: in YAML the ``class_path`` of any
+            ``nn.Module`` taking those two widths first, its other arguments as ``init_args``. ``None``
+            means ``src.nets.MLP`` with its defaults.
         optimizer: Builds the optimizer from the parameters; chosen in YAML (``class_path`` + ``init_args``).
             ``None`` means ``AdamW(lr=1e-3)``. (No class default here on purpose: the parser would carry a
             default class's ``init_args``, say AdamW's ``weight_decay``, over to the class a config names.)
@@ -53,75 +53,49 @@ class BaseTask(L.LightningModule, ABC):
             (warmup, OneCycleLR) need ``step``; epoch schedules stepped per batch decay far too fast.
         scheduler_monitor: The logged metric a ``ReduceLROnPlateau`` watches.
         compile_net: Compile the net with ``torch.compile`` (the net only: ``self.log`` does not compile).
-        activation_checkpointing: Recompute the MLP's hidden activations in backward instead of storing them.
     """
 
     def __init__(
         self,
         in_features: int,
         out_features: int,
-        hidden_sizes: list[int] | None = None,
-        activation: Activation = "relu",
-        dropout: float = 0.0,
-        batch_norm: bool = False,
+        net: NetFactory | None = None,
         optimizer: OptimizerCallable | None = None,
         scheduler: LRSchedulerCallable | None = None,
         scheduler_interval: Literal["epoch", "step"] = "epoch",
         scheduler_monitor: str = "val/loss",
         compile_net: bool = False,
-        activation_checkpointing: bool = False,
     ) -> None:
         super().__init__()
-        # primitives only, so checkpoints load with torch.load(weights_only=True); the optimizer and
-        # scheduler are rebuilt from the config, which the CLI saves beside the checkpoints
-        self.save_hyperparameters(ignore=["optimizer", "scheduler"])
-        if not 0.0 <= dropout < 1.0:
-            raise UserInputError(f"model.init_args.dropout={dropout} must lie in [0, 1).")
-        if hidden_sizes is not None and any(size < 1 for size in hidden_sizes):
-            raise UserInputError(
-                f"model.init_args.hidden_sizes={hidden_sizes}: every width must be at least 1."
-            )
+        # Primitives only, so that checkpoints load with torch.load(weights_only=True). Built by the CLI,
+        # ``net`` is saved as its config (class_path and init_args), which is how a checkpoint rebuilds it;
+        # the optimizer and scheduler are rebuilt from the config the CLI saves beside the checkpoints.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Attribute 'net' is an instance of `nn.Module`")
+            self.save_hyperparameters(ignore=["optimizer", "scheduler"])
+        if self.hparams.get("net") is not None and not isinstance(self.hparams["net"], dict):
+            # a net factory built in Python, not read from a config: pass it again when loading
+            # (``load_from_checkpoint(path, net=...)``); its weights are in the checkpoint either way
+            self.save_hyperparameters(ignore=["optimizer", "scheduler", "net"])
         self.check_shapes()
         self.optimizer = optimizer
         self.scheduler = scheduler
-        self.net = self.build_net()
+        try:
+            self.net = (net or MLP)(in_features, out_features)
+        except (ValueError, TypeError) as err:  # a bad argument of the net, as one sentence
+            raise UserInputError(f"model.init_args.net: {err}") from err
         if compile_net:
             # in place: the state_dict keeps its keys, so checkpoints load with or without compiling
             self.net.compile()
-        # one collection per stage, cloned with a prefix: `train/acc`, `val/acc`, `test/acc`
-        # (attributes, not a ModuleDict: "train" is taken by nn.Module.train)
+        # one collection per stage, cloned with a prefix (`train/acc`, `val/acc` ...), and the stage's
+        # epoch loss as a metric: averaged over rows, reduced across processes once per epoch.
+        # nan_strategy="ignore": a step whose loss is NaN (NonFiniteGuard skips it) is left out of the
+        # epoch's mean instead of warning on every such step.
         metrics = self.build_metrics()
-        for stage in STAGES:
-            setattr(self, f"{stage}_metrics", metrics.clone(prefix=f"{stage}/"))
-            # epoch loss as a metric: averaged over samples, reduced across processes once per epoch
-            # nan_strategy="ignore": a step whose loss is NaN (NonFiniteGuard skips it) is left out of the
-            # epoch's mean instead of warning on every such step ("disable" would also drop the weights)
-            setattr(self, f"{stage}_loss", MeanMetric(nan_strategy="ignore"))
-        # the train loss and metric inputs of the batches since their last update: (loss, rows, preds, target)
-        self._metric_inputs: list[tuple[torch.Tensor, int, torch.Tensor, torch.Tensor]] = []
-        # the stages whose epoch metrics were handed to self.log this epoch
-        self._logged_stages: set[Stage] = set()
-        #: the latest training step values written to the loggers (``train/loss_step`` ...), as numbers
-        self.step_values: dict[str, float] = {}
-        # this optimizer step's values, written once it has its gradients: (global_step, values)
-        self._pending_step_values: tuple[int, dict[str, torch.Tensor | float]] | None = None
-        #: the total L2 norm of this optimizer step's gradients over :meth:`parameters`, in their order,
-        #: before clipping, when a callback has computed it (``NonFiniteGuard`` does): clipping and the
-        #: logged ``train/grad_norm`` use it instead of computing it again; read once, in
-        #: :meth:`configure_gradient_clipping`
-        self.grad_norm: torch.Tensor | None = None
-
-    @override
-    def __setattr__(self, name: str, value: Any) -> None:
-        # Lightning assigns _current_fx_name (a str or None, its own attribute) before and after each of
-        # the ~50 hook calls of a training step, and grad_norm changes every step. nn.Module.__setattr__
-        # first asks whether the value is a Parameter, Buffer or Module (isinstance through Python
-        # metaclasses, 1 µs); neither ever is one, so each ends in object.__setattr__ either way, which is
-        # where it goes directly (0.1 µs). Lightning's own _ResultMetric skips nn.Module.__setattr__ so.
-        if name in _PLAIN_PER_STEP:
-            object.__setattr__(self, name, value)
-        else:
-            super().__setattr__(name, value)
+        self.metrics = nn.ModuleDict(
+            {stage: metrics.clone(prefix=f"{name}/") for stage, name in PREFIX.items()}
+        )
+        self.losses = nn.ModuleDict({stage: MeanMetric(nan_strategy="ignore") for stage in PREFIX})
 
     @classmethod
     def load_from_checkpoint(  # type: ignore[override]
@@ -151,19 +125,6 @@ class BaseTask(L.LightningModule, ABC):
 
     # -- what subclasses define -----------------------------------------------------------------------
 
-    def build_net(self) -> nn.Module:
-        """The plain PyTorch net; override to bring your own (it receives ``(B, in_features)``)."""
-        hp = self.hparams
-        return MLP(
-            hp["in_features"],
-            hp["out_features"],
-            hidden_sizes=hp["hidden_sizes"] if hp["hidden_sizes"] is not None else [128, 64],
-            activation=hp["activation"],
-            dropout=hp["dropout"],
-            batch_norm=hp["batch_norm"],
-            activation_checkpointing=hp["activation_checkpointing"],
-        )
-
     def check_shapes(self) -> None:
         """Refuse shapes the task cannot serve (say, regression data linked into a classifier)."""
 
@@ -187,220 +148,39 @@ class BaseTask(L.LightningModule, ABC):
         Lightning's own default would call the net on the whole ``(x, y)`` batch tuple.
         """
 
-    # -- the loop -------------------------------------------------------------------------------------
+    # -- the steps ------------------------------------------------------------------------------------
 
     @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
-    def epoch_loss(self, stage: Stage) -> MeanMetric:
-        """The stage's sample-weighted mean loss of the epoch (``train/loss``, ``val/loss`` ...)."""
-        loss: MeanMetric = getattr(self, f"{stage}_loss")
-        return loss
+    def _shared_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: Stage) -> dict[str, torch.Tensor]:
+        """The batch's ``loss`` (with its graph) and the detached ``preds`` and ``target`` the metrics see.
 
-    def stage_metrics(self, stage: Stage) -> MetricCollection:
-        """The stage's metrics, prefixed ``<stage>/`` (``val/acc``, ``val/f1`` ...)."""
-        metrics: MetricCollection = getattr(self, f"{stage}_metrics")
-        return metrics
-
-    def _shared_step(
-        self, batch: tuple[torch.Tensor, torch.Tensor], stage: Stage, last: bool = True
-    ) -> dict[str, torch.Tensor]:
-        """The step's ``loss`` (with its graph) and the detached ``preds``, ``target`` the metrics see.
-
-        ``last``: whether no training batch of the epoch follows this one (for the batched metric update).
+        The stage's loss and metric objects take the batch in on the device, with no host sync; their
+        epoch values are logged once, when the epoch ends (:meth:`_log_epoch`).
         """
         x, target = batch
-        output = self(x)
+        output = self(x)  # (B, K) raw logits or (B, 1) values
         loss = self.loss(output, target)
-        epoch_loss, metrics = self.epoch_loss(stage), self.stage_metrics(stage)
-        with torch.no_grad():
-            preds, metric_target = self.metric_inputs(output.detach(), target)
-            if stage == "train":
-                # The train loss and metrics take the inputs of METRIC_BATCHES batches in one update:
-                # the loss's mean is weighted by rows and the metrics' counts are sums over rows, so the
-                # epoch's values are the same, and one update of a metric costs about as much as a small
-                # net's step spends on it. Detached: a tensor that keeps its graph keeps every
-                # activation of the step alive.
-                self._metric_inputs.append((loss.detach(), len(target), preds, metric_target))
-                if last or len(self._metric_inputs) >= METRIC_BATCHES:
-                    self.update_train_metrics()
-            else:
-                # updated on the device every step, with no host sync
-                epoch_loss.update(loss.detach(), weight=len(target))
-                metrics.update(preds, metric_target)
-        if stage not in self._logged_stages:
-            # The epoch's first batch (or the first after a resume). The metric objects are handed to
-            # self.log once per epoch, not per step: Lightning keeps the object, calls its compute()
-            # (reduced across processes) when the epoch ends and resets it, so the epoch value holds
-            # every update. Each self.log call walks Lightning's result collection, and six per step
-            # cost more than a small net's step itself.
-            self._logged_stages.add(stage)
-            self.log(f"{stage}/loss", epoch_loss, on_step=False, on_epoch=True)
-            self.log_dict(metrics, on_step=False, on_epoch=True)
+        preds, metric_target = self.metric_inputs(output.detach(), target)
+        epoch_loss, metrics = self._metrics_of(stage)
+        # detached: a tensor that keeps its graph keeps every activation of the step alive
+        epoch_loss.update(loss.detach(), weight=len(target))
+        metrics.update(preds, metric_target)
         return {"loss": loss, "preds": preds, "target": metric_target}
-
-    def is_logging_step(self) -> bool:
-        """Whether this training step's values are written to the loggers.
-
-        On Lightning's schedule for step values: every ``log_every_n_steps`` optimizer steps, and on a
-        step during which the run was told to stop. Under automatic optimization with one optimizer the
-        step about to be taken is ``global_step + 1``. (A stop decided during the step itself, by a time
-        limit or a callback, is not foreseen here: that last step writes no step values.)
-        """
-        try:
-            trainer = self.trainer
-        except RuntimeError:  # a step called by hand, outside a Trainer: nothing is written anywhere
-            return False
-        # public and documented, but Lightning assigns it in a connector without declaring it on the class
-        every: int = trainer.log_every_n_steps  # type: ignore[attr-defined]
-        return every > 0 and ((trainer.global_step + 1) % every == 0 or trainer.should_stop)
-
-    def update_train_metrics(self) -> None:
-        """Take in the training batches gathered since the last update (the train loss and metrics).
-
-        The task does so every ``METRIC_BATCHES`` batches and on the batch it foresees as the epoch's last,
-        and again in its ``on_train_epoch_end`` for an epoch that ended unforeseen (a stop set after a step,
-        a time limit). Lightning calls callbacks' ``on_train_epoch_end`` before the module's: a callback
-        that reads the train loss or metrics there calls this first.
-        """
-        if self._metric_inputs:
-            losses, rows, preds, target = zip(*self._metric_inputs, strict=True)
-            # each batch's mean loss, weighted by its rows (a NaN one is left out with its weight)
-            epoch_loss = self.epoch_loss("train")
-            weights = torch.tensor(rows, dtype=epoch_loss.dtype, device=epoch_loss.device)
-            epoch_loss.update(torch.stack(losses), weight=weights)
-            self.stage_metrics("train").update(torch.cat(preds), torch.cat(target))
-            self._metric_inputs = []
-
-    def _last_training_batch(self, batch_idx: int) -> bool:
-        """Whether the epoch's training ends after this batch (its last batch, or a stop, or max_steps)."""
-        try:
-            trainer = self.trainer
-        except RuntimeError:  # a step called by hand, outside a Trainer
-            return True
-        return (
-            batch_idx + 1 >= trainer.num_training_batches
-            or trainer.should_stop
-            or 0 < trainer.max_steps <= trainer.global_step + 1
-        )
-
-    @override
-    def on_train_epoch_end(self) -> None:
-        # a backstop: an epoch that ended where _last_training_batch did not foresee still counts every
-        # batch before Lightning computes the epoch's metrics, right after this hook
-        self.update_train_metrics()
-
-    # Each epoch starts from empty metrics. Lightning resets them when it has computed an epoch's values;
-    # an epoch cut short by an exception leaves them filled, and a later fit of the same module would
-    # otherwise add to them (and, their update count past 1, never hand them to self.log).
-    @override
-    def on_train_epoch_start(self) -> None:
-        self._reset_stage("train")
-        self._metric_inputs = []
-        self._pending_step_values = None
-
-    @override
-    def on_validation_epoch_start(self) -> None:
-        self._reset_stage("val")
-
-    @override
-    def on_test_epoch_start(self) -> None:
-        self._reset_stage("test")
-
-    def _reset_stage(self, stage: Stage) -> None:
-        self.epoch_loss(stage).reset()
-        self.stage_metrics(stage).reset()
-        self._logged_stages.discard(stage)
 
     @override
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss = self._shared_step(batch, "train", last=self._last_training_batch(batch_idx))["loss"]
-        if self.is_logging_step():  # per-step values only on the steps the loggers receive
-            values: dict[str, torch.Tensor | float] = {"train/loss_step": loss.detach()}
-            values.update(self._learning_rates())
-            if self.automatic_optimization:
-                # written with the gradient norm once the optimizer step has its gradients; with
-                # accumulated gradients each micro-batch replaces them, so the step's loss is its last's
-                self._pending_step_values = (self.trainer.global_step, values)
-            else:
-                self.write_step_values(values)
-        return loss
-
-    @override
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        # a backstop: values of a step taken without configure_gradient_clipping writing them (a subclass
-        # that overrides it without calling it), at the step they belong to
-        if self._pending_step_values is not None and self.trainer.global_step > self._pending_step_values[0]:
-            self._write_pending_step_values({})
-
-    def _write_pending_step_values(self, values: dict[str, torch.Tensor | float]) -> None:
-        """Write the step's pending values and ``values`` together, in one call to each logger."""
-        step, pending = self._pending_step_values or (self.trainer.global_step, {})
-        self._pending_step_values = None
-        if pending or values:
-            self.write_step_values({**pending, **values}, step=step)
-
-    def write_step_values(self, values: Mapping[str, torch.Tensor | float], step: int | None = None) -> None:
-        """Write values of a training step to the loggers now, as Lightning writes logged step values:
-        at ``step`` (by default ``global_step``: the optimizer steps taken before this one), with the
-        ``epoch``; scalars only.
-
-        The task writes its own once per logging step (:meth:`is_logging_step`). ``self.log`` would keep
-        each value in Lightning's result collection until the step ends: each such call costs about 0.3 ms
-        on a CPU (it deep-copies its metadata and moves its record to the device), and Lightning then
-        goes over every kept step value after every later step of the epoch, reading ``prog_bar`` ones
-        back from the device each time. Here the values are read back once, together. They stay in
-        :attr:`step_values` (the progress bar shows the loss from there), not in
-        ``trainer.callback_metrics``: a callback that monitors a value watches an epoch value
-        (``val/loss``, ``train/loss``), never a step value.
-
-        Under manual optimization Lightning's step numbers count batches, not optimizer steps: there the
-        values go through ``self.log`` and Lightning writes them on its own schedule.
-        """
-        if not self.automatic_optimization:
-            self.log_dict(dict(values), on_step=True, on_epoch=False)
-            return
-        tensors = {name: value for name, value in values.items() if isinstance(value, torch.Tensor)}
-        numbers = {name: float(value) for name, value in values.items() if name not in tensors}
-        if tensors:
-            # one read-back for all of them; a sharded (FSDP2) value is gathered first
-            full = [t.full_tensor() if isinstance(t, DTensor) else t for t in tensors.values()]
-            for name, t in zip(tensors, full, strict=True):
-                if t.numel() != 1:
-                    raise ValueError(
-                        f"step value {name!r} has {t.numel()} elements; log one number per name."
-                    )
-            dtype = functools.reduce(torch.promote_types, [t.dtype for t in full], torch.float32)
-            device = full[0].device
-            read = torch.stack([t.detach().reshape(()).to(device, dtype) for t in full]).tolist()
-            numbers.update(zip(tensors, read, strict=True))
-        self.step_values.update(numbers)
-        trainer = self.trainer
-        at = trainer.global_step if step is None else step
-        for logger in trainer.loggers:
-            logger.log_metrics({**numbers, "epoch": trainer.current_epoch}, step=at)
-            logger.save()
-
-    def _learning_rates(self) -> dict[str, float]:
-        """``train/lr`` for one parameter group; ``train/lr/<group name or pgN>`` for several; with several
-        optimizers (a subclass's), ``train/lr/opt<N>`` before those."""
-        rates = {}
-        optimizers = self.trainer.optimizers
-        for number, optimizer in enumerate(optimizers, start=1):
-            base = "train/lr" if len(optimizers) == 1 else f"train/lr/opt{number}"
-            groups = optimizer.param_groups
-            for index, group in enumerate(groups, start=1):
-                name = base if len(groups) == 1 else f"{base}/{group.get('name', f'pg{index}')}"
-                rates[name] = float(group["lr"])  # the optimizer's own Python number
-        return rates
+        # the step's loss reaches TensorBoard through the StepValues callback, which reads it from here
+        return self._shared_step(batch, "fit")["loss"]
 
     @override
     def validation_step(
         self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int
     ) -> dict[str, torch.Tensor]:
-        # Lightning has already called model.eval() and entered torch.inference_mode() here;
-        # the returned preds and target reach callbacks' on_validation_batch_end (ValidationFigures)
+        # Lightning has already called model.eval() and entered torch.inference_mode() here; the returned
+        # preds and target reach callbacks' on_validation_batch_end (ValidationFigures)
         return self._shared_step(batch, "val")
 
     @override
@@ -408,71 +188,50 @@ class BaseTask(L.LightningModule, ABC):
         self._shared_step(batch, "test")
 
     @override
-    def configure_gradient_clipping(
-        self,
-        optimizer: torch.optim.Optimizer,
-        gradient_clip_val: float | None = None,
-        gradient_clip_algorithm: str | None = None,
-    ) -> None:
-        # runs after backward (and after unscaling under mixed precision), before optimizer.step();
-        # the norm is computed for the dashboard only on the steps the loggers receive
-        offered, self.grad_norm = self.grad_norm, None
-        if self.is_logging_step():
-            values: dict[str, torch.Tensor | float] = {}
-            grads = [p.grad for p in self.parameters() if p.grad is not None]
-            if grads:  # none when NonFiniteGuard has dropped this step's
-                norm = offered if offered is not None else torch.nn.utils.get_total_norm(grads)
-                values["train/grad_norm"] = norm
-                if gradient_clip_val:
-                    if gradient_clip_algorithm == "value":
-                        largest = torch.stack([g.abs().max() for g in grads]).max()
-                        fired = largest > gradient_clip_val
-                    else:
-                        fired = norm > gradient_clip_val
-                    values["train/grad_clipped"] = fired.float()
-            if self.automatic_optimization:
-                self._write_pending_step_values(values)  # the step's values, in one write
-            elif values:
-                self.write_step_values(values)
-        parameters = (
-            None
-            if offered is None
-            else self._clipped_by_norm(optimizer, gradient_clip_val, gradient_clip_algorithm)
-        )
-        if offered is not None and parameters is not None:
-            # what Lightning's clipping does below, with the norm it would compute again: 0.07 ms a step
-            torch.nn.utils.clip_grads_with_norm_(parameters, float(gradient_clip_val or 0), offered)
-        else:
-            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+    def on_train_epoch_end(self) -> None:
+        self._log_epoch("fit")
 
-    def _clipped_by_norm(
-        self,
-        optimizer: torch.optim.Optimizer,
-        gradient_clip_val: float | None,
-        gradient_clip_algorithm: str | None,
-    ) -> list[torch.nn.Parameter] | None:
-        """The parameters Lightning's ``clip_gradients`` would clip by their total norm, when that is all it
-        would do: the Trainer's own clipping value and algorithm ``norm``, a precision plugin that clips as
-        Lightning's base plugin does (mixed precision, FSDP and DeepSpeed clip their own way), and the
-        optimizer holding exactly :meth:`parameters`, in their order, so that their total norm is
-        :attr:`grad_norm` to the last bit. ``None`` otherwise."""
-        trainer = self.trainer
-        plugin = trainer.precision_plugin
-        if (
-            not gradient_clip_val
-            or gradient_clip_val <= 0
-            or gradient_clip_val != trainer.gradient_clip_val
-            or (gradient_clip_algorithm or "norm") != "norm"
-            or any(
-                getattr(type(plugin), name) is not getattr(Precision, name)
-                for name in ("clip_gradients", "clip_grad_by_norm", "main_params")
-            )
-        ):
-            return None
-        parameters = list(plugin.main_params(optimizer))
-        if [id(p) for p in parameters] != [id(p) for p in self.parameters()]:
-            return None
-        return parameters
+    @override
+    def on_validation_epoch_end(self) -> None:
+        self._log_epoch("val")
+
+    @override
+    def on_test_epoch_end(self) -> None:
+        self._log_epoch("test")
+
+    def _log_epoch(self, stage: Stage) -> None:
+        """Log the epoch's ``<prefix>/loss`` and metrics, then start the next epoch from empty ones.
+
+        ``compute()`` reduces over processes (torchmetrics does, once per epoch). An epoch in which
+        every batch was skipped logs nothing rather than a metric of no rows.
+        """
+        loss, metrics = self._metrics_of(stage)
+        if loss.update_called:
+            self.log(f"{PREFIX[stage]}/loss", loss.compute())
+            self.log_dict(metrics.compute())
+        self._reset(stage)
+
+    # Each epoch starts from empty metrics, also after one cut short by an exception (a later fit of the
+    # same module would otherwise add to them).
+    @override
+    def on_train_epoch_start(self) -> None:
+        self._reset("fit")
+
+    @override
+    def on_validation_epoch_start(self) -> None:
+        self._reset("val")
+
+    @override
+    def on_test_epoch_start(self) -> None:
+        self._reset("test")
+
+    def _reset(self, stage: Stage) -> None:
+        for metric in self._metrics_of(stage):
+            metric.reset()
+
+    def _metrics_of(self, stage: Stage) -> tuple[MeanMetric, MetricCollection]:
+        """The stage's epoch loss and its metrics (prefixed ``train/``, ``val/``, ``test/``)."""
+        return cast(MeanMetric, self.losses[stage]), cast(MetricCollection, self.metrics[stage])
 
     @override
     def configure_model(self) -> None:
@@ -528,24 +287,8 @@ class BaseTask(L.LightningModule, ABC):
             epochs = min(epochs, math.ceil(steps / per_epoch))
         return epochs
 
-    def _call_scheduler(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
-        """Build the scheduler; one that spans the run is given the run's length by the Trainer.
-
-        The scheduler class's signature says which argument that is (:data:`SPANS_THE_RUN`). Left out, it
-        is filled in: ``total_steps`` in optimizer steps; ``T_max`` in the scheduler's own steps, epochs
-        or optimizer steps as ``scheduler_interval`` says. Written in the config, it must equal the run's
-        length: a value typed beside ``trainer.max_epochs`` drifts when that changes, and the schedule
-        then restarts or stops short without a word, so a disagreeing value is refused.
-        """
-        factory = self.scheduler
-        assert factory is not None
-        scheduler_class = _built_class(factory)
-        parameters = inspect.signature(scheduler_class).parameters if scheduler_class is not None else {}
-        name = next((name for name in SPANS_THE_RUN if name in parameters), None)
-        # the values the config binds (the CLI's partial holds every init argument, unset ones as None)
-        bound = factory.keywords if isinstance(factory, functools.partial) else {}
-        if name is None or (name == "total_steps" and bound.get("epochs") is not None):
-            return factory(optimizer)  # nothing spans the run, or OneCycleLR counts epochs itself
+    def _run_length(self, name: str) -> tuple[int, str]:
+        """The run's length in the unit a scheduler's ``name`` argument counts."""
         interval = self.hparams["scheduler_interval"]
         if name == "total_steps" and interval != "step":
             raise UserInputError(
@@ -553,34 +296,40 @@ class BaseTask(L.LightningModule, ABC):
                 "step: set model.init_args.scheduler_interval: step."
             )
         if interval == "step":
-            length, unit = self.total_optimizer_steps(), "optimizer steps"
-        else:
-            length, unit = self.total_epochs(), "epochs"
-        given = bound.get(name)
-        if given is None:
-            return factory(optimizer, **{name: length})
-        if given != length:
-            raise UserInputError(
-                f"model.init_args.scheduler.init_args.{name}={given}, but this run is {length} {unit} "
-                f"long, so the schedule would {'end before' if given < length else 'not be done when'} the "
-                f"run ends; leave {name} out and the run's length is filled in."
-            )
-        return factory(optimizer)
+            return self.total_optimizer_steps(), "optimizer steps"
+        return self.total_epochs(), "epochs"
 
+    def _call_scheduler(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
+        """Build the scheduler; one that spans the run (:data:`SPANS_THE_RUN`) is given the run's length.
 
-#: init arguments by which a scheduler spans the whole run: OneCycleLR's and WarmupCosine's
-#: ``total_steps``, CosineAnnealingLR's ``T_max``
-SPANS_THE_RUN = ("total_steps", "T_max")
-
-
-def _built_class(factory: Callable[..., Any]) -> type | None:
-    """The class a scheduler factory builds: the class itself, ``functools.partial(cls, ...)``, or the
-    CLI's ``partial(call, instantiator, cls, ...)``; ``None`` for any other callable."""
-    if inspect.isclass(factory):
-        return factory
-    if isinstance(factory, functools.partial):
-        return next((c for c in (factory.func, *factory.args) if inspect.isclass(c)), None)
-    return None
+        Left out of the config, the length is filled in: ``total_steps`` in optimizer steps; ``T_max`` in
+        the scheduler's own steps, epochs or optimizer steps as ``scheduler_interval`` says. Written in
+        the config, it must equal the run's length: a value typed beside ``trainer.max_epochs`` drifts
+        when that changes, and the schedule then restarts or stops short without a word, so a
+        disagreeing value is refused. (The CLI builds a ``functools.partial`` that binds every init
+        argument, unset ones as ``None``: its public ``keywords`` say which were left out.)
+        """
+        factory = self.scheduler
+        assert factory is not None
+        bound = factory.keywords if isinstance(factory, functools.partial) else {}
+        if bound.get("epochs") is not None:
+            return factory(optimizer)  # OneCycleLR given epochs and steps_per_epoch counts them itself
+        for name in SPANS_THE_RUN:
+            if name in bound and bound[name] is None:
+                return factory(optimizer, **{name: self._run_length(name)[0]})
+        scheduler = factory(optimizer)
+        for name in SPANS_THE_RUN:
+            given = getattr(scheduler, name, None)  # torch's schedulers keep them as public attributes
+            if not isinstance(given, int):
+                continue
+            length, unit = self._run_length(name)
+            if given != length:
+                raise UserInputError(
+                    f"model.init_args.scheduler.init_args.{name}={given}, but this run is {length} {unit} "
+                    f"long, so the schedule would {'end before' if given < length else 'not be done when'} "
+                    f"the run ends; leave {name} out and the run's length is filled in."
+                )
+        return scheduler
 
 
 def _subclasses(cls: type) -> list[type]:

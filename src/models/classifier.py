@@ -1,65 +1,34 @@
 """Classification: raw logits into cross-entropy; accuracy and macro F1 per stage."""
 
-from typing import Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 from typing_extensions import override
 
 from src.errors import UserInputError
 from src.models.base import BaseTask
-from src.nets.mlp import Activation
 
 
 class Classifier(BaseTask):
     """Predicts one of ``out_features`` classes.
 
-    The arguments before ``label_smoothing`` are :class:`BaseTask`'s and documented there (``--help``
-    shows their descriptions too); ``tests/test_models.py`` holds the two signatures equal.
+    Its own arguments are below; the rest (``net``, ``optimizer``, ``scheduler`` ...) are
+    :class:`BaseTask`'s and pass through ``**kwargs`` (``--help`` lists them too).
 
     Args:
         label_smoothing: Mass moved from the true class to all classes in the loss (0 turns it off).
         class_weights: Weigh the loss by balanced class weights computed on the training split.
+        **kwargs: :class:`BaseTask`'s arguments.
     """
 
     #: (K,) loss weight per class, a buffer registered in ``__init__`` (declared here for type checkers)
     class_weight: torch.Tensor
 
-    def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        hidden_sizes: list[int] | None = None,
-        activation: Activation = "relu",
-        dropout: float = 0.0,
-        batch_norm: bool = False,
-        optimizer: OptimizerCallable | None = None,
-        scheduler: LRSchedulerCallable | None = None,
-        scheduler_interval: Literal["epoch", "step"] = "epoch",
-        scheduler_monitor: str = "val/loss",
-        compile_net: bool = False,
-        activation_checkpointing: bool = False,
-        *,
-        label_smoothing: float = 0.0,
-        class_weights: bool = False,
-    ) -> None:
-        super().__init__(
-            in_features=in_features,
-            out_features=out_features,
-            hidden_sizes=hidden_sizes,
-            activation=activation,
-            dropout=dropout,
-            batch_norm=batch_norm,
-            optimizer=optimizer,
-            scheduler=scheduler,
-            scheduler_interval=scheduler_interval,
-            scheduler_monitor=scheduler_monitor,
-            compile_net=compile_net,
-            activation_checkpointing=activation_checkpointing,
-        )
+    def __init__(self, *, label_smoothing: float = 0.0, class_weights: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         # filled from the training split in setup(); a buffer, so the checkpoint carries it
         self.register_buffer("class_weight", torch.ones(self.hparams["out_features"]))
 

@@ -10,13 +10,11 @@ import math
 from typing import Any, Literal
 
 import torch
-from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 from typing_extensions import override
 
 from src.errors import UserInputError
 from src.models.classifier import Classifier
-from src.nets.mlp import Activation
 
 
 class ManualClassifier(Classifier):
@@ -26,57 +24,29 @@ class ManualClassifier(Classifier):
     ``accumulate_grad_batches`` stays 1, its ``gradient_clip_val`` stays unset, and the same settings
     are given to the model instead.
 
-    The arguments before ``accumulate_grad_batches`` are :class:`Classifier`'s and :class:`BaseTask`'s
-    and documented there (``--help`` shows their descriptions too); ``tests/test_models.py`` holds the
-    signatures equal.
+    Its own arguments are below; the rest are :class:`Classifier`'s and :class:`BaseTask`'s, passed
+    through ``**kwargs`` (``--help`` lists them too).
 
     Args:
         accumulate_grad_batches: Micro-batches whose gradients add up to one optimizer step.
         gradient_clip_val: Clip threshold after the group's last backward; ``None`` or 0 does not clip.
         gradient_clip_algorithm: ``norm`` (global L2 norm of all gradients) or ``value`` (each element).
+        **kwargs: :class:`Classifier`'s and :class:`BaseTask`'s arguments.
     """
 
     def __init__(
         self,
-        in_features: int,
-        out_features: int,
-        hidden_sizes: list[int] | None = None,
-        activation: Activation = "relu",
-        dropout: float = 0.0,
-        batch_norm: bool = False,
-        optimizer: OptimizerCallable | None = None,
-        scheduler: LRSchedulerCallable | None = None,
-        scheduler_interval: Literal["epoch", "step"] = "epoch",
-        scheduler_monitor: str = "val/loss",
-        compile_net: bool = False,
-        activation_checkpointing: bool = False,
         *,
-        label_smoothing: float = 0.0,
-        class_weights: bool = False,
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
+        **kwargs: Any,
     ) -> None:
         if accumulate_grad_batches < 1:
             raise UserInputError(
                 f"model.init_args.accumulate_grad_batches={accumulate_grad_batches} must be at least 1."
             )
-        super().__init__(
-            in_features=in_features,
-            out_features=out_features,
-            hidden_sizes=hidden_sizes,
-            activation=activation,
-            dropout=dropout,
-            batch_norm=batch_norm,
-            optimizer=optimizer,
-            scheduler=scheduler,
-            scheduler_interval=scheduler_interval,
-            scheduler_monitor=scheduler_monitor,
-            compile_net=compile_net,
-            activation_checkpointing=activation_checkpointing,
-            label_smoothing=label_smoothing,
-            class_weights=class_weights,
-        )
+        super().__init__(**kwargs)
         self.automatic_optimization = False
 
     @override
@@ -106,19 +76,10 @@ class ManualClassifier(Classifier):
         return loss.detach()
 
     @override
-    def is_logging_step(self) -> bool:
-        # Every step: under manual optimization Lightning's logging schedule counts batches while a group
-        # of k micro-batches makes one optimizer step, and Lightning writes the latest value of each tag
-        # on its logging batches, so a gradient norm logged only on some steps would be written stale.
-        # This module is the explicit variant, not the fast default; the extra self.log calls are its cost.
-        return True
-
-    @override
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # Lightning calls this inside optimizer.step(), after the group's last backward and after the
-        # precision plugin unscaled the gradients (16-mixed), before the update: where clipping belongs.
-        # The base's hook logs train/grad_norm and train/grad_clipped on logging steps, then clips.
-        self.configure_gradient_clipping(
+        # precision plugin unscaled the gradients (16-mixed), before the update: where clipping belongs
+        self.clip_gradients(
             optimizer, self.hparams["gradient_clip_val"], self.hparams["gradient_clip_algorithm"]
         )
 

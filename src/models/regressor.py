@@ -1,23 +1,21 @@
 """Regression: MSE or Huber on optionally standardized targets; MAE, RMSE and R² in original units."""
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torchmetrics import MeanAbsoluteError, MeanSquaredError, MetricCollection, R2Score
 from typing_extensions import override
 
 from src.errors import UserInputError
 from src.models.base import BaseTask
-from src.nets.mlp import Activation
 
 
 class Regressor(BaseTask):
     """Predicts one continuous value.
 
-    The arguments before ``loss_fn`` are :class:`BaseTask`'s and documented there (``--help`` shows
-    their descriptions too); ``tests/test_models.py`` holds the two signatures equal.
+    Its own arguments are below; the rest (``net``, ``optimizer``, ``scheduler`` ...) are
+    :class:`BaseTask`'s and pass through ``**kwargs`` (``--help`` lists them too).
 
     Args:
         loss_fn: ``mse`` or ``huber``.
@@ -25,6 +23,7 @@ class Regressor(BaseTask):
             ``standardize_target`` is on).
         standardize_target: Train on ``(y - mean) / std`` with the training split's statistics; metrics
             and predictions are always in original units.
+        **kwargs: :class:`BaseTask`'s arguments.
     """
 
     #: the training split's target mean and std, scalar buffers registered in ``__init__``
@@ -33,37 +32,13 @@ class Regressor(BaseTask):
 
     def __init__(
         self,
-        in_features: int,
-        out_features: int,
-        hidden_sizes: list[int] | None = None,
-        activation: Activation = "relu",
-        dropout: float = 0.0,
-        batch_norm: bool = False,
-        optimizer: OptimizerCallable | None = None,
-        scheduler: LRSchedulerCallable | None = None,
-        scheduler_interval: Literal["epoch", "step"] = "epoch",
-        scheduler_monitor: str = "val/loss",
-        compile_net: bool = False,
-        activation_checkpointing: bool = False,
         *,
         loss_fn: Literal["mse", "huber"] = "mse",
         huber_delta: float = 1.0,
         standardize_target: bool = True,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            in_features=in_features,
-            out_features=out_features,
-            hidden_sizes=hidden_sizes,
-            activation=activation,
-            dropout=dropout,
-            batch_norm=batch_norm,
-            optimizer=optimizer,
-            scheduler=scheduler,
-            scheduler_interval=scheduler_interval,
-            scheduler_monitor=scheduler_monitor,
-            compile_net=compile_net,
-            activation_checkpointing=activation_checkpointing,
-        )
+        super().__init__(**kwargs)
         # identity until setup() fits them on the training split; buffers, so checkpoints carry them
         self.register_buffer("target_mean", torch.tensor(0.0))
         self.register_buffer("target_std", torch.tensor(1.0))

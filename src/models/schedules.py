@@ -37,6 +37,8 @@ class WarmupCosine(SequentialLR):
                 f"model.init_args.scheduler.init_args.warmup_steps={warmup_steps} must lie in (0, "
                 f"total_steps={total_steps}); lower it or train for more steps."
             )
+        #: the run's length, as torch's OneCycleLR keeps it (the task checks it against the Trainer's)
+        self.total_steps = total_steps
         warmup = LinearLR(optimizer, start_factor=warmup_start_factor, total_iters=warmup_steps)
         cosine = CosineAnnealingLR(optimizer, T_max=total_steps - warmup_steps, eta_min=eta_min)
         super().__init__(optimizer, schedulers=[warmup, cosine], milestones=[warmup_steps])

@@ -44,10 +44,15 @@ class MLP(nn.Module):
         activation_checkpointing: bool = False,
     ) -> None:
         super().__init__()
+        # ValueError: plain PyTorch, usable without this project; the CLI shows the sentence as it is
         if activation not in ACTIVATIONS:
-            raise ValueError(f"activation {activation!r} is unknown; choose one of {sorted(ACTIVATIONS)}.")
+            raise ValueError(
+                f"MLP activation={activation!r} is unknown; choose one of {sorted(ACTIVATIONS)}."
+            )
         if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout={dropout} must lie in [0, 1).")
+            raise ValueError(f"MLP dropout={dropout} must lie in [0, 1).")
+        if any(size < 1 for size in hidden_sizes):
+            raise ValueError(f"MLP hidden_sizes={list(hidden_sizes)}: every width must be at least 1.")
         layers: list[nn.Module] = []
         width = in_features
         for hidden in hidden_sizes:

@@ -184,6 +184,8 @@ class Doctor(Callback):
             output = _forward(trainer, pl_module, x)
             if output is None:
                 return
+            # the shipped classifier's loss takes logits, whatever its targets; for any other module,
+            # integer targets are what says classes
             classification = isinstance(pl_module, Classifier) or not torch.is_floating_point(target)
             if classification:
                 self._add(trainer, model_checks.probabilities_into_loss(output.float()))
@@ -193,6 +195,8 @@ class Doctor(Callback):
                 if int(target.min()) < 0 or int(target.max()) >= output.shape[-1]:
                     return  # the loss would fail on these labels
             if isinstance(pl_module, BaseTask):
+                # the task's loss as a function (another module's is inside its training_step): what an
+                # all-zero output would score on the same batch
                 loss = float(pl_module.loss(output, target))
                 expected = float(pl_module.loss(torch.zeros_like(output), target))
                 what = (
