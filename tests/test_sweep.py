@@ -10,11 +10,14 @@ from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
+import lightning as L
 import optuna
 import pytest
 import torch
 import yaml
+from lightning.pytorch.callbacks import Callback
 from optuna.trial import TrialState
+from typing_extensions import override
 
 from src.apps.cv import run_metrics
 from src.apps.sweep import (
@@ -301,7 +304,7 @@ def test_a_study_another_process_holds_locked_is_refused_after_a_short_wait(
 # -- crashes and several processes ----------------------------------------------------------------
 
 
-def sweep_command(tmp: Path, trials: int, worker: int = 0) -> list[str]:
+def sweep_command(tmp: Path, trials: int, worker: int = 0, *words: str) -> list[str]:
     (tmp / "space.yaml").write_text(yaml.safe_dump({**space().__dict__, "pruner": {"type": "NopPruner"}}))
     return [
         sys.executable,
@@ -313,7 +316,29 @@ def sweep_command(tmp: Path, trials: int, worker: int = 0) -> list[str]:
         f"--worker={worker}",
         *TINY,
         "--trainer.max_epochs=3",
+        *words,
     ]
+
+
+class AfterTheOtherProcessStarts(Callback):
+    """Holds a trial's training until a trial of another process has started (at most ``timeout`` s).
+
+    A tiny trial takes a fraction of a second: without this, the first process to open the study can
+    run every trial before the second one has imported its libraries.
+    """
+
+    def __init__(self, storage: str, timeout: float = 60.0) -> None:
+        self.storage = storage
+        self.timeout = timeout
+
+    @override
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            trials = optuna.load_study(study_name="space", storage=self.storage).trials
+            if len({t.user_attrs["process"] for t in trials if "process" in t.user_attrs}) > 1:
+                return
+            time.sleep(0.1)
 
 
 def environment() -> dict[str, str]:
@@ -370,7 +395,13 @@ def test_a_killed_sweep_resumes_to_the_requested_count_without_duplicates(tmp_pa
 def test_two_processes_share_one_study_and_stop_at_the_requested_count(tmp_path: Path) -> None:
     processes = [
         subprocess.Popen(
-            sweep_command(tmp_path, trials=4, worker=worker),
+            sweep_command(
+                tmp_path,
+                4,
+                worker,
+                "--trainer.callbacks+=tests.test_sweep.AfterTheOtherProcessStarts",
+                f"--trainer.callbacks.storage=sqlite:///{tmp_path / 'logs' / 'sweeps' / 'space.db'}",
+            ),
             cwd=tmp_path,
             env=environment(),
             stdout=subprocess.PIPE,
