@@ -49,20 +49,17 @@ that thread separately. cProfile's own cost per call inflates what makes many sm
 """
 
 import argparse
-import contextlib
 import copy
 import cProfile
 import gc
 import io
-import logging
 import os
 import pstats
 import shutil
 import statistics
 import tempfile
 import time
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +75,7 @@ from typing_extensions import override
 
 import src.cli
 from benchmarks import report
+from benchmarks.train_speed import isolated
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "digits.yaml"
@@ -269,37 +267,11 @@ def variants() -> list[Variant]:
     return found
 
 
-@contextlib.contextmanager
-def isolated() -> Iterator[None]:
-    """One fit with this process's global torch settings restored after it, its output discarded."""
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    torch.set_num_threads(THREADS)
-    # Lightning's notes (seed, model summary, "`Trainer.fit` stopped") go through logging to stderr
-    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
-    levels = [each.level for each in loggers]
-    for each in loggers:
-        each.setLevel(logging.WARNING)
-    with (
-        open(os.devnull, "w") as sink,
-        contextlib.redirect_stdout(sink),
-        contextlib.redirect_stderr(sink),
-        warnings.catch_warnings(),
-    ):
-        warnings.simplefilter("ignore")  # Lightning's advice (more loader workers) is not what is measured
-        try:
-            yield
-        finally:
-            torch.use_deterministic_algorithms(deterministic)
-            torch.set_num_threads(THREADS)
-            for each, level in zip(loggers, levels, strict=True):
-                each.setLevel(level)
-
-
 def run_variant(variant: Variant, root: Path, epochs: int) -> Run:
     """One fit of ``variant`` in a fresh folder under ``root``, removed afterwards (off the clock)."""
     folder = Path(tempfile.mkdtemp(prefix="fit-", dir=root))
     try:
-        with isolated():
+        with isolated(THREADS):
             return variant.run(folder, epochs, variant.extra)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -461,7 +433,7 @@ def profile(epochs: int, top: int) -> str:
         run_variant(Variant("shipped", "shipped", run_cli), root, WARM_UP_EPOCHS)
         folder = Path(tempfile.mkdtemp(prefix="fit-", dir=root))
         profiler, drawing = cProfile.Profile(), cProfile.Profile()
-        with isolated():
+        with isolated(THREADS):
             cli = src.cli.main(cli_words(folder, epochs, []), run=False)
             # the figures are drawn on a thread of their own, which the main profiler does not see
             for callback in cli.trainer.callbacks:  # type: ignore[attr-defined]

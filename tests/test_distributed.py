@@ -35,16 +35,6 @@ SPIRAL = [
 ]  # fmt: skip
 
 
-#: The task logs each epoch's loss and metrics as the tensors torchmetrics' ``compute()`` returns, already
-#: reduced over the processes (asserted below: every rank logs the mean over all rows); Lightning sees a
-#: plain tensor logged per epoch without ``sync_dist`` and cannot tell, so it advises syncing it again.
-#: Inherited by the ``ddp_fork`` children, which would otherwise raise it as an error.
-ALREADY_REDUCED = (
-    "ignore:It is recommended to use `self.log\\(.*sync_dist=True\\)`"
-    ":lightning.fabric.utilities.warnings.PossibleUserWarning"
-)
-
-
 class RankReport(Callback):
     """Each process saves its final weights, the logged val/loss and the val loss of its own rows alone."""
 
@@ -89,7 +79,6 @@ def build(*args: str) -> CLI:
     return main([*SPIRAL, *args, *QUIET], run=False)
 
 
-@pytest.mark.filterwarnings(ALREADY_REDUCED)
 def test_ddp_two_processes_equal_one_process_with_twice_the_batch(workdir: Path) -> None:
     two = build(
         "--config", str(TRAINER / "ddp.yaml"), "--trainer.strategy=ddp_fork", f"--data.batch_size={B}"
@@ -272,7 +261,6 @@ class StopAfter(Callback):
             trainer.should_stop = True
 
 
-@pytest.mark.filterwarnings(ALREADY_REDUCED)
 def test_ddp_resumed_equals_uninterrupted(workdir: Path) -> None:
     """Two processes, dropout and DistributedSampler shuffling on: stopped after epoch 0 and resumed from
     last.ckpt, the replicas end bit for bit where the uninterrupted run's do."""

@@ -185,10 +185,6 @@ class Dashboard(Callback):
         # the step Lightning gives this epoch's values (the index of its last optimizer step)
         self._ended = (trainer.current_epoch, logging_step(trainer))
 
-    # The gap between an epoch's val/loss and train/loss. A module logs its train loss in its own
-    # on_train_epoch_end, which Lightning calls after the callbacks', so both are in callback_metrics
-    # only from the next hook on (the next epoch's start, or the fit's end): written then, at the
-    # ended epoch's step.
     @override
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
@@ -201,6 +197,10 @@ class Dashboard(Callback):
             writer.add_custom_scalars(scalars_layout(trainer.callback_metrics))
 
     def _write_gap(self, trainer: L.Trainer) -> None:
+        """The gap between the last ended epoch's val/loss and train/loss. A module logs its train loss in
+        its own on_train_epoch_end, which Lightning calls after the callbacks', so both are in
+        callback_metrics only from the next hook on (the next epoch's start, or the fit's end): written
+        then, at the ended epoch's step, and only when that epoch was validated."""
         ended, self._ended = self._ended, None
         if ended is None or ended[0] != self._validated_epoch:
             return

@@ -2,13 +2,14 @@
 
 import math
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
 from typing_extensions import override
+
+from src.callbacks.steps import step_loss
 
 
 class ProgressBar(TQDMProgressBar):
@@ -81,10 +82,7 @@ class ProgressBar(TQDMProgressBar):
         if done != total and now - self._refreshed_at < self.min_interval_s:
             return
         self._refreshed_at = now
-        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-        # Lightning hands on the automatic loop's loss divided by accumulate_grad_batches
-        scale = trainer.accumulate_grad_batches if pl_module.automatic_optimization else 1
-        self._loss = loss * scale if isinstance(loss, torch.Tensor) and loss.numel() == 1 else None
+        self._loss = step_loss(trainer, pl_module, outputs)
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
     @override

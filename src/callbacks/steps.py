@@ -99,12 +99,20 @@ class StepValues(Callback):
                 after = after.full_tensor()
             values[f"train/grad_clipped{suffix}"] = (after < values[f"train/grad_norm{suffix}"]).float()
         self._clipped = {}
-        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-        if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-            # Lightning hands on the automatic loop's loss divided by accumulate_grad_batches
-            scale = trainer.accumulate_grad_batches if pl_module.automatic_optimization else 1
-            values["train/loss_step"] = loss * scale
+        loss = step_loss(trainer, pl_module, outputs)
+        if loss is not None:
+            values["train/loss_step"] = loss
         write(trainer, values, step)
+
+
+def step_loss(trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any) -> torch.Tensor | None:
+    """The loss ``training_step`` returned, from the ``outputs`` the batch-end hooks get; ``None`` when
+    it returned no single number."""
+    loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+    if not (isinstance(loss, torch.Tensor) and loss.numel() == 1):
+        return None
+    # Lightning hands on the automatic loop's loss divided by accumulate_grad_batches
+    return loss * trainer.accumulate_grad_batches if pl_module.automatic_optimization else loss
 
 
 def write(

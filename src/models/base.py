@@ -200,16 +200,13 @@ class BaseTask(L.LightningModule, ABC):
         self._log_epoch("test")
 
     def _log_epoch(self, stage: Stage) -> None:
-        """Log the epoch's ``<prefix>/loss`` and metrics, then start the next epoch from empty ones.
-
-        ``compute()`` reduces over processes (torchmetrics does, once per epoch). An epoch in which
-        every batch was skipped logs nothing rather than a metric of no rows.
-        """
+        """Log the epoch's ``<prefix>/loss`` and metrics: the metric objects themselves, which Lightning
+        computes (reduced over processes by torchmetrics) and resets once the hook returns. An epoch in
+        which every batch was skipped logs nothing rather than a metric of no rows."""
         loss, metrics = self._metrics_of(stage)
         if loss.update_called:
-            self.log(f"{PREFIX[stage]}/loss", loss.compute())
-            self.log_dict(metrics.compute())
-        self._reset(stage)
+            self.log(f"{PREFIX[stage]}/loss", loss)
+            self.log_dict(metrics)
 
     # Each epoch starts from empty metrics, also after one cut short by an exception (a later fit of the
     # same module would otherwise add to them).
