@@ -11,6 +11,7 @@ A checkpoint carries its run's model and data settings and the fitted preprocess
 
 import copy
 import functools
+import inspect
 import logging
 import os
 import shutil
@@ -52,7 +53,7 @@ from src.callbacks import (
     ValidationFigures,
 )
 from src.callbacks.dashboard import environment_text, tensorboard_writer
-from src.checkpoints import DOTTED, check_names, load_checkpoint
+from src.checkpoints import DOTTED, check_names, load_checkpoint, resolve
 from src.cli_errors import Parser, check_config_files, check_log_folder, user_error
 from src.data import TabularDataModule
 from src.errors import UserInputError
@@ -115,7 +116,7 @@ class SaveConfig(SaveConfigCallback):
         # the logger too, so that evaluations of this checkpoint log under the run's own name
         carried["trainer"] = {"logger": dumped.get("trainer", {}).get("logger")}
         for key in PER_INVOCATION:
-            carried.get("data", {}).pop(key, None)
+            (carried.get("data", {}).get("init_args") or {}).pop(key, None)
         return carried
 
     @override
@@ -201,7 +202,7 @@ class CLI(LightningCLI):
             if config.get(option) and self.subcommand != "predict":
                 raise UserInputError(f"--{option} belongs to predict, not to {self.subcommand}.")
         if config.get("output") is not None:
-            data = config.get("data") or {}
+            data = (config.get("data") or {}).get("init_args") or {}
             inputs = [data.get("path"), data.get("predict_path"), data.get("preprocessing_from")]
             files = [str(DEFAULTS), *(str(file) for file in config.get("config") or [])]
             check_output(
@@ -349,11 +350,20 @@ def with_checkpoint_settings(words: list[str]) -> list[str]:
     configured = any(w in ("--config", "-c") or w.startswith(("--config=", "--model")) for w in words)
     if words[0] != "fit" and not configured and "config" in checkpoint:
         extra = ["--config", yaml.safe_dump(carried_settings(checkpoint["config"]))]
-    if _value(words, "--data.preprocessing_from") is None:
+    if _value(words, "--data.preprocessing_from") is None and _takes_preprocessing_from(checkpoint):
         words = [*words, f"--data.preprocessing_from={ckpt_path}"]
     if words[0] != "fit" and not any(w.startswith("--trainer.logger") for w in words):
         words = [*words, *_log_with_the_run(words[0], Path(ckpt_path), checkpoint)]
     return [words[0], *extra, *words[1:]]
+
+
+def _takes_preprocessing_from(checkpoint: dict[str, Any]) -> bool:
+    """Whether the DataModule class the checkpoint's run used (the table's, for a checkpoint that names
+    none) reads its fitted state from a checkpoint: the shipped ones do, a DataModule of yours may not."""
+    data = (checkpoint.get("config") or {}).get("data") or {}
+    class_path = data.get("class_path") if isinstance(data, dict) else None
+    found = resolve(class_path) if isinstance(class_path, str) else TabularDataModule
+    return isinstance(found, type) and "preprocessing_from" in inspect.signature(found).parameters
 
 
 def carried_settings(config: Any) -> dict[str, Any]:
@@ -450,7 +460,8 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
         return CLI(
             model_class=L.LightningModule,  # any: the shipped tasks, or yours as it is
             subclass_mode_model=True,
-            datamodule_class=TabularDataModule,
+            datamodule_class=L.LightningDataModule,  # any: a table, images, text, or yours
+            subclass_mode_data=True,
             args=args,
             run=run,
             parser_kwargs={name: {"default_config_files": [str(DEFAULTS)]} for name in SUBCOMMANDS}

@@ -35,6 +35,10 @@ NOISE = (
 def summarize(message: str) -> str:
     """jsonargparse's report of a rejected value, as one line: the key, the value and why."""
     keys = re.findall(r'Parser key "([^"]+)"', message)
+    unknown = re.search(r"class_path '([\w.]+)':\s*Option '(\w+)' is not accepted", message)
+    if keys and unknown:  # a key the chosen class does not take (a misspelling, an old name)
+        chosen, option = unknown.groups()
+        return f"{keys[0]}.{option} is not an option of {chosen}; --{keys[0]}.help {chosen} lists its options"
     given = re.search(r"(?:Given value|Got value): (.+)", message)
     if not keys:
         return " ".join(line.strip() for line in message.splitlines() if line.strip())
@@ -68,7 +72,9 @@ class Parser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error:  # jsonargparse parsing a nested value: it catches this and goes on
             super().error(message, ex)
-        sys.stderr.write(f"error: {summarize(message)}; --help lists the options.\n")
+        summary = summarize(message)
+        tail = "" if "lists its options" in summary else "; --help lists the options"
+        sys.stderr.write(f"error: {summary}{tail}.\n")
         raise SystemExit(2)
 
 

@@ -28,22 +28,24 @@ from src.models import BaseTask
 
 
 def prediction_frame(
-    outputs: dict[str, torch.Tensor], preprocessor: Preprocessor, rows: Sequence[Any] | np.ndarray
+    outputs: dict[str, torch.Tensor], labels: Sequence[Any] | None, index: Sequence[Any] | pd.Index
 ) -> pd.DataFrame:
-    """``predict_step`` outputs of all rows → one line per row.
+    """``predict_step`` outputs of all items → one line per item.
 
-    Columns: ``row`` (which row of the input it is), ``prediction`` (the class label as the data wrote
-    it, or the value in the target's units), and for classification one ``probability(<label>)``
-    column per class.
+    Columns: what each item is (``index``'s name: ``row`` for a table's rows, ``path`` for image files),
+    ``prediction`` (the class label, or the value in the target's units), and for classification (the
+    outputs hold ``probs``) one ``probability(<label>)`` column per class; classes are named by
+    ``labels``, or numbered from 0 when there are none.
     """
-    frame = pd.DataFrame({"row": np.asarray(rows)})
-    if preprocessor.labels is None:
+    name = index.name if isinstance(index, pd.Index) and index.name is not None else "row"
+    frame = pd.DataFrame({name: np.asarray(index)})
+    if "probs" not in outputs:
         frame["prediction"] = outputs["preds"].float().cpu().numpy()
         return frame
     probs = outputs["probs"].float().cpu().numpy()  # (N, K)
-    labels = np.asarray(preprocessor.labels, dtype=object)
-    frame["prediction"] = labels[probs.argmax(axis=1)]
-    for k, label in enumerate(preprocessor.labels):
+    names = list(labels) if labels is not None else list(range(probs.shape[1]))
+    frame["prediction"] = np.asarray(names, dtype=object)[probs.argmax(axis=1)]
+    for k, label in enumerate(names):
         frame[f"probability({label})"] = probs[:, k]
     return frame
 
@@ -110,7 +112,7 @@ class Predictor:
     def predict(self, frame: pd.DataFrame, source: str = "the rows") -> pd.DataFrame:
         """One line per row of ``frame``, in order (see :func:`prediction_frame`); ``row`` is its index."""
         outputs = self.outputs(self.encode(frame, source))
-        return prediction_frame(outputs, self.preprocessor, frame.index.to_numpy())
+        return prediction_frame(outputs, self.preprocessor.labels, frame.index.to_numpy())
 
 
 def _model_class(class_path: Any, path: str) -> type[BaseTask]:

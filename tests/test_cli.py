@@ -198,7 +198,7 @@ SHIPPED = [
 def test_defaults_give_each_shipped_callback_a_section_of_its_own(workdir: Path) -> None:
     defaults = yaml.safe_load(DEFAULTS.read_text())
     # speedups: the switches of src/speedups.py, not a callback
-    assert [key for key in defaults if key not in ("seed_everything", "trainer", "speedups")] == [
+    assert [key for key in defaults if key not in ("seed_everything", "trainer", "speedups", "data")] == [
         section for section, *_ in CALLBACK_SECTIONS
     ]
     assert defaults["trainer"]["callbacks"] == []  # the user's own
@@ -336,7 +336,7 @@ def test_the_optimizer_is_set_in_one_place_only(cli, capsys) -> None:
     with pytest.raises(SystemExit):
         cli("fit", "--help")
     help_text = capsys.readouterr().out
-    assert "--data.batch_size" in help_text  # the help was printed
+    assert "--data.help" in help_text  # the help was printed
     assert "--optimizer " not in help_text
     assert "--lr_scheduler " not in help_text
 

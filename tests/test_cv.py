@@ -96,7 +96,7 @@ def test_cross_validate_trains_one_run_per_fold_and_reports_mean_and_std(workdir
     folder = workdir / "logs" / "spiral" / "cv"
     for k in range(3):
         run_config = yaml.safe_load((folder / f"fold{k}" / "config.yaml").read_text())
-        assert (run_config["data"]["folds"], run_config["data"]["fold"]) == (3, k)
+        assert (run_config["data"]["init_args"]["folds"], run_config["data"]["init_args"]["fold"]) == (3, k)
     summary = yaml.safe_load((folder / "summary.yaml").read_text())
     accs = [r["val/acc"] for r in results]
     assert [summary["val/acc"][f"fold{k}"] for k in range(3)] == pytest.approx(accs)
@@ -116,7 +116,7 @@ def test_repeat_varies_the_seed_and_reports_test_metrics(workdir: Path, capsys) 
         run_config = yaml.safe_load(
             (workdir / "logs" / "spiral" / "seeds" / f"seed{seed}" / "config.yaml").read_text()
         )
-        assert (run_config["seed_everything"], run_config["data"]["seed"]) == (seed, seed)
+        assert (run_config["seed_everything"], run_config["data"]["init_args"]["seed"]) == (seed, seed)
     assert "test/acc" in capsys.readouterr().out
 
 

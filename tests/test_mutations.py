@@ -310,8 +310,8 @@ def test_predictions_catch_lines_shifted_against_the_rows_they_name(
         monkeypatch,
         PredictionWriter,
         "write_on_epoch_end",
-        "rows = datamodule.predict_row_ids()[positions]",
-        "rows = np.roll(datamodule.predict_row_ids()[positions], 1)",
+        "rows = every[positions]",
+        "rows = np.roll(every[positions], 1)",
     )
     fit = cli("fit", "--config", "spiral.yaml", "--data.num_samples=300", "--trainer.max_epochs=1")
     checkpoint = Path(fit.trainer.log_dir) / "checkpoints" / "last.ckpt"

@@ -154,7 +154,7 @@ def test_the_checkpoint_is_plain_data_and_self_contained(trained) -> None:
     state = checkpoint["TabularDataModule"]["preprocessing"]
     assert state["labels"] == ["high", "low", "mid"]
     assert [c["name"] for c in state["numeric"]] == ["income", "age"]
-    assert checkpoint["config"]["data"]["target_column"] == "label"
+    assert checkpoint["config"]["data"]["init_args"]["target_column"] == "label"
     assert checkpoint["config"]["model"]["class_path"] == "src.models.Classifier"
 
 

@@ -123,7 +123,8 @@ def test_with_cv_a_trials_value_is_the_mean_over_its_folds(workdir: Path) -> Non
         assert trial.intermediate_values == pytest.approx({0: folds["fold0"], 1: folds["mean"]})
         assert folds["fold0"] != folds["fold1"]
     # the best config is the plain run, not one fold of it
-    assert yaml.safe_load((workdir / "logs" / "sweeps" / "cv-best.yaml").read_text())["data"]["folds"] is None
+    best = yaml.safe_load((workdir / "logs" / "sweeps" / "cv-best.yaml").read_text())
+    assert best["data"]["init_args"]["folds"] is None
 
 
 def test_space_values_become_cli_words() -> None:

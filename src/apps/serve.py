@@ -229,7 +229,9 @@ class TabularAPI(ls.LitAPI):
         (JSON has no such number)."""
         outputs = self.predictor.outputs(torch.cat(encoded))
         finite = torch.stack([torch.isfinite(v.reshape(len(v), -1)).all(1) for v in outputs.values()]).all(0)
-        every = self.answers(prediction_frame(outputs, self.predictor.preprocessor, range(len(finite))))
+        every = self.answers(
+            prediction_frame(outputs, self.predictor.preprocessor.labels, range(len(finite)))
+        )
         ends = np.cumsum([len(e) for e in encoded]).tolist()
         results: list[list[dict[str, Any]] | Refused] = []
         for start, end in zip([0, *ends[:-1]], ends, strict=True):

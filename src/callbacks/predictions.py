@@ -5,11 +5,11 @@ from typing import Any
 
 import lightning as L
 import numpy as np
+import pandas as pd
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from typing_extensions import override
 
-from src.data import TabularDataModule
 from src.files import check_output, written
 from src.predict import prediction_frame
 
@@ -17,10 +17,11 @@ from src.predict import prediction_frame
 class PredictionWriter(BasePredictionWriter):
     """Collects the ``predict_step`` outputs of one ``predict`` run into a CSV file.
 
-    One line per predicted row, in order: ``row`` (the row of the file it came from, 0-based, header
-    not counted), ``prediction`` (the label as the data wrote it, or the value in the target's units)
-    and, for classification, one ``probability(<label>)`` column per class
-    (:func:`src.predict.prediction_frame`).
+    One line per predicted item, in order: what it is (the DataModule's ``predict_index()``: ``row`` of
+    a table's file, 0-based, header not counted; ``path`` of an image; the position when the DataModule
+    has no such method), ``prediction`` (the label as the data wrote it, or the value in the target's
+    units) and, for classification, one ``probability(<label>)`` column per class, named by the
+    DataModule's ``label_names`` (:func:`src.predict.prediction_frame`). Works with any DataModule.
     The path is checked before anything is predicted (:func:`src.files.check_output`: never an input of
     the run, never an existing file unless ``overwrite``), and the file is written whole or not at all.
 
@@ -53,10 +54,10 @@ class PredictionWriter(BasePredictionWriter):
 
     def _checked_path(self, trainer: L.Trainer) -> Path:
         datamodule = trainer.datamodule  # type: ignore[attr-defined]  # set by Lightning at run time
-        inputs = [trainer.ckpt_path]
-        if isinstance(datamodule, TabularDataModule):
-            settings = datamodule.settings
-            inputs += [settings.path, settings.predict_path, settings.preprocessing_from]
+        # the run's inputs: the checkpoint and every file or folder the DataModule was given
+        given = dict(getattr(datamodule, "hparams", {})).values()
+        paths = [v for value in given for v in (value if isinstance(value, list | tuple) else [value])]
+        inputs = [trainer.ckpt_path, *(p for p in paths if isinstance(p, str) and Path(p).exists())]
         option = "--output" if self.output_path is not None else "predict's default output"
         return check_output(self._path(trainer), inputs, self.overwrite, option)
 
@@ -78,11 +79,12 @@ class PredictionWriter(BasePredictionWriter):
         # that shuffles; under DDP each rank holds its share)
         positions = np.array([i for batch in (batch_indices[0] if batch_indices else []) for i in batch])
         datamodule = trainer.datamodule  # type: ignore[attr-defined]  # set by Lightning at run time
-        if not isinstance(datamodule, TabularDataModule):
-            raise TypeError("PredictionWriter needs the TabularDataModule, which knows the labels and rows")
         count = len(next(iter(outputs.values())))
-        rows = datamodule.predict_row_ids()[positions] if len(positions) else np.arange(count)
-        frame = prediction_frame(outputs, datamodule.preprocessor, rows)
+        # what each item is: the DataModule's own index of what it predicts, else its position
+        index = getattr(datamodule, "predict_index", None)
+        every = index() if callable(index) else pd.Index(np.arange(count), name="row")
+        rows = every[positions] if len(positions) else every[:count]
+        frame = prediction_frame(outputs, getattr(datamodule, "label_names", None), rows)
         path = self._checked_path(trainer)
         with written(path) as (partial,):
             frame.to_csv(partial, index=False)

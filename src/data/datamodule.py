@@ -398,9 +398,9 @@ class TabularDataModule(L.LightningDataModule):
         fmt = sources.file_format(hp.predict_path)
         return sources.read_file(hp.predict_path, fmt, hp.na_values or [], key="data.predict_path")
 
-    def predict_row_ids(self) -> np.ndarray:
-        """Which row of its file (0-based, header not counted) each predicted row is."""
-        return self.predict_frame.index.to_numpy()
+    def predict_index(self) -> pd.Index:
+        """Which row of its file (0-based, header not counted) each predicted row is, in order."""
+        return pd.Index(self.predict_frame.index.to_numpy(), name="row")
 
     def dataset(self, stage: Stage) -> TensorBatches:
         """The tensors of one split (built once): ``(x, y)``, or ``(x,)`` for ``predict``.
