@@ -21,6 +21,9 @@ ARGS = [
     "--model.init_args.net.init_args.dropout=0.2", "--model.init_args.scheduler=null",
     "--trainer.limit_val_batches=2",
 ]  # fmt: skip
+#: the spiral config's own cosine schedule, whose length the task reads from the Trainer while the
+#: optimizers are configured (Trainer.estimated_stepping_batches builds the training loader early)
+COSINE = ["--model.init_args.scheduler=src.models.schedules.Cosine"]
 
 
 class StopAt(Callback):
@@ -34,8 +37,8 @@ class StopAt(Callback):
             trainer.should_stop = True
 
 
-def build() -> CLI:
-    return main([*ARGS, *QUIET], run=False)
+def build(*extra: str) -> CLI:
+    return main([*ARGS, *extra, *QUIET], run=False)
 
 
 def fitted(run: CLI, ckpt_path: str | None = None) -> CLI:
@@ -72,9 +75,10 @@ def test_resumed_at_an_epochs_end_equals_uninterrupted(workdir: Path) -> None:
     assert_same_training(fitted(build(), str(last)), uninterrupted)
 
 
-def test_resumed_in_the_middle_of_an_epoch_equals_uninterrupted(workdir: Path) -> None:
-    uninterrupted = fitted(build())
-    first = build()
+@pytest.mark.parametrize("schedule", [[], COSINE], ids=["constant-lr", "run-length-schedule"])
+def test_resumed_in_the_middle_of_an_epoch_equals_uninterrupted(workdir: Path, schedule: list[str]) -> None:
+    uninterrupted = fitted(build(*schedule))
+    first = build(*schedule)
     step = BATCHES + 4  # after the fourth batch of epoch 1
     saver = ModelCheckpoint(dirpath=workdir / "mid", filename="mid", every_n_train_steps=step)
     first.trainer.callbacks.extend([StopAt(step), saver])
@@ -84,7 +88,7 @@ def test_resumed_in_the_middle_of_an_epoch_equals_uninterrupted(workdir: Path) -
     assert (checkpoint["global_step"], checkpoint["epoch"]) == (step, 1)
     assert isinstance(first.trainer.train_dataloader, ResumableLoader)
     assert checkpoint["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]["done"] == 4
-    resumed = build()
+    resumed = build(*schedule)
     # the same callbacks as the run that wrote the checkpoint (Lightning restores each one's state)
     resumed.trainer.callbacks.append(
         ModelCheckpoint(dirpath=workdir / "again", filename="again", every_n_train_steps=step)

@@ -110,7 +110,66 @@ class ResumableLoader(DataLoader):
         self._skip = int(state_dict["done"])
 
 
-class TabularDataModule(L.LightningDataModule):
+class ResumableDataModule(L.LightningDataModule):
+    """What the shipped DataModules share to resume in the middle of an epoch, bit for bit.
+
+    The training loader is a :class:`ResumableLoader` drawing its order from one seeded generator. Its
+    position (the epoch's order and the batches processed) is kept twice: Lightning saves the loader's
+    own ``state_dict`` in each checkpoint, and this DataModule's ``state_dict`` carries it too, with the
+    generator. Lightning restores a DataModule before the model's ``configure_optimizers`` runs, the
+    loader's state only after; a run-length scheduler asks ``trainer.estimated_stepping_batches`` there,
+    which builds the loader early, and Lightning 2.6 then never hands that loader its saved state
+    (Lightning-AI/pytorch-lightning#20550). Restoring it from here makes the resume exact either way.
+
+    Args:
+        seed: Seeds the training order.
+    """
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self._shuffle = torch.Generator().manual_seed(seed)
+        self._train_loader: ResumableLoader | None = None
+        self._loader_state: dict[str, Any] | None = None  # restored, waiting for the loader
+
+    def resumable_loader(self, dataset: Dataset[Any], **kwargs: Any) -> ResumableLoader:
+        """The training loader: shuffled by this DataModule's generator, at its restored position."""
+        loader = ResumableLoader(dataset, shuffle=True, generator=self._shuffle, **kwargs)
+        if self._loader_state is not None:
+            loader.load_state_dict(self._loader_state)
+            self._loader_state = None
+        self._train_loader = loader
+        return loader
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        """The training order's generator and, in the middle of an epoch, the loader's position."""
+        loader = self._train_loader
+        # at an epoch's end the next epoch starts afresh from the generator: nothing to skip
+        mid_epoch = (
+            loader is not None
+            and self.trainer is not None
+            and 0 < loader.processed < self.trainer.num_training_batches
+        )
+        position = loader.state_dict() if mid_epoch and loader is not None else None
+        return {"shuffle": self._shuffle.get_state(), "loader": position}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if "shuffle" in state_dict:
+            self._shuffle.set_state(state_dict["shuffle"])
+        self._loader_state = state_dict.get("loader")
+
+    @override
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        # Lightning calls this once for each batch it runs a step on, after drawing it (and the one it
+        # draws ahead), so the training loader learns how many batches its epoch has processed. (A
+        # LightningModule's own on_before_batch_transfer then yields to this one, as Lightning warns.)
+        if self.trainer is not None and self.trainer.training and self._train_loader is not None:
+            self._train_loader.processed += 1
+        return batch
+
+
+class TabularDataModule(ResumableDataModule):
     """Rows of a table with a class or a value to predict: bundled data, synthetic data, or your file.
 
     Columns come as they are: numbers, text, booleans, empty cells. Which columns are numeric and which
@@ -185,7 +244,7 @@ class TabularDataModule(L.LightningDataModule):
         num_workers: int = 0,
         drop_last: bool = False,
     ) -> None:
-        super().__init__()
+        super().__init__(seed)
         if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
             raise UserInputError(
                 f"data.val_fraction={val_fraction} and data.test_fraction={test_fraction} do not fit: each "
@@ -222,8 +281,6 @@ class TabularDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         self._datasets: dict[Stage, TensorBatches] = {}
         self._stat: os.stat_result | None = None  # the data file's, when it was first read
-        self._shuffle = torch.Generator().manual_seed(seed)
-        self._train_loader: ResumableLoader | None = None
 
     @property
     def settings(self) -> AttributeDict:
@@ -465,53 +522,41 @@ class TabularDataModule(L.LightningDataModule):
 
     # -- checkpoints ----------------------------------------------------------------------------------
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         """Saved in every checkpoint (Lightning calls it): the fitted preprocessing, as plain data, and
-        the training shuffle's generator, so that a resumed run draws the next epoch's order as the
-        uninterrupted run would have."""
-        return {"preprocessing": self.preprocessor.state_dict(), "shuffle": self._shuffle.get_state()}
+        the training order's state (:class:`ResumableDataModule`)."""
+        return {"preprocessing": self.preprocessor.state_dict(), **super().state_dict()}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """A checkpoint's preprocessing wins over one fitted anew (say, on a file that changed since)."""
         restored = Preprocessor.from_state(state_dict["preprocessing"])
         if restored != self.preprocessor:
             self.__dict__["preprocessor"] = restored
             self._datasets.clear()
-        if "shuffle" in state_dict:
-            self._shuffle.set_state(state_dict["shuffle"])
+        super().load_state_dict(state_dict)
 
     # -- loaders --------------------------------------------------------------------------------------
 
-    @override
-    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        # Lightning calls this once for each batch it runs a step on, after drawing it (and the one it
-        # draws ahead), so the training loader learns how many batches its epoch has processed. (A
-        # LightningModule's own on_before_batch_transfer then yields to this one, as Lightning warns.)
-        if self.trainer is not None and self.trainer.training and self._train_loader is not None:
-            self._train_loader.processed += 1
-        return batch
-
-    def _loader(self, stage: Stage, train: bool = False) -> DataLoader:
+    def _loader_options(self) -> dict[str, Any]:
         workers = self.settings.num_workers
         on_cuda = self.trainer is not None and isinstance(self.trainer.accelerator, CUDAAccelerator)
-        loader_class = ResumableLoader if train else DataLoader
-        return loader_class(
-            self.dataset(stage),
-            batch_size=self.settings.batch_size,
-            shuffle=train,
-            generator=self._shuffle if train else None,
-            drop_last=train and self.settings.drop_last,
-            collate_fn=keep_batch,
-            num_workers=workers,
-            persistent_workers=workers > 0,
-            pin_memory=on_cuda,
-        )
+        return {
+            "batch_size": self.settings.batch_size,
+            "collate_fn": keep_batch,
+            "num_workers": workers,
+            "persistent_workers": workers > 0,
+            "pin_memory": on_cuda,
+        }
+
+    def _loader(self, stage: Stage) -> DataLoader:
+        return DataLoader(self.dataset(stage), **self._loader_options())
 
     def train_dataloader(self) -> DataLoader:
-        loader = self._loader("train", train=True)
-        assert isinstance(loader, ResumableLoader)
-        self._train_loader = loader
-        return loader
+        return self.resumable_loader(
+            self.dataset("train"), drop_last=self.settings.drop_last, **self._loader_options()
+        )
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val")
