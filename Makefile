@@ -14,12 +14,13 @@ FORMAT ?= onnx
 OUTPUT ?=
 OVERWRITE ?=
 SPACE ?= configs/sweeps/digits.yaml
+PROMPT ?= The
 TRIALS ?= 20
 FOLDS ?= 5
 SEEDS ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: help install train doctor sweep cv repeat test test-full lint format tensorboard export serve bench lock clean clean-all
+.PHONY: help install train doctor sweep cv repeat test test-full lint format tensorboard export serve generate bench lock clean clean-all
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -74,6 +75,10 @@ serve: PORT = 8000
 serve: $(STAMP) ## serve CKPT=... over HTTP on 127.0.0.1 (PORT=8000): POST /predict
 	@test -n "$(CKPT)" || { echo "error: say which checkpoint: make serve CKPT=path/to/last.ckpt" >&2; exit 2; }
 	$(PY) -m src.apps.serve --ckpt_path "$(CKPT)" --port $(PORT)
+
+generate: $(STAMP) ## continue PROMPT with the language model of CKPT=... (configs/charlm.yaml's checkpoints)
+	@test -n "$(CKPT)" || { echo "error: say which checkpoint: make generate CKPT=path/to/last.ckpt" >&2; exit 2; }
+	$(PY) -m src.apps.generate --ckpt_path "$(CKPT)" --prompt "$(PROMPT)"
 
 bench: $(STAMP) ## training speed side by side, make train's time, epoch time and memory by rows, the dashboard's cost, predict, the server and the exports (benchmarks/results/)
 	$(PY) -m benchmarks.train_speed --rounds 7 --write

@@ -45,9 +45,9 @@ def prediction_frame(
     probs = outputs["probs"].float().cpu().numpy()  # (N, K)
     names = list(labels) if labels is not None else list(range(probs.shape[1]))
     frame["prediction"] = np.asarray(names, dtype=object)[probs.argmax(axis=1)]
-    for k, label in enumerate(names):
-        frame[f"probability({label})"] = probs[:, k]
-    return frame
+    # one block of columns, not one insert per class: a vocabulary has a hundred
+    columns = pd.DataFrame(probs, columns=[f"probability({label})" for label in names])
+    return pd.concat([frame, columns], axis=1)
 
 
 class Predictor:

@@ -30,9 +30,12 @@ from src.apps.doctor.model import layers_in_python_lists
 from src.cli import main
 from src.data import TabularDataModule
 from src.data.datamodule import Stage, TensorBatches
+from src.data.images import ImageDataModule
 from src.models import Classifier, Regressor
 from src.nets import MLP
+from src.nets.cnn import SmallCNN
 from tests.conftest import CONFIGS, QUIET
+from tests.test_images import CLASSES, write_images
 
 ADAM = partial(torch.optim.Adam, lr=0.01)
 EXPERIMENTS = sorted(p for p in CONFIGS.glob("*.yaml") if p.name != "defaults.yaml")
@@ -542,3 +545,29 @@ def test_the_callback_watches_a_real_run_switched_on_in_yaml(
     # it draws none of the run's random numbers and moves no BatchNorm statistics: the same as without it
     unwatched = main(words)
     torch.testing.assert_close(watched.model.state_dict(), unwatched.model.state_dict(), rtol=0, atol=0)
+
+
+# -- other kinds of data: the same checks, no change to the doctor -------------------------------------
+
+
+def image_classifier(
+    tmp_path: Path, net: Callable[[int, int], nn.Module]
+) -> tuple[Classifier, ImageDataModule]:
+    data = ImageDataModule(folder=str(write_images(tmp_path / "images")), batch_size=16, crop_padding=0)
+    model = Classifier(in_features=data.in_features, out_features=data.out_features, net=net, optimizer=ADAM)
+    return model, data
+
+
+def loud_cnn(in_features: int, out_features: int) -> nn.Module:
+    """The shipped CNN with a last layer drawn far too large (its pooled features are small)."""
+    net = SmallCNN(in_features, out_features, widths=[8, 16], batch_norm=False)
+    nn.init.normal_(net.head.weight, std=30.0)
+    return net
+
+
+def test_an_image_classifier_is_examined_like_a_table_classifier(tmp_path: Path) -> None:
+    healthy = partial(SmallCNN, widths=[8, 16], batch_norm=False)
+    assert doctor(*image_classifier(tmp_path, healthy), gradient_clip_val=None) == {}
+    found = doctor(*image_classifier(tmp_path, loud_cnn), gradient_clip_val=None)
+    classes = len(CLASSES)
+    assert f"scores {math.log(classes):.4g}" in found["initial-loss"].saw  # ln(K): uniform over K classes

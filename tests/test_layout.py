@@ -48,7 +48,7 @@ def test_the_core_imports_no_app() -> None:
 
 def test_each_app_needs_only_the_core_and_the_apps_it_names() -> None:
     apps = {app_of(module_of(path)) for path in (SRC / "apps").rglob("*.py")} - {None}
-    assert apps == {"cv", "doctor", "export", "serve", "sweep"}
+    assert apps == {"cv", "doctor", "export", "generate", "serve", "sweep"}
     for path in (SRC / "apps").rglob("*.py"):
         app = app_of(module_of(path))
         if app is None:

@@ -148,6 +148,9 @@ def skip_reason(command: str) -> str | None:
 def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("readme")
     shutil.copytree(CONFIGS, folder / "configs")
+    # the example images configs/images.yaml writes into the repository's data/, as a reader's run would
+    (ROOT / "data").mkdir(exist_ok=True)
+    (folder / "data").symlink_to(ROOT / "data")
     return folder
 
 

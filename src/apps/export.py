@@ -8,6 +8,13 @@ Two files are written: the graph at ``--output`` (left out: beside the checkpoin
 destination folder and renamed only after the check below passed, so a failed export leaves nothing;
 neither may be the checkpoint, and an existing file is replaced only with ``--overwrite``.
 
+**An image checkpoint** (a run of :class:`src.data.images.ImageDataModule`) gives a graph that takes
+``images``, uint8 pixels ``(B, H, W, C)`` as decoded files stack (B dynamic), and holds the float
+conversion, the standardization with the run's statistics and the net; it returns ``logits`` ``(B, K)``.
+Its sidecar's ``graph`` says the ``layout``, ``dtype``, ``mode``, ``size``; its ``preprocessing`` the
+``labels``, ``resize``, ``mean`` and ``std`` (already inside the graph); its ``recipe``
+(:data:`IMAGE_RECIPE`) how a file becomes a row of the input. What follows is the table case.
+
 **The graph** takes ``features``, the encoded float32 matrix ``(B, F)`` that
 :meth:`src.predict.Predictor.encode` makes (B dynamic, F = ``len(feature_names)``; the numeric scaling
 is part of that encoding, outside the graph), and returns
@@ -40,7 +47,7 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -53,6 +60,7 @@ from torch import nn
 from src.data.preprocessing import MISSING, Preprocessor
 from src.errors import UserInputError
 from src.files import check_output, written
+from src.image_predict import ImagePredictor, ImagePreprocessing, carries_images
 from src.models import BaseTask
 from src.predict import Predictor
 
@@ -75,6 +83,17 @@ RECIPE = (
     "that is 1 when none matched.",
     "Output: classification: logits (B, K), softmax over the last axis gives the probabilities and "
     "class k is labels[k]; regression: values (B,) in the target's units.",
+)
+#: how an image file becomes one row of the image graph's input; written into every image sidecar
+IMAGE_RECIPE = (
+    "Decode the file and convert it to the sidecar's mode (Pillow's Image.convert: L is grayscale, one "
+    "channel; RGB three).",
+    "If its size differs from size (height, width): resize it to that size with bilinear resampling "
+    "(Pillow's Image.resize with Resampling.BILINEAR) when resize is true; otherwise the model cannot "
+    "take it.",
+    "Its pixels as uint8 (height, width, channels) are one row of the input images (B, H, W, C); the graph "
+    "divides by 255 and standardizes each channel with mean and std itself.",
+    "Output: logits (B, K); softmax over the last axis gives the probabilities and class k is labels[k].",
 )
 __doc__ = (__doc__ or "") + "".join(f"\n{i}. {rule}" for i, rule in enumerate(RECIPE, 1)) + "\n"
 
@@ -114,6 +133,33 @@ class Exportable(nn.Module):
         if self.classification:
             return self.model(features)  # (B, K) raw logits
         return self.model.predict_step((features,), 0)["preds"]  # (B,) in the target's units
+
+
+def image_sidecar_of(preprocessing: ImagePreprocessing, graph_file: str, fmt: str) -> dict[str, Any]:
+    """An image checkpoint's sidecar: how to call the graph, and what the run fitted and how it read files."""
+    height, width = preprocessing.size
+    return {
+        "format_version": SIDECAR_VERSION,
+        "graph": {
+            "file": graph_file,
+            "format": fmt,
+            "input": "images",
+            "output": "logits",
+            "layout": "BHWC",
+            "dtype": "uint8",
+            "mode": preprocessing.mode,
+            "size": [height, width],
+            "shape": ["B", height, width, preprocessing.channels],
+        },
+        "preprocessing": {"task": "classification", **preprocessing.state()},
+        "recipe": list(IMAGE_RECIPE),
+    }
+
+
+def probe_images(preprocessing: ImagePreprocessing, images: int = 8, seed: int = 0) -> torch.Tensor:
+    """uint8 ``(B, H, W, C)`` pixels drawn at random over 0…255: every input value the graph can see."""
+    shape = (images, *preprocessing.size, preprocessing.channels)
+    return torch.from_numpy(np.random.default_rng(seed).integers(0, 256, size=shape, dtype=np.uint8))
 
 
 def sidecar_of(preprocessor: Preprocessor, graph_file: str, fmt: str, in_features: int) -> dict[str, Any]:
@@ -159,7 +205,8 @@ def run_exported(fmt: str, path: Path, x: torch.Tensor) -> torch.Tensor:
         import onnxruntime
 
         session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        return torch.from_numpy(session.run(None, {"features": x.numpy()})[0])
+        (graph_input,) = session.get_inputs()  # "features" for a table, "images" for images
+        return torch.from_numpy(session.run(None, {graph_input.name: x.numpy()})[0])
     with torch.inference_mode():
         return torch.export.load(path).module()(x)
 
@@ -190,6 +237,46 @@ def check(fmt: str, path: Path, reference: nn.Module, x: torch.Tensor) -> float:
     return worst
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """What one checkpoint exports: the module the graph holds (also the reference of the check), an
+    example input, the graph's input and output names, and its sidecar given ``(graph file, format)``."""
+
+    module: nn.Module
+    example: torch.Tensor
+    input: str
+    output: str
+    sidecar: Callable[[str, str], dict[str, Any]]
+
+
+def table_export(ckpt_path: str | Path) -> Prepared:
+    """A table checkpoint: encoded rows ``(B, F)`` in, its preprocessing in the sidecar."""
+    predictor = Predictor.from_checkpoint(ckpt_path)  # one sentence for a missing or unsafe file
+    preprocessor = predictor.preprocessor
+    module = Exportable(predictor.model, classification=preprocessor.labels is not None).eval()
+    x = predictor.encode(probe_rows(preprocessor), "the probe rows")  # (8, F)
+    return Prepared(
+        module,
+        x,
+        "features",
+        output_name(preprocessor),
+        lambda file, fmt: sidecar_of(preprocessor, file, fmt, x.shape[1]),
+    )
+
+
+def image_export(ckpt_path: str | Path) -> Prepared:
+    """An image checkpoint: uint8 pixels ``(B, H, W, C)`` in, normalization and net inside the graph."""
+    predictor = ImagePredictor.from_checkpoint(ckpt_path)
+    preprocessing = predictor.preprocessing
+    return Prepared(
+        predictor.graph,
+        probe_images(preprocessing),  # (8, H, W, C)
+        "images",
+        "logits",
+        lambda file, fmt: image_sidecar_of(preprocessing, file, fmt),
+    )
+
+
 def export(
     ckpt_path: str | Path, fmt: str, output: str | Path | None = None, overwrite: bool = False
 ) -> tuple[Path, Path, float]:
@@ -201,20 +288,19 @@ def export(
     """
     if fmt not in FORMATS:
         raise UserInputError(f"--format {fmt!r} is unknown; choose one of {', '.join(FORMATS)}.")
-    predictor = Predictor.from_checkpoint(ckpt_path)  # one sentence for a missing or unsafe file
+    # one sentence for a missing or unsafe file
+    prepared = image_export(ckpt_path) if carries_images(ckpt_path) else table_export(ckpt_path)
     option = "--output" if output is not None else "the default output beside the checkpoint"
     graph_path = Path(output) if output is not None else Path(ckpt_path).with_suffix(SUFFIXES[fmt])
     check_output(graph_path, [ckpt_path], overwrite, option)
     sidecar_path = graph_path.with_name(graph_path.name + ".json")
     check_output(sidecar_path, [ckpt_path], overwrite, f"the sidecar of {option}")
 
-    preprocessor = predictor.preprocessor
-    module = Exportable(predictor.model, classification=preprocessor.labels is not None).eval()
-    x = predictor.encode(probe_rows(preprocessor), "the probe rows")  # (8, F)
+    module, x = prepared.module, prepared.example
     # B is dynamic; an example of 8 rows keeps torch.export from specializing it to 1
-    dynamic = {"features": {0: torch.export.Dim("batch", min=1)}}
+    dynamic = {prepared.input: {0: torch.export.Dim("batch", min=1)}}
     program = torch.export.export(module, (x,), dynamic_shapes=dynamic)
-    sidecar = sidecar_of(preprocessor, graph_path.name, fmt, x.shape[1])
+    sidecar = prepared.sidecar(graph_path.name, fmt)
     try:
         with written(graph_path, sidecar_path) as (graph_temp, sidecar_temp):
             if fmt == "onnx":
@@ -223,10 +309,10 @@ def export(
                 onnx_program = torch.onnx.export(
                     program,
                     (x,),
-                    input_names=["features"],
-                    output_names=[output_name(preprocessor)],
+                    input_names=[prepared.input],
+                    output_names=[prepared.output],
                     dynamic_shapes=dynamic,
-                    external_data=False,  # one self-contained file: tabular nets are far below 2 GB
+                    external_data=False,  # one self-contained file: the shipped nets are far below 2 GB
                     verbose=False,
                 )
                 assert onnx_program is not None  # the dynamo exporter always returns its program

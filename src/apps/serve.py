@@ -29,15 +29,25 @@ as its refusal, a value answered on its own. The batch step only concatenates te
 finite: one forward pass and one labelling call for all their rows. Encoding each request alone also
 keeps its prediction what it is alone (pandas reads a column from its cells, so the cells of another
 request could change how it reads them).
+
+**An image checkpoint** (a run of :class:`src.data.images.ImageDataModule`) is served the same way, with
+``{"images": ["<base64 of a PNG or JPEG file>", ...]}``, one image per row, answered in the same shape
+``{"predictions": [{"label": ..., "probabilities": {...}}, ...]}``. Each image is read as ``predict``
+reads files (:class:`src.image_predict.ImagePredictor`); an entry that is not base64 or not an image, or
+of another size where the run did not resize its images, refuses its request with a 422 naming it;
+``--max_rows`` bounds the images of one request.
 """
 
 import argparse
+import base64
+import binascii
 import json
 import logging
 import os
 import signal
 import socket
 import sys
+from abc import abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import FrameType
@@ -54,6 +64,7 @@ from pydantic import BaseModel, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from src.data.preprocessing import Location
 from src.errors import UserInputError
+from src.image_predict import ImagePredictor, carries_images
 from src.predict import Predictor, prediction_frame
 
 #: one cell of a row as JSON gives it; null is a missing cell
@@ -141,8 +152,18 @@ def doubled_column(names: Iterable[str]) -> Refused | None:
     return None
 
 
-class TabularAPI(ls.LitAPI):
-    """LitServe's four steps for a checkpoint: load, decode raw rows, predict a batch, encode labels.
+class ImageRequest(BaseModel):
+    """The body of ``POST /predict`` for an image checkpoint: each image file's bytes in base64."""
+
+    images: list[StrictStr]
+
+
+class BatchedAPI(ls.LitAPI):
+    """What every kind of data shares: each request decoded alone into a tensor or its refusal, one
+    forward pass for the tensors of a batch, each request answered with its own predictions or refusal.
+
+    A subclass loads its predictor in ``setup`` and decodes its body in ``decode_request`` (whose type
+    annotation tells LitServe the body's shape), through :meth:`guarded`.
 
     Args:
         ckpt_path: The checkpoint to serve.
@@ -160,6 +181,101 @@ class TabularAPI(ls.LitAPI):
         self.max_rows = max_rows
         self.threads = threads
 
+    @abstractmethod
+    def outputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The rows of a batch's requests, concatenated, → the model's ``predict_step`` outputs."""
+
+    @property
+    @abstractmethod
+    def labels(self) -> Sequence[Any] | None:
+        """Class names in class-id order, or None for regression."""
+
+    def guarded(self, encode: Callable[[Any], torch.Tensor | Refused], items: Any) -> torch.Tensor | Refused:
+        """``encode(items)``, or a 500 for this request alone when it raises.
+
+        Never raises: LitServe would answer every request of the batch with the error.
+        """
+        try:
+            return encode(items)
+        except Exception:  # a bug, not the client's: this request alone is answered 500
+            log.exception("a request failed in decode_request; it alone was answered 500")
+            return Refused(500, FAILED)
+
+    def too_many(self, rows: int, what: str) -> Refused | None:
+        """None, or the refusal of a request of more than ``max_rows`` rows."""
+        if rows > self.max_rows:
+            return Refused(
+                413, f"the request holds {rows} {what}, more than the {self.max_rows} allowed; split it."
+            )
+        return None
+
+    def batch(self, inputs: list[torch.Tensor | Refused]) -> list[torch.Tensor | Refused]:
+        # the list as it is: predict concatenates the requests' rows
+        return inputs
+
+    def predict(self, x: torch.Tensor | Refused | list[torch.Tensor | Refused], **kwargs: Any) -> Any:
+        """Every request of the batch (a list when batching): one prediction list per request, or its
+        refusal."""
+        requests = x if isinstance(x, list) else [x]
+        encoded = [r for r in requests if isinstance(r, torch.Tensor)]
+        answered = iter(self.predict_encoded(encoded) if encoded else [])
+        results = [next(answered) if isinstance(r, torch.Tensor) else r for r in requests]
+        return results if isinstance(x, list) else results[0]
+
+    def predict_encoded(self, encoded: list[torch.Tensor]) -> list[list[dict[str, Any]] | Refused]:
+        """The rows of all requests through one forward pass and one :func:`prediction_frame`: each
+        request's predictions, or a refusal where the model's output for one of its rows is not finite
+        (JSON has no such number)."""
+        outputs = self.outputs(torch.cat(encoded))
+        finite = torch.stack([torch.isfinite(v.reshape(len(v), -1)).all(1) for v in outputs.values()]).all(0)
+        every = self.answers(prediction_frame(outputs, self.labels, range(len(finite))))
+        ends = np.cumsum([len(e) for e in encoded]).tolist()
+        results: list[list[dict[str, Any]] | Refused] = []
+        for start, end in zip([0, *ends[:-1]], ends, strict=True):
+            bad = (~finite[start:end]).nonzero()
+            if len(bad):
+                results.append(
+                    Refused(
+                        422,
+                        f"{REQUEST.what}, row {int(bad[0])}: the model's output is not a finite number; "
+                        "its values lie too far from those the model was trained on.",
+                    )
+                )
+            else:
+                results.append(every[start:end])
+        return results
+
+    def answers(self, frame: pd.DataFrame) -> list[dict[str, Any]]:
+        """:func:`prediction_frame`'s lines as the response's predictions: label and probabilities, or
+        value."""
+        labels = self.labels
+        if labels is None:
+            return [{"value": float(v)} for v in frame["prediction"]]
+        probabilities = frame[[f"probability({label})" for label in labels]].to_numpy()
+        return [
+            {"label": label, "probabilities": dict(zip(map(str, labels), map(float, p), strict=True))}
+            for label, p in zip(frame["prediction"], probabilities, strict=True)
+        ]
+
+    def encode_response(self, output: list[dict[str, Any]] | Refused, **kwargs: Any) -> Response:
+        # a Response, not an exception, for a refused request: LitServe would send an exception raised
+        # here to every request of the batch
+        if isinstance(output, Refused):
+            return refused_response(output)
+        return JSONResponse({"predictions": output})
+
+
+class TabularAPI(BatchedAPI):
+    """LitServe's four steps for a table checkpoint: load, decode raw rows, predict a batch, encode labels.
+
+    Args:
+        ckpt_path: The checkpoint to serve.
+        max_rows: The most rows one request may hold.
+        max_batch_size: The most requests whose rows share one forward pass.
+        batch_timeout: Seconds to wait for more requests to fill a batch.
+        threads: torch's intra-op threads per inference worker.
+    """
+
     def setup(self, device: str) -> None:
         # the Predictor keeps the model on the CPU, where a small tabular net answers fastest; one
         # thread, because splitting a forward pass of a few hundred rows across threads costs more
@@ -168,25 +284,14 @@ class TabularAPI(ls.LitAPI):
         self.predictor = Predictor.from_checkpoint(self.ckpt_path)
 
     def decode_request(self, request: PredictRequest, **kwargs: Any) -> torch.Tensor | Refused:
-        """The request's rows encoded ``(N, F)`` on their own, or why they cannot be predicted.
-
-        Never raises: LitServe would answer every request of the batch with the error.
-        """
-        try:
-            return self.encode(request.rows)
-        except Exception:  # a bug, not the client's: this request alone is answered 500
-            log.exception("a request failed in decode_request; it alone was answered 500")
-            return Refused(500, FAILED)
+        """The request's rows encoded ``(N, F)`` on their own, or why they cannot be predicted."""
+        return self.guarded(self.encode, request.rows)
 
     def encode(self, rows: list[dict[str, Any]]) -> torch.Tensor | Refused:
         """Every check of one request's cells, then the checkpoint's own encoding of them."""
         if not rows:
             return Refused(422, 'the request holds no rows; send {"rows": [{"column": value, ...}, ...]}.')
-        if len(rows) > self.max_rows:
-            return Refused(
-                413, f"the request holds {len(rows)} rows, more than the {self.max_rows} allowed; split it."
-            )
-        refusal = unreadable_cell(rows)
+        refusal = self.too_many(len(rows), "rows") or unreadable_cell(rows)
         if refusal is not None:
             return refusal
         frame = pd.DataFrame.from_records(rows)
@@ -210,62 +315,61 @@ class TabularAPI(ls.LitAPI):
             )
         return x
 
-    def batch(self, inputs: list[torch.Tensor | Refused]) -> list[torch.Tensor | Refused]:
-        # the list as it is: predict concatenates the requests' rows
-        return inputs
+    def outputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.predictor.outputs(x)
 
-    def predict(self, x: torch.Tensor | Refused | list[torch.Tensor | Refused], **kwargs: Any) -> Any:
-        """Every request of the batch (a list when batching): one prediction list per request, or its
-        refusal."""
-        requests = x if isinstance(x, list) else [x]
-        encoded = [r for r in requests if isinstance(r, torch.Tensor)]
-        answered = iter(self.predict_encoded(encoded) if encoded else [])
-        results = [next(answered) if isinstance(r, torch.Tensor) else r for r in requests]
-        return results if isinstance(x, list) else results[0]
+    @property
+    def labels(self) -> Sequence[Any] | None:
+        return self.predictor.preprocessor.labels
 
-    def predict_encoded(self, encoded: list[torch.Tensor]) -> list[list[dict[str, Any]] | Refused]:
-        """The rows of all requests through one forward pass and one :func:`prediction_frame`: each
-        request's predictions, or a refusal where the model's output for one of its rows is not finite
-        (JSON has no such number)."""
-        outputs = self.predictor.outputs(torch.cat(encoded))
-        finite = torch.stack([torch.isfinite(v.reshape(len(v), -1)).all(1) for v in outputs.values()]).all(0)
-        every = self.answers(
-            prediction_frame(outputs, self.predictor.preprocessor.labels, range(len(finite)))
-        )
-        ends = np.cumsum([len(e) for e in encoded]).tolist()
-        results: list[list[dict[str, Any]] | Refused] = []
-        for start, end in zip([0, *ends[:-1]], ends, strict=True):
-            bad = (~finite[start:end]).nonzero()
-            if len(bad):
-                results.append(
-                    Refused(
-                        422,
-                        f"{REQUEST.what}, row {int(bad[0])}: the model's output is not a finite number; "
-                        "its values lie too far from those the model was trained on.",
-                    )
+
+class ImageAPI(BatchedAPI):
+    """LitServe's four steps for an image checkpoint: load, decode base64 image files, predict a batch,
+    encode labels.
+
+    Args:
+        ckpt_path: The checkpoint to serve.
+        max_rows: The most images one request may hold.
+        max_batch_size: The most requests whose images share one forward pass.
+        batch_timeout: Seconds to wait for more requests to fill a batch.
+        threads: torch's intra-op threads per inference worker.
+    """
+
+    def setup(self, device: str) -> None:
+        torch.set_num_threads(self.threads)  # one by default, as for tables: workers share the cores
+        self.predictor = ImagePredictor.from_checkpoint(self.ckpt_path)
+
+    def decode_request(self, request: ImageRequest, **kwargs: Any) -> torch.Tensor | Refused:
+        """The request's images as uint8 ``(N, H, W, C)`` pixels, or why they cannot be predicted."""
+        return self.guarded(self.encode, request.images)
+
+    def encode(self, images: list[str]) -> torch.Tensor | Refused:
+        """Each entry's base64 decoded, then the file read as ``predict`` reads files; the first entry
+        that fails names itself."""
+        if not images:
+            return Refused(422, f"the request holds no images; {IMAGE_SHAPE}.")
+        refusal = self.too_many(len(images), "images")
+        if refusal is not None:
+            return refusal
+        files: list[bytes] = []
+        for i, text in enumerate(images):
+            try:
+                files.append(base64.b64decode(text, validate=True))
+            except (binascii.Error, ValueError) as err:  # ValueError: text beyond ASCII
+                return Refused(
+                    422, f"images[{i}] is not base64 ({err}); send each image file's bytes base64-encoded."
                 )
-            else:
-                results.append(every[start:end])
-        return results
+        try:
+            return self.predictor.read(files, [f"images[{i}]" for i in range(len(files))])
+        except UserInputError as err:
+            return Refused(422, str(err))
 
-    def answers(self, frame: pd.DataFrame) -> list[dict[str, Any]]:
-        """:func:`prediction_frame`'s lines as the response's predictions: label and probabilities, or
-        value."""
-        labels = self.predictor.preprocessor.labels
-        if labels is None:
-            return [{"value": float(v)} for v in frame["prediction"]]
-        probabilities = frame[[f"probability({label})" for label in labels]].to_numpy()
-        return [
-            {"label": label, "probabilities": dict(zip(map(str, labels), map(float, p), strict=True))}
-            for label, p in zip(frame["prediction"], probabilities, strict=True)
-        ]
+    def outputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.predictor.outputs(x)
 
-    def encode_response(self, output: list[dict[str, Any]] | Refused, **kwargs: Any) -> Response:
-        # a Response, not an exception, for a refused request: LitServe would send an exception raised
-        # here to every request of the batch
-        if isinstance(output, Refused):
-            return refused_response(output)
-        return JSONResponse({"predictions": output})
+    @property
+    def labels(self) -> Sequence[Any] | None:
+        return self.predictor.labels
 
 
 SHAPE = 'send JSON shaped {"rows": [{"column": value, ...}, ...]} with Content-Type: application/json'
@@ -297,6 +401,34 @@ async def invalid_body(request: Request, error: Exception) -> JSONResponse:
     """FastAPI's answer to a body that does not fit :class:`PredictRequest`, as one sentence."""
     assert isinstance(error, RequestValidationError)
     return refused_response(shape_refusal(error.errors()[0]))
+
+
+IMAGE_SHAPE = (
+    'send JSON shaped {"images": ["<base64 of a PNG or JPEG file>", ...]} with Content-Type: application/json'
+)
+
+
+def image_shape_refusal(error: dict[str, Any]) -> Refused:
+    """The first complaint of FastAPI's check of an image request's body, as a status code and one
+    sentence."""
+    where = error["loc"][1:]  # ("images", position) without the leading "body"
+    if error["type"] == "json_invalid":
+        return Refused(
+            400, f"the body is not JSON ({error.get('ctx', {}).get('error', 'unreadable')}); {IMAGE_SHAPE}."
+        )
+    if len(where) >= 2:
+        return Refused(422, f"images[{where[1]}] is not text; {IMAGE_SHAPE}.")
+    if where:
+        return Refused(
+            422, f"'images' is {'missing' if error['type'] == 'missing' else 'not a list'}; {IMAGE_SHAPE}."
+        )
+    return Refused(422, f"the body is not a JSON object; {IMAGE_SHAPE}.")
+
+
+async def invalid_image_body(request: Request, error: Exception) -> JSONResponse:
+    """FastAPI's answer to a body that does not fit :class:`ImageRequest`, as one sentence."""
+    assert isinstance(error, RequestValidationError)
+    return refused_response(image_shape_refusal(error.errors()[0]))
 
 
 def parse(args: Sequence[str] | None) -> argparse.Namespace:
@@ -344,7 +476,12 @@ def build(options: argparse.Namespace) -> ls.LitServer:
         )
     if options.batch_timeout < 0:
         raise UserInputError(f"--batch_timeout {options.batch_timeout} must not be negative.")
-    Predictor.from_checkpoint(options.ckpt_path)  # a missing, broken or foreign checkpoint: one sentence
+    # a missing, broken or foreign checkpoint: one sentence
+    images = carries_images(options.ckpt_path)
+    if images:
+        ImagePredictor.from_checkpoint(options.ckpt_path)
+    else:
+        Predictor.from_checkpoint(options.ckpt_path)
     family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
     with socket.socket(family) as probe:
         try:
@@ -353,12 +490,12 @@ def build(options: argparse.Namespace) -> ls.LitServer:
             raise UserInputError(
                 f"port {options.port} on {options.host} is taken ({err.strerror}); pass another with --port."
             ) from err
-    api = TabularAPI(
+    api = (ImageAPI if images else TabularAPI)(
         options.ckpt_path, options.max_rows, options.max_batch_size, options.batch_timeout, options.threads
     )
     server = ls.LitServer(api, accelerator="cpu", workers_per_device=options.workers)
     # LitServer.app is the FastAPI application; its shape errors become one sentence and a 4xx
-    server.app.add_exception_handler(RequestValidationError, invalid_body)
+    server.app.add_exception_handler(RequestValidationError, invalid_image_body if images else invalid_body)
     return server
 
 

@@ -125,6 +125,12 @@ class OneBatch(L.LightningDataModule):
         self.data.setup(stage)
 
     @override
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        # a hook of the base class, so __getattr__ never reaches the configured one: what it makes of a
+        # batch on the device (an image DataModule's float conversion and normalization) is the net's input
+        return self.data.on_after_batch_transfer(batch, dataloader_idx)
+
+    @override
     def train_dataloader(self) -> DataLoader:
         batch = next(iter(self.data.train_dataloader()))
         # batch_size=None: each item is a whole batch already

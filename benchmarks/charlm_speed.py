@@ -1,0 +1,261 @@
+"""Characters per second of a character language model: training and generation side by side.
+
+    .venv/bin/python -m benchmarks.charlm_speed                    # 100 training steps, 3 rounds
+    .venv/bin/python -m benchmarks.charlm_speed --rounds 5 --write # and save results/charlm_speed.md
+
+The nets are those ``configs/charlm.yaml`` trains (its ``CharTransformer`` and its window length, read
+from the file, so that the numbers follow the config) and a ``CharGRU`` with its defaults, on the
+config's data (:class:`src.data.text.TextDataModule`: the bundled text, its batch size and stride), on
+the CPU with ``--threads`` torch threads. Per net and round:
+
+- **training**: :class:`src.models.language.LanguageModel` (loss, accuracy and perplexity updated every
+  step) fitted for ``--steps`` optimizer steps by a quiet Trainer (no logger, checkpoints, progress bar
+  or model summary; AdamW at the config's learning rate, no scheduler; the shipped gradient clipping).
+  The clock runs from ``on_train_start`` to the last step's ``on_train_batch_end``; characters per
+  second are the target characters of the batches it covered, ``steps * batch_size * block_size``.
+- **generation**: :func:`src.models.language.generate` of ``--new_tokens`` characters after a prompt of
+  one window, one sequence, ``sample`` with temperature 0.8 and top-k 40, the context cropped to the
+  window: one forward pass of up to ``block_size`` characters per generated character, as
+  ``python -m src.apps.generate`` does it.
+
+Each number is the median over ``--rounds`` rounds, after one unmeasured warm-up round.
+"""
+
+import argparse
+import contextlib
+import logging
+import os
+import statistics
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+import yaml
+from lightning.pytorch.callbacks import Callback
+from torch import nn
+from typing_extensions import override
+
+from benchmarks import report
+from src.data.text import TextDataModule
+from src.models.language import LanguageModel, generate
+from src.nets.transformer import CharGRU, CharTransformer
+
+CONFIG = Path(__file__).resolve().parent.parent / "configs" / "charlm.yaml"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What is measured: the config's net, window and batch, and the run's length."""
+
+    net: dict[str, Any] = field(default_factory=dict)  #: CharTransformer's init_args
+    block_size: int = 64
+    stride: int | None = None
+    batch_size: int = 64
+    lr: float = 1e-3
+    steps: int = 100
+    new_tokens: int = 200
+    text_path: str | None = None  #: a text file instead of the bundled text (tests)
+
+
+def from_config(steps: int, new_tokens: int, path: Path = CONFIG) -> Setup:
+    """The setup ``configs/charlm.yaml`` trains."""
+    config = yaml.safe_load(path.read_text())
+    data = config["data"]["init_args"]
+    model = config["model"]["init_args"]
+    return Setup(
+        net=model["net"]["init_args"],
+        block_size=data["block_size"],
+        stride=data.get("stride"),
+        batch_size=data["batch_size"],
+        lr=model["optimizer"]["init_args"]["lr"],
+        steps=steps,
+        new_tokens=new_tokens,
+    )
+
+
+def nets(setup: Setup) -> dict[str, Callable[[int, int], nn.Module]]:
+    """The nets side by side: name → the factory the task calls with ``(vocabulary, vocabulary)``."""
+    return {
+        "CharTransformer (charlm.yaml)": partial(CharTransformer, **setup.net),
+        "CharGRU (its defaults)": CharGRU,
+    }
+
+
+class Clock(Callback):
+    """Wall seconds from the start of training to the end of step ``steps``."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+        self.start = self.wall = 0.0
+
+    @override
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.start = time.perf_counter()
+
+    @override
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.steps:
+            self.wall = time.perf_counter() - self.start
+
+
+@dataclass
+class Run:
+    """One net's one round."""
+
+    train_chars: int  #: target characters the timed steps trained on
+    train_wall: float
+    generated: int  #: characters generated
+    generate_wall: float
+    loss: float  #: the last training step's loss, to check that training happened
+
+
+def data(setup: Setup) -> TextDataModule:
+    return TextDataModule(
+        path=setup.text_path, block_size=setup.block_size, stride=setup.stride, batch_size=setup.batch_size
+    )
+
+
+def run(setup: Setup, factory: Callable[[int, int], nn.Module]) -> Run:
+    """Train ``setup.steps`` steps, then generate ``setup.new_tokens`` characters."""
+    datamodule = data(setup)
+    torch.manual_seed(0)
+    model = LanguageModel(
+        in_features=datamodule.in_features,
+        out_features=datamodule.out_features,
+        net=factory,
+        optimizer=partial(torch.optim.AdamW, lr=setup.lr),
+    )
+    clock = Clock(setup.steps)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=setup.steps,
+        limit_val_batches=0,
+        gradient_clip_val=1.0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[clock],
+    )
+    trainer.fit(model, datamodule=datamodule)
+    prompt = datamodule.encode(datamodule.stretch("val")[: setup.block_size])
+    start = time.perf_counter()
+    ids = generate(model, prompt, setup.new_tokens, "sample", 0.8, 40, None, 0, setup.block_size)
+    generate_wall = time.perf_counter() - start
+    return Run(
+        train_chars=trainer.global_step * setup.batch_size * setup.block_size,
+        train_wall=clock.wall,
+        generated=len(ids) - len(prompt),
+        generate_wall=generate_wall,
+        loss=float(trainer.callback_metrics["train/loss"]),
+    )
+
+
+@contextlib.contextmanager
+def quiet(threads: int) -> Iterator[None]:
+    """A run with ``threads`` torch threads and its output discarded."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
+    levels = [each.level for each in loggers]
+    for each in loggers:
+        each.setLevel(logging.WARNING)
+    with (
+        open(os.devnull, "w") as sink,
+        contextlib.redirect_stdout(sink),
+        contextlib.redirect_stderr(sink),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("ignore")  # Lightning's advice (more loader workers) is not what is measured
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+            for each, level in zip(loggers, levels, strict=True):
+                each.setLevel(level)
+
+
+@dataclass
+class Results:
+    setup: Setup
+    threads: int
+    runs: dict[str, list[Run]]  #: per net, one per round
+
+    def train_speed(self, name: str) -> float:
+        """Median training characters per second."""
+        return statistics.median(r.train_chars / r.train_wall for r in self.runs[name])
+
+    def generate_speed(self, name: str) -> float:
+        """Median generated characters per second."""
+        return statistics.median(r.generated / r.generate_wall for r in self.runs[name])
+
+
+def measure(setup: Setup, rounds: int, threads: int = 1, warm_up: bool = True) -> Results:
+    """Every net once per round, alternating, after an unmeasured warm-up round."""
+    factories = nets(setup)
+    runs: dict[str, list[Run]] = {name: [] for name in factories}
+    with quiet(threads):
+        if warm_up:
+            short = replace(setup, steps=5, new_tokens=5)
+            for factory in factories.values():
+                run(short, factory)
+        for _ in range(rounds):
+            for name, factory in factories.items():
+                runs[name].append(run(setup, factory))
+    return Results(setup, threads, runs)
+
+
+COLUMNS = ("net", "parameters", "train chars/s", "train ms/step", "generate chars/s", "generate ms/char")
+
+
+def table(results: Results) -> str:
+    setup = results.setup
+    lines = [
+        f"Windows of {setup.block_size} characters, batch {setup.batch_size}, {setup.steps} training steps "
+        f"(AdamW, lr {setup.lr}); {setup.new_tokens} characters generated one at a time (sample, "
+        f"temperature 0.8, top-k 40, context cropped to {setup.block_size}); median of "
+        f"{len(next(iter(results.runs.values())))} round(s), {results.threads} torch thread(s), CPU.",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|---|" + "---:|" * (len(COLUMNS) - 1),
+    ]
+    datamodule = data(setup)
+    for name, factory in nets(setup).items():
+        size = sum(p.numel() for p in factory(datamodule.in_features, datamodule.out_features).parameters())
+        train, gen = results.train_speed(name), results.generate_speed(name)
+        chars_per_step = setup.batch_size * setup.block_size
+        cells = [name, f"{size:,}", f"{train:,.0f}", f"{1000 * chars_per_step / train:.1f}"]
+        lines.append("| " + " | ".join([*cells, f"{gen:,.0f}", f"{1000 / gen:.2f}"]) + " |")
+    return "\n".join(lines)
+
+
+def parse_arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--steps", type=int, default=100, help="training steps per net and round")
+    parser.add_argument("--new_tokens", type=int, default=200, help="characters generated per net and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (the shipped cpu_threads)")
+    parser.add_argument(
+        "--write", action="store_true", help="also save the table as benchmarks/results/charlm_speed.md"
+    )
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    options = parse_arguments()
+    setup = from_config(options.steps, options.new_tokens)
+    text = (
+        report.header("Character language model speed")
+        + "\n\n"
+        + table(measure(setup, options.rounds, options.threads))
+    )
+    print(text)
+    if options.write:
+        print(f"\nwritten to {report.write('charlm_speed', text)}")

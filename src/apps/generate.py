@@ -1,0 +1,136 @@
+"""Text from a trained character language model, from its checkpoint alone.
+
+    python -m src.apps.generate --ckpt_path CKPT --prompt "def " --strategy sample --temperature 0.8 \\
+        --top_k 40 --top_p 0.95 --max_new_tokens 300 --seed 0 [--output sample.txt [--overwrite]]
+
+The checkpoint is read as data (:func:`src.checkpoints.load_checkpoint`), the classes it names are
+checked before anything is imported (:func:`src.checkpoints.check_names`), the model is rebuilt from
+it and the vocabulary is the one its run fitted. The prompt followed by the generated characters is
+printed, or written to ``--output`` (whole or not at all; an existing file only with ``--overwrite``).
+The same seed gives the same text; ``greedy`` needs none.
+"""
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from jsonargparse import ArgumentParser, auto_cli
+from typing_extensions import override
+
+from src.checkpoints import check_names, load_checkpoint, resolve
+from src.cli_errors import summarize
+from src.data.text import Vocabulary, read_text, text_state_of, vocabulary_of
+from src.errors import UserInputError
+from src.files import check_output, written
+from src.models.language import LanguageModel, Strategy, check_decoding, generate
+
+#: the prompt when none is given: the start of a line
+DEFAULT_PROMPT = "\n"
+
+
+def load(ckpt_path: str) -> tuple[LanguageModel, Vocabulary, int]:
+    """A language model checkpoint → the model (on the CPU, in eval mode), its vocabulary and the window
+    length it was trained on; one sentence for a checkpoint that is none."""
+    checkpoint = load_checkpoint(ckpt_path)
+    check_names(checkpoint, ckpt_path)
+    class_path = checkpoint.get("hyper_parameters", {}).get("_class_path")
+    found = resolve(class_path) if isinstance(class_path, str) else None
+    if not (isinstance(found, type) and issubclass(found, LanguageModel)):
+        raise UserInputError(
+            f"checkpoint {ckpt_path!r} is not a language model (it holds {class_path or 'no model class'}); "
+            "pass a checkpoint of a run of configs/charlm.yaml."
+        )
+    state = text_state_of(checkpoint, ckpt_path)
+    try:
+        # Lightning's loader rebuilds the net from the config it was saved as; compiling pays off in
+        # training, not in one forward pass per character
+        model = found.load_from_checkpoint(ckpt_path, map_location="cpu", compile_net=False)
+    except UserInputError:
+        raise
+    except (TypeError, RuntimeError, ValueError) as err:  # other arguments, or other weights
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserInputError(f"checkpoint {ckpt_path!r} cannot be loaded ({first.rstrip('.')}).") from err
+    return model.eval(), vocabulary_of(checkpoint, ckpt_path), int(state["block_size"])
+
+
+def generate_text(
+    ckpt_path: str,
+    prompt: str = DEFAULT_PROMPT,
+    prompt_file: str | None = None,
+    strategy: Strategy = "sample",
+    temperature: float = 0.8,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    max_new_tokens: int = 300,
+    seed: int = 0,
+    output: str | None = None,
+    overwrite: bool = False,
+) -> None:
+    """Generate text from a character language model checkpoint.
+
+    Args:
+        ckpt_path: The checkpoint (a .ckpt file of a run of configs/charlm.yaml).
+        prompt: The text to continue; left out, a line break.
+        prompt_file: A UTF-8 file whose text to continue; it replaces --prompt.
+        strategy: greedy (always the likeliest character) or sample.
+        temperature: Divides the logits before sampling: below 1 safer, above 1 wilder; 0 is greedy.
+        top_k: Sample among the top_k likeliest characters only.
+        top_p: Sample among the smallest set of likeliest characters whose probability reaches top_p.
+        max_new_tokens: Characters to generate.
+        seed: Seeds the sampling: the same seed gives the same text.
+        output: Write the text to this file instead of printing it.
+        overwrite: Replace --output if it exists.
+    """
+    try:
+        check_decoding(strategy, temperature, top_k, top_p, max_new_tokens)
+    except UserInputError as err:
+        raise UserInputError(f"--{err}") from err
+    if output is not None:
+        check_output(output, [ckpt_path, prompt_file], overwrite)
+    if prompt_file is not None:
+        prompt = read_text(prompt_file, "--prompt_file")
+    if not prompt:
+        raise UserInputError("--prompt is empty; give at least one character to continue.")
+    model, vocabulary, block_size = load(ckpt_path)
+    prompt_ids = vocabulary.encode(prompt)
+    unknown = sorted({c for c, i in zip(prompt, prompt_ids.tolist(), strict=True) if i == 0})
+    if unknown:
+        print(f"note: the prompt's {unknown} are not in the vocabulary and read as unknown.", file=sys.stderr)
+    ids = generate(model, prompt_ids, max_new_tokens, strategy, temperature, top_k, top_p, seed, block_size)
+    # the prompt as given, then the generated characters (an unknown one of the prompt stays itself)
+    text = prompt + vocabulary.decode(ids[len(prompt_ids) :])
+    if output is None:
+        print(text)
+        return
+    with written(Path(output)) as (partial,):
+        partial.write_text(text, encoding="utf-8")
+    print(f"{len(text)} characters written to {output}", file=sys.stderr)
+
+
+class _Parser(ArgumentParser):
+    """jsonargparse's parser, whose complaints are one sentence and exit status 2."""
+
+    @override
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error:  # jsonargparse parsing a nested value: it catches this and goes on
+            super().error(message, ex)
+        raise UserInputError(f"{summarize(message)}; see python -m src.apps.generate --help")
+
+
+def main(args: Sequence[str] | None = None) -> None:
+    """Run the command; bad input ends with one sentence on stderr and exit status 2."""
+    try:
+        auto_cli(
+            generate_text,
+            args=list(args) if args is not None else None,
+            as_positional=False,
+            parser_class=_Parser,
+        )
+    except UserInputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from err
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""A character language model: next-character cross-entropy at every position, and text generation.
+
+The decoding functions are plain torch and work with any net that maps ``(B, T)`` ids to ``(B, T, V)``
+logits: :func:`filter_top_k`, :func:`filter_top_p`, :func:`next_token` and :func:`generate`. They
+apply, in this order, the temperature, top-k, then top-p, as most generation libraries do.
+"""
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics import MetricCollection
+from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics.text import Perplexity
+from torchmetrics.wrappers import LambdaInputTransformer
+from typing_extensions import override
+
+from src.errors import UserInputError
+from src.models.base import BaseTask
+
+Strategy = Literal["greedy", "sample"]
+
+
+class LanguageModel(BaseTask):
+    """Predicts the next character at every position of a window.
+
+    The net maps ``(B, T)`` ids to ``(B, T, V)`` logits (:class:`src.nets.transformer.CharTransformer`,
+    :class:`~src.nets.transformer.CharGRU`); loss and metrics see the ``B * T`` positions as one batch.
+    The loss is the mean cross-entropy per character in nats (natural log); the metrics are accuracy
+    (``acc``: how often the most likely next character is right) and ``perplexity``: ``exp(loss)``, the
+    number of equally likely characters the model is as unsure as. Its arguments are
+    :class:`BaseTask`'s; ``net`` must be given (the default MLP reads feature rows, not characters).
+    """
+
+    @override
+    def check_shapes(self) -> None:
+        if (k := self.hparams["out_features"]) < 2:
+            raise UserInputError(
+                f"model LanguageModel needs a vocabulary of at least 2 ids but the data gives {k}; "
+                "give it a text (src.data.text.TextDataModule)."
+            )
+
+    @override
+    def setup(self, stage: str) -> None:
+        # a net with a longest input (CharTransformer's block_size) must read the data's whole windows;
+        # said once here rather than by the first forward pass, as a ValueError
+        longest = getattr(self.net, "block_size", None)
+        window = getattr(self.trainer.datamodule, "block_size", None)  # type: ignore[attr-defined]
+        if isinstance(longest, int) and isinstance(window, int) and window > longest:
+            raise UserInputError(
+                f"data.block_size={window} is longer than the net's block_size={longest}, the longest input "
+                "it reads; make the net's at least as long."
+            )
+
+    @override
+    def build_metrics(self) -> MetricCollection:
+        # torchmetrics' Perplexity reads (B, T, V) sequences; the metrics are handed (B*T, V) positions,
+        # which are one sequence of B*T characters as far as perplexity is concerned
+        perplexity = LambdaInputTransformer(
+            Perplexity(), transform_pred=one_sequence, transform_target=one_sequence
+        )
+        accuracy = MulticlassAccuracy(self.hparams["out_features"], average="micro")
+        return MetricCollection({"acc": accuracy, "perplexity": perplexity})
+
+    @override
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        # output: (B, T, V) raw logits, never softmaxed: cross_entropy applies log-softmax itself (nats)
+        return F.cross_entropy(output.flatten(0, 1), target.flatten())
+
+    @override
+    def metric_inputs(self, output: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return output.flatten(0, 1), target.flatten()  # (B*T, V), (B*T,): classification per position
+
+    @override
+    def predict_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> dict[str, torch.Tensor]:
+        logits = self(batch[0])[:, -1]  # (B, V): the character after each window
+        probs = logits.softmax(dim=-1)
+        return {"probs": probs, "preds": probs.argmax(dim=-1)}
+
+    def generate(
+        self,
+        prompt_ids: torch.Tensor,
+        max_new_tokens: int,
+        strategy: Strategy = "greedy",
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int = 0,
+        block_size: int | None = None,
+    ) -> torch.Tensor:
+        """:func:`generate` with this model's net; the context is cropped to ``block_size``, by default
+        the net's own (a ``CharTransformer``'s; a recurrent net has none)."""
+        if block_size is None:
+            block_size = getattr(self.net, "block_size", None)  # the nets' public attribute, when it has one
+        return generate(
+            self, prompt_ids, max_new_tokens, strategy, temperature, top_k, top_p, seed, block_size
+        )
+
+
+def one_sequence(tensor: torch.Tensor) -> torch.Tensor:
+    """(N, ...) positions → (1, N, ...): one sequence of N characters."""
+    return tensor.unsqueeze(0)
+
+
+def check_decoding(
+    strategy: str, temperature: float, top_k: int | None, top_p: float | None, max_new_tokens: int = 0
+) -> None:
+    """One sentence for a decoding setting that means nothing (:class:`UserInputError`, a ValueError)."""
+    if strategy not in ("greedy", "sample"):
+        raise UserInputError(f"strategy={strategy!r} is unknown; choose greedy or sample.")
+    if temperature < 0:
+        raise UserInputError(
+            f"temperature={temperature} must be at least 0 (0 picks the likeliest character)."
+        )
+    if top_k is not None and top_k < 1:
+        raise UserInputError(f"top_k={top_k} must be at least 1 (or left out: no top-k filter).")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise UserInputError(f"top_p={top_p} must lie in (0, 1] (or left out: no top-p filter).")
+    if max_new_tokens < 0:
+        raise UserInputError(f"max_new_tokens={max_new_tokens} must be at least 0.")
+
+
+def filter_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """(..., V) logits with all but the ``k`` largest of each row set to ``-inf``.
+
+    Exactly ``k`` stay, ties included: among equal logits at the ``k``-th place the lower ids stay (the
+    order of a stable sort).
+    """
+    if k >= logits.shape[-1]:
+        return logits
+    order = logits.argsort(dim=-1, descending=True, stable=True)  # (..., V) ids, likeliest first
+    return logits.scatter(-1, order[..., k:], float("-inf"))
+
+
+def filter_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """(..., V) logits with all but the nucleus set to ``-inf``: the smallest set of likeliest ids whose
+    probabilities add up to at least ``p`` (one id alone when its own probability reaches ``p``; ties in
+    order of a stable sort, lower ids first)."""
+    ordered, order = logits.sort(dim=-1, descending=True, stable=True)
+    probs = ordered.softmax(dim=-1)
+    # the probability of the ids more likely than each: an id is needed while they fall short of p
+    before = torch.cat([torch.zeros_like(probs[..., :1]), probs.cumsum(dim=-1)[..., :-1]], dim=-1)
+    drop_sorted = before >= p
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # back in id order
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def next_token(
+    logits: torch.Tensor,
+    strategy: Strategy = "greedy",
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """(..., V) logits → (...) chosen ids.
+
+    ``greedy`` takes the likeliest id (the first of equal ones); ``sample`` draws from
+    ``softmax(logits / temperature)`` after :func:`filter_top_k` and :func:`filter_top_p`, with
+    ``generator``'s random numbers. A temperature of 0 is greedy.
+    """
+    if strategy == "greedy" or temperature == 0:
+        return logits.argmax(dim=-1)
+    scaled = logits.float() / temperature
+    if top_k is not None:
+        scaled = filter_top_k(scaled, top_k)
+    if top_p is not None and top_p < 1:
+        scaled = filter_top_p(scaled, top_p)
+    probs = scaled.softmax(dim=-1).reshape(-1, logits.shape[-1])  # (N, V)
+    return torch.multinomial(probs, 1, generator=generator).reshape(logits.shape[:-1])
+
+
+@torch.inference_mode()
+def generate(
+    model: nn.Module,
+    prompt_ids: torch.Tensor,
+    max_new_tokens: int,
+    strategy: Strategy = "greedy",
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 0,
+    block_size: int | None = None,
+) -> torch.Tensor:
+    """The prompt followed by ``max_new_tokens`` ids, one at a time, each from the model's logits for
+    the last position (:func:`next_token`).
+
+    Args:
+        model: Maps ``(B, T)`` ids to ``(B, T, V)`` logits; run in eval mode, then put back as it was.
+        prompt_ids: ``(T0,)`` or ``(B, T0)`` int64 ids, ``T0 >= 1``.
+        max_new_tokens: Ids to add.
+        strategy: ``greedy`` or ``sample``.
+        temperature: Divides the logits before sampling; 0 is greedy.
+        top_k: Sample among the ``top_k`` likeliest ids only.
+        top_p: Sample among the nucleus of probability ``top_p`` only.
+        seed: Seeds the sampling's own generator, so a seed gives the same text every time.
+        block_size: Crop the context to its last ``block_size`` ids (the length the model was trained
+            on, at most what it can read); ``None`` keeps it whole.
+
+    Returns:
+        ``(T0 + max_new_tokens,)`` or ``(B, T0 + max_new_tokens)`` ids, as the prompt was shaped.
+    """
+    check_decoding(strategy, temperature, top_k, top_p, max_new_tokens)
+    if prompt_ids.shape[-1] == 0:
+        raise UserInputError("generate needs a prompt of at least one character.")
+    device = next(model.parameters()).device
+    ids = prompt_ids.to(device).reshape(-1, prompt_ids.shape[-1])  # (B, T0)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    was_training = model.training
+    model.eval()  # no dropout
+    try:
+        for _ in range(max_new_tokens):
+            context = ids if block_size is None else ids[:, -block_size:]  # (B, <= block_size)
+            logits = model(context)[:, -1]  # (B, V): the next character's
+            chosen = next_token(logits, strategy, temperature, top_k, top_p, generator)  # (B,)
+            ids = torch.cat([ids, chosen.unsqueeze(-1)], dim=-1)
+    finally:
+        model.train(was_training)
+    return ids.reshape(*prompt_ids.shape[:-1], ids.shape[-1])
