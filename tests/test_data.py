@@ -1,5 +1,6 @@
 """The DataModule: honest splits, scaling fitted on train only, index-batched loaders."""
 
+import re
 from unittest import mock
 
 import numpy as np
@@ -8,6 +9,9 @@ import pytest
 import torch
 
 from src.data import TabularDataModule, TensorBatches, sources
+from src.data.images import ImageDataModule
+from src.data.text import TextDataModule
+from src.errors import UserInputError
 
 
 def make(**kwargs) -> TabularDataModule:
@@ -146,3 +150,19 @@ def test_csv_source_reads_features_and_target(write_csv) -> None:
     only_a = sources.select(sources.read_file(path, "csv"), "label", "regression", location, ["a"])
     assert list(only_a.features.columns) == ["a"]
     assert only_a.target.dtype == np.float32
+
+
+@pytest.mark.parametrize("module", [TabularDataModule, ImageDataModule, TextDataModule])
+@pytest.mark.parametrize(
+    ("setting", "sentence"),
+    [
+        ({"batch_size": 0}, "data.batch_size=0 must be at least 1."),
+        ({"num_workers": -1}, "data.num_workers=-1 must be 0 (load in this process) or more."),
+        ({"val_fraction": 0.5, "test_fraction": 0.5}, "data.val_fraction=0.5 and data.test_fraction=0.5 do"),
+    ],
+)
+def test_every_shipped_datamodule_refuses_loader_and_split_settings_alike(
+    module: type, setting: dict[str, float], sentence: str
+) -> None:
+    with pytest.raises(UserInputError, match=re.escape(sentence)):
+        module(**setting)

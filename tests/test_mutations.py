@@ -398,7 +398,7 @@ def test_resume_catches_a_datamodule_that_keeps_the_loaders_position_to_itself(
     mutate(
         monkeypatch,
         ResumableDataModule,
-        "resumable_loader",
+        "train_dataloader",
         "loader.load_state_dict(self._loader_state)",
         "pass",
     )

@@ -2,6 +2,7 @@
 
 import gc
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
@@ -110,8 +111,19 @@ class ResumableLoader(DataLoader):
         self._skip = int(state_dict["done"])
 
 
-class ResumableDataModule(L.LightningDataModule):
-    """What the shipped DataModules share to resume in the middle of an epoch, bit for bit.
+def check_fractions(val_fraction: float, test_fraction: float, items: str) -> None:
+    """The validation and test shares of the data must leave ``items`` (rows, images, text) to train on."""
+    if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
+        raise UserInputError(
+            f"data.val_fraction={val_fraction} and data.test_fraction={test_fraction} do not fit: each "
+            f"must lie in (0, 1) and together they must stay below 1, leaving {items} to train on."
+        )
+
+
+class ResumableDataModule(L.LightningDataModule, ABC):
+    """What the shipped DataModules share: the loaders of their splits, and a training loader that
+    resumes in the middle of an epoch, bit for bit. A subclass says what each split holds
+    (:meth:`dataset`).
 
     The training loader is a :class:`ResumableLoader` drawing its order from one seeded generator. Its
     position (the epoch's order and the batches processed) is kept twice: Lightning saves the loader's
@@ -123,17 +135,47 @@ class ResumableDataModule(L.LightningDataModule):
 
     Args:
         seed: Seeds the training order.
+        batch_size: Items per batch, per process.
+        num_workers: Loader worker processes; 0 loads in the main process.
+        drop_last: Drop the last, smaller training batch of each epoch.
     """
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, batch_size: int, num_workers: int, drop_last: bool) -> None:
         super().__init__()
+        if batch_size < 1:
+            raise UserInputError(f"data.batch_size={batch_size} must be at least 1.")
+        if num_workers < 0:
+            raise UserInputError(f"data.num_workers={num_workers} must be 0 (load in this process) or more.")
+        self._loading = (batch_size, num_workers, drop_last)
         self._shuffle = torch.Generator().manual_seed(seed)
         self._train_loader: ResumableLoader | None = None
         self._loader_state: dict[str, Any] | None = None  # restored, waiting for the loader
 
-    def resumable_loader(self, dataset: Dataset[Any], **kwargs: Any) -> ResumableLoader:
-        """The training loader: shuffled by this DataModule's generator, at its restored position."""
-        loader = ResumableLoader(dataset, shuffle=True, generator=self._shuffle, **kwargs)
+    @abstractmethod
+    def dataset(self, stage: Stage) -> Dataset[Any]:
+        """The items of one split (``train``, ``val``, ``test``) or of what ``predict`` reads."""
+
+    def _loader_options(self) -> dict[str, Any]:
+        batch_size, workers, _ = self._loading
+        on_cuda = self.trainer is not None and isinstance(self.trainer.accelerator, CUDAAccelerator)
+        return {
+            "batch_size": batch_size,
+            "collate_fn": keep_batch,  # the datasets hand over whole batches
+            "num_workers": workers,
+            "persistent_workers": workers > 0,
+            "pin_memory": on_cuda,
+        }
+
+    @override
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled by this DataModule's generator, at its restored position."""
+        loader = ResumableLoader(
+            self.dataset("train"),
+            shuffle=True,
+            generator=self._shuffle,
+            drop_last=self._loading[2],
+            **self._loader_options(),
+        )
         if self._loader_state is not None:
             loader.load_state_dict(self._loader_state)
             self._loader_state = None
@@ -158,6 +200,18 @@ class ResumableDataModule(L.LightningDataModule):
         if "shuffle" in state_dict:
             self._shuffle.set_state(state_dict["shuffle"])
         self._loader_state = state_dict.get("loader")
+
+    @override
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.dataset("val"), **self._loader_options())
+
+    @override
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.dataset("test"), **self._loader_options())
+
+    @override
+    def predict_dataloader(self) -> DataLoader:
+        return DataLoader(self.dataset("predict"), **self._loader_options())
 
     @override
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
@@ -244,21 +298,13 @@ class TabularDataModule(ResumableDataModule):
         num_workers: int = 0,
         drop_last: bool = False,
     ) -> None:
-        super().__init__(seed)
-        if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
-            raise UserInputError(
-                f"data.val_fraction={val_fraction} and data.test_fraction={test_fraction} do not fit: each "
-                "must lie in (0, 1) and together they must stay below 1, leaving rows to train on."
-            )
+        super().__init__(seed, batch_size, num_workers, drop_last)
+        check_fractions(val_fraction, test_fraction, "rows")
         if folds is not None and not (folds >= 2 and 0 <= fold < folds):
             raise UserInputError(
                 f"data.folds={folds} and data.fold={fold} do not fit: folds must be at least 2 "
                 "and fold lie in 0 … folds - 1."
             )
-        if batch_size < 1:
-            raise UserInputError(f"data.batch_size={batch_size} must be at least 1.")
-        if num_workers < 0:
-            raise UserInputError(f"data.num_workers={num_workers} must be 0 (load in this process) or more.")
         if source is None:
             source = sources.file_format(path) if path is not None else "digits"
         if source in BUNDLED and path is not None:
@@ -536,36 +582,6 @@ class TabularDataModule(ResumableDataModule):
             self.__dict__["preprocessor"] = restored
             self._datasets.clear()
         super().load_state_dict(state_dict)
-
-    # -- loaders --------------------------------------------------------------------------------------
-
-    def _loader_options(self) -> dict[str, Any]:
-        workers = self.settings.num_workers
-        on_cuda = self.trainer is not None and isinstance(self.trainer.accelerator, CUDAAccelerator)
-        return {
-            "batch_size": self.settings.batch_size,
-            "collate_fn": keep_batch,
-            "num_workers": workers,
-            "persistent_workers": workers > 0,
-            "pin_memory": on_cuda,
-        }
-
-    def _loader(self, stage: Stage) -> DataLoader:
-        return DataLoader(self.dataset(stage), **self._loader_options())
-
-    def train_dataloader(self) -> DataLoader:
-        return self.resumable_loader(
-            self.dataset("train"), drop_last=self.settings.drop_last, **self._loader_options()
-        )
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test")
-
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader("predict")
 
 
 assert set(BUNDLED) < set(get_args(Source))

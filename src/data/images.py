@@ -17,16 +17,15 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.accelerators import CUDAAccelerator
 from lightning.pytorch.utilities import AttributeDict
 from PIL import Image, UnidentifiedImageError
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 from typing_extensions import override
 
 from src.checkpoints import load_checkpoint
-from src.data.datamodule import ResumableDataModule, TensorBatches, keep_batch
+from src.data.datamodule import ResumableDataModule, TensorBatches, check_fractions
 from src.errors import UserInputError
 from src.files import TEMPORARY, temporary_name
 
@@ -325,21 +324,15 @@ class ImageDataModule(ResumableDataModule):
         num_workers: int = 0,
         drop_last: bool = False,
     ) -> None:
-        super().__init__(seed)
+        super().__init__(seed, batch_size, num_workers, drop_last)
         if folder is not None and csv is not None:
             raise UserInputError(f"data.folder={folder!r} and data.csv={csv!r} are both set; give one.")
-        if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
-            raise UserInputError(
-                f"data.val_fraction={val_fraction} and data.test_fraction={test_fraction} do not fit: each "
-                "must lie in (0, 1) and together they must stay below 1, leaving images to train on."
-            )
+        check_fractions(val_fraction, test_fraction, "images")
         if mode is not None and mode not in CHANNELS:
             raise UserInputError(f"data.mode={mode!r} is unknown; choose L (grayscale) or RGB.")
         for name, value, least in (
             ("image_size", image_size, 1),
             ("crop_padding", crop_padding, 0),
-            ("batch_size", batch_size, 1),
-            ("num_workers", num_workers, 0),
         ):
             if value is not None and value < least:
                 raise UserInputError(f"data.{name}={value} must be at least {least}.")
@@ -623,38 +616,6 @@ class ImageDataModule(ResumableDataModule):
             flip = (torch.rand(batch, generator=self._augment) < 0.5).to(x.device)
             x = torch.where(flip[:, None, None, None], x.flip(-1), x)
         return x
-
-    def _loader_options(self) -> dict[str, Any]:
-        workers = self.settings.num_workers
-        on_cuda = self.trainer is not None and isinstance(self.trainer.accelerator, CUDAAccelerator)
-        return {
-            "batch_size": self.settings.batch_size,
-            "collate_fn": keep_batch,
-            "num_workers": workers,
-            "persistent_workers": workers > 0,
-            "pin_memory": on_cuda,
-        }
-
-    def _loader(self, stage: Stage) -> DataLoader:
-        return DataLoader(self.dataset(stage), **self._loader_options())
-
-    @override
-    def train_dataloader(self) -> DataLoader:
-        return self.resumable_loader(
-            self.dataset("train"), drop_last=self.settings.drop_last, **self._loader_options()
-        )
-
-    @override
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val")
-
-    @override
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test")
-
-    @override
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader("predict")
 
 
 assert set(CHANNELS) == set(get_args(Mode))

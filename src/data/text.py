@@ -15,11 +15,9 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 import torch
-from lightning.pytorch.accelerators import CUDAAccelerator
-from torch.utils.data import DataLoader
 
 from src.checkpoints import load_checkpoint
-from src.data.datamodule import ResumableDataModule, TensorBatches, keep_batch
+from src.data.datamodule import ResumableDataModule, TensorBatches, check_fractions
 from src.errors import UserInputError
 
 Stage = Literal["train", "val", "test", "predict"]
@@ -178,23 +176,16 @@ class TextDataModule(ResumableDataModule):
         num_workers: int = 0,
         drop_last: bool = False,
     ) -> None:
-        super().__init__(seed)
-        if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
-            raise UserInputError(
-                f"data.val_fraction={val_fraction} and data.test_fraction={test_fraction} do not fit: each "
-                "must lie in (0, 1) and together they must stay below 1, leaving text to train on."
-            )
+        super().__init__(seed, batch_size, num_workers, drop_last)
+        check_fractions(val_fraction, test_fraction, "text")
         for name, value in {
             "block_size": block_size,
             "min_count": min_count,
-            "batch_size": batch_size,
         }.items():
             if value < 1:
                 raise UserInputError(f"data.{name}={value} must be at least 1.")
         if stride is not None and stride < 1:
             raise UserInputError(f"data.stride={stride} must be at least 1 (or left out: block_size).")
-        if num_workers < 0:
-            raise UserInputError(f"data.num_workers={num_workers} must be 0 (load in this process) or more.")
         self.save_hyperparameters()
         self.path = path
         self.block_size = block_size
@@ -203,7 +194,6 @@ class TextDataModule(ResumableDataModule):
         self.min_count = min_count
         self.predict_path = predict_path
         self.preprocessing_from = preprocessing_from
-        self.batch_size, self.num_workers, self.drop_last = batch_size, num_workers, drop_last
         self._datasets: dict[Stage, TensorBatches] = {}
 
     # -- the text -------------------------------------------------------------------------------------
@@ -334,32 +324,3 @@ class TextDataModule(ResumableDataModule):
             self.__dict__["vocabulary"] = restored
             self._datasets.clear()
         super().load_state_dict(state_dict)
-
-    # -- loaders --------------------------------------------------------------------------------------
-
-    def _loader_options(self) -> dict[str, Any]:
-        on_cuda = self.trainer is not None and isinstance(self.trainer.accelerator, CUDAAccelerator)
-        return {
-            "batch_size": self.batch_size,
-            "collate_fn": keep_batch,
-            "num_workers": self.num_workers,
-            "persistent_workers": self.num_workers > 0,
-            "pin_memory": on_cuda,
-        }
-
-    def _loader(self, stage: Stage) -> DataLoader:
-        return DataLoader(self.dataset(stage), **self._loader_options())
-
-    def train_dataloader(self) -> DataLoader:
-        return self.resumable_loader(
-            self.dataset("train"), drop_last=self.drop_last, **self._loader_options()
-        )
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test")
-
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader("predict")
