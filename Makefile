@@ -20,7 +20,7 @@ FOLDS ?= 5
 SEEDS ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: help install train doctor sweep cv repeat test test-full lint format tensorboard export serve generate bench lock clean clean-all
+.PHONY: help install train doctor sweep postgres cv repeat test test-full lint format tensorboard export serve generate bench lock clean clean-all
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -40,6 +40,9 @@ doctor: $(STAMP) ## check CONFIG's model, data and schedule for the silent train
 
 sweep: $(STAMP) ## search SPACE for CONFIG until the study has TRIALS trials (logs/sweeps/; resumable)
 	$(PY) -m src.apps.sweep --space $(SPACE) --trials $(TRIALS) --config $(CONFIG)
+
+postgres: ## install Debian's PostgreSQL server when missing (apt-get): sweeps across machines, their test
+	scripts/postgres.sh install
 
 cv: $(STAMP) ## cross-validate CONFIG over FOLDS folds of the train and validation rows
 	$(PY) -m src.apps.cv --folds $(FOLDS) --config $(CONFIG)

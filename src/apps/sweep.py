@@ -10,7 +10,8 @@ the pruner (``configs/sweeps/digits.yaml`` shows every key). Each trial runs
 metrics. Optuna's pruner stops a trial whose validation metric falls behind after any epoch (or, with
 ``cv: K`` in the space file, after any fold).
 
-The study lives in ``logs/sweeps/<study>.db`` (SQLite), or in any database ``--storage`` names. A
+The study lives in ``logs/sweeps/<study>.db`` (SQLite), or in any database ``--storage`` names: for
+sweeps across machines, a PostgreSQL server (``--storage postgresql://user:password@host/database``). A
 process counts the study's finished trials (complete or pruned) and runs trials until there are
 ``--trials``: run the same command again after a crash and it goes on; a trial whose process died is
 marked failed once it has missed three heartbeats, and run again with the same values.
@@ -52,9 +53,11 @@ SWEEPS = Path("logs") / "sweeps"
 #: what a study needs to reach its trial count: finished trials, and those that are being run
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 UNDER_WAY = (*FINISHED, TrialState.RUNNING)
-#: seconds to wait for another process's lock on a SQLite study while opening it (once open, a process
-#: waits far longer: parallel workers take turns to write)
+#: seconds to wait for another process's lock on a SQLite study, or for a database server to answer,
+#: while opening it (once open, a process waits far longer: parallel workers take turns to write)
 OPEN_WAIT = 5
+#: the driver's argument that bounds that wait, by database (a server's driver waits for ever by default)
+WAIT_ARGUMENT = {"sqlite": "timeout", "postgresql": "connect_timeout", "mysql": "connect_timeout"}
 
 
 @dataclass
@@ -247,9 +250,14 @@ def open_study(name: str, storage: str | None, space: Space, worker: int = 0) ->
                     ),
                 )
             break
-        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError) as err:
-            # processes that start on a new SQLite file at once race to create its tables and stamp its
-            # schema version ("table studies already exists"); the loser finds them made when it tries again
+        except (
+            sqlalchemy.exc.OperationalError,
+            sqlalchemy.exc.IntegrityError,
+            sqlalchemy.exc.ProgrammingError,
+        ) as err:
+            # processes that start on a new database at once race to create its tables and stamp its
+            # schema version (SQLite: "table studies already exists"; PostgreSQL: "type studydirection
+            # already exists", a duplicate key in its catalog); the loser finds them made when it tries again
             if attempt == 5:
                 raise UserInputError(_storage_problem(url, err)) from err
             time.sleep(attempt)
@@ -274,12 +282,14 @@ def open_study(name: str, storage: str | None, space: Space, worker: int = 0) ->
 def _check_storage(storage: str) -> sqlalchemy.engine.URL:
     """The parsed URL of ``storage``, once it has been opened, its tables read and (SQLite) a write tried
     and rolled back: a wrong URL, a missing driver, a file that is not a database, one that cannot be
-    written or one that another process holds locked is refused here in one sentence, without the long
-    lock waits and retries that opening the study allows itself."""
+    written or one that another process holds locked, a server that is down, silent or refuses the login
+    is refused here in one sentence, without the long lock waits and retries that opening the study
+    allows itself."""
     try:
         url = sqlalchemy.engine.make_url(storage)
         sqlite = url.get_backend_name() == "sqlite"
-        engine = sqlalchemy.create_engine(url, connect_args={"timeout": OPEN_WAIT} if sqlite else {})
+        wait = WAIT_ARGUMENT.get(url.get_backend_name())
+        engine = sqlalchemy.create_engine(url, connect_args={wait: OPEN_WAIT} if wait else {})
     except sqlalchemy.exc.ArgumentError as err:  # unparsable, or a database SQLAlchemy does not know
         raise UserInputError(
             f"--storage {storage!r} is not a database URL SQLAlchemy can use ({err}); "
@@ -308,9 +318,13 @@ def _check_storage(storage: str) -> sqlalchemy.engine.URL:
 def _storage_problem(url: sqlalchemy.engine.URL, err: sqlalchemy.exc.DBAPIError) -> str:
     """One sentence on why the study storage ``url`` cannot be opened, and what to do."""
     code = getattr(err.orig, "sqlite_errorcode", None)
-    if code is None:  # another database: its driver's words
+    if code is None:  # a database server: its driver's words (libpq's run over lines), on one line
         shown = url.render_as_string(hide_password=True)
-        return f"the study storage {shown!r} cannot be opened ({err.orig}); check the URL and the database."
+        words = "; ".join(" ".join(line.split()) for line in str(err.orig).splitlines() if line.strip())
+        return (
+            f"the study storage {shown!r} cannot be opened ({words}); check that the server runs and "
+            "answers at that host and port, and the user, password and database the URL names."
+        )
     file = Path(url.database or ":memory:")
     code &= 0xFF  # the primary result code: SQLITE_READONLY_DIRECTORY is a SQLITE_READONLY
     if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
