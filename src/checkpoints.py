@@ -151,17 +151,21 @@ def _imported_module_class(name: str) -> bool:
     """Whether ``name`` is a torch module class (a net, a LightningModule) that the running program has
     already imported: naming it imports nothing, as Lightning's own loader requires of a module class."""
     module, _, attribute = name.rpartition(".")
-    found = getattr(sys.modules.get(module), attribute, None)
+    # the module's namespace as it is: a lazy attribute (src.data's DataModules) is not imported by asking
+    found = vars(sys.modules[module]).get(attribute) if module in sys.modules else None
     return isinstance(found, type) and issubclass(found, torch.nn.Module)
 
 
-def check_names(checkpoint: dict[str, Any], path: str | Path, allowed: Collection[str] = ()) -> None:
+def check_names(
+    checkpoint: dict[str, Any], path: str | Path, allowed: Collection[str] = (), import_trusted: bool = True
+) -> None:
     """Refuse ``checkpoint`` if it names code that is neither trusted nor in ``allowed`` (the names the
     user gave: on the command line, in their config files, or as a class in the Python call).
 
     Trusted: a class of this project or of the libraries in :data:`TRUSTED_PREFIXES` (imported to check
-    that it is a class; importing those runs no code of the checkpoint's choosing), and
-    :data:`TRUSTED_FUNCTIONS`.
+    that it is a class, unless ``import_trusted`` is off: a caller that imports none of them, as a table's
+    ``predict`` without Lightning, checks the one it uses itself; importing those runs no code of the
+    checkpoint's choosing), and :data:`TRUSTED_FUNCTIONS`.
     """
     for key, name in (
         found for section in SETTINGS for found in names_of_code(checkpoint.get(section), section)
@@ -174,7 +178,7 @@ def check_names(checkpoint: dict[str, Any], path: str | Path, allowed: Collectio
                 "not imported on a checkpoint's word; name that class yourself (--model or a --config file, "
                 "or import it before loading, in Python) if you trust it."
             )
-        if not isinstance(resolve(name), type):
+        if import_trusted and not isinstance(resolve(name), type):
             raise UserInputError(
                 f"checkpoint {str(path)!r} names {name!r} (at {key}), which is not a class of this project "
                 "or its libraries; it was made by other code, or is damaged."

@@ -24,6 +24,14 @@ from pathlib import Path
 # for Lightning's maintainers and only adds noise to every run here.
 os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
+if __name__ == "__main__":
+    # predict on a table's checkpoint needs neither the Trainer nor Lightning, whose import takes longer
+    # than the rest: src/fast_predict.py answers it before Lightning is imported, or hands it back
+    from src.fast_predict import main as predict_without_lightning
+
+    if predict_without_lightning(sys.argv[1:]):
+        sys.exit(0)
+
 from typing import Any
 
 import lightning as L
@@ -118,6 +126,14 @@ class SaveConfig(SaveConfigCallback):
         for key in PER_INVOCATION:
             (carried.get("data", {}).get("init_args") or {}).pop(key, None)
         return carried
+
+    @override
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # config.yaml goes into the run folder. predict has none (it writes its predictions file only), nor
+        # has a run without a logger: Lightning would write the file into the working folder, over any
+        # config.yaml of the user's there. Checkpoints carry the config either way.
+        if stage != "predict" and trainer.logger is not None:
+            super().setup(trainer, pl_module, stage)
 
     @override
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -352,7 +368,9 @@ def with_checkpoint_settings(words: list[str]) -> list[str]:
         extra = ["--config", yaml.safe_dump(carried_settings(checkpoint["config"]))]
     if _value(words, "--data.preprocessing_from") is None and _takes_preprocessing_from(checkpoint):
         words = [*words, f"--data.preprocessing_from={ckpt_path}"]
-    if words[0] != "fit" and not any(w.startswith("--trainer.logger") for w in words):
+    if words[0] == "predict" and not any(w.startswith("--trainer.logger") for w in words):
+        words = [*words, "--trainer.logger=false"]  # predict logs nothing: no run folder for it
+    elif words[0] != "fit" and not any(w.startswith("--trainer.logger") for w in words):
         words = [*words, *_log_with_the_run(words[0], Path(ckpt_path), checkpoint)]
     return [words[0], *extra, *words[1:]]
 

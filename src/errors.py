@@ -3,3 +3,15 @@
 
 class UserInputError(ValueError):
     """A file, column, key or value the user supplied is wrong; the message says which and what to do."""
+
+
+def notice(message: str) -> None:
+    """Tell the user something about their data (a column left out, cells read as missing), once per run
+    (global rank 0), through Lightning's own rank-zero logger.
+
+    Lightning is imported on the first notice, not with the modules that read data: a table's ``predict``
+    runs without it (:mod:`src.fast_predict`), and importing it takes longer than the whole prediction.
+    """
+    from lightning.pytorch.utilities import rank_zero_info
+
+    rank_zero_info(message)

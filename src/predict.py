@@ -14,17 +14,18 @@ the model's ``predict_step``, then :func:`prediction_frame`, which names each cl
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import torch
 
 from src.checkpoints import check_names, load_checkpoint, resolve
-from src.data.datamodule import preprocessing_of
-from src.data.preprocessing import Location, Preprocessor
+from src.data.preprocessing import CellReport, Location, Preprocessor, preprocessing_of
 from src.errors import UserInputError
-from src.models import BaseTask
+
+if TYPE_CHECKING:  # the tasks import Lightning; prediction_frame and a table's predict need neither
+    from src.models import BaseTask
 
 
 def prediction_frame(
@@ -59,14 +60,14 @@ class Predictor:
         batch_size: Rows per forward pass.
     """
 
-    def __init__(self, model: BaseTask, preprocessor: Preprocessor, batch_size: int = 8192) -> None:
+    def __init__(self, model: "BaseTask", preprocessor: Preprocessor, batch_size: int = 8192) -> None:
         self.model = model.eval()
         self.preprocessor = preprocessor
         self.batch_size = batch_size
 
     @classmethod
     def from_checkpoint(
-        cls, path: str | Path, model_class: type[BaseTask] | None = None, batch_size: int = 8192
+        cls, path: str | Path, model_class: "type[BaseTask] | None" = None, batch_size: int = 8192
     ) -> "Predictor":
         """Load a checkpoint as data (``weights_only=True``) and rebuild its model on the CPU.
 
@@ -97,9 +98,13 @@ class Predictor:
             ) from err
         return cls(model, preprocessing_of(checkpoint, str(path)), batch_size)
 
-    def encode(self, frame: pd.DataFrame, source: str = "the rows") -> torch.Tensor:
-        """Raw rows → the ``(N, F)`` float32 matrix the net reads."""
-        return torch.from_numpy(self.preprocessor.transform(frame, Location(source)))
+    def encode(
+        self, frame: pd.DataFrame, source: str = "the rows", report: CellReport | None = None
+    ) -> torch.Tensor:
+        """Raw rows → the ``(N, F)`` float32 matrix the net reads, by the one rule for every cell
+        (:mod:`src.data.preprocessing`): the cells it read otherwise than written are counted into
+        ``report``, or logged as one warning naming ``source`` when there is none."""
+        return torch.from_numpy(self.preprocessor.transform(frame, Location(source), report=report))
 
     @torch.inference_mode()
     def outputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -109,19 +114,27 @@ class Predictor:
         outputs = [self.model.predict_step((batch,), i) for i, batch in enumerate(batches)]
         return {key: torch.cat([o[key] for o in outputs]) for key in outputs[0]}
 
-    def predict(self, frame: pd.DataFrame, source: str = "the rows") -> pd.DataFrame:
-        """One line per row of ``frame``, in order (see :func:`prediction_frame`); ``row`` is its index."""
-        outputs = self.outputs(self.encode(frame, source))
+    def predict(
+        self, frame: pd.DataFrame, source: str = "the rows", report: CellReport | None = None
+    ) -> pd.DataFrame:
+        """One line per row of ``frame``, in order (see :func:`prediction_frame`); ``row`` is its index.
+
+        Pass a :class:`src.data.preprocessing.CellReport` to get the per-column counts of cells read as
+        missing or as another category back (``report.columns``) instead of the logged warning.
+        """
+        outputs = self.outputs(self.encode(frame, source, report))
         return prediction_frame(outputs, self.preprocessor.labels, frame.index.to_numpy())
 
 
-def _model_class(class_path: Any, path: str) -> type[BaseTask]:
+def _model_class(class_path: Any, path: str) -> "type[BaseTask]":
     """The task class a checkpoint names, which :func:`check_names` has already found trusted."""
     if not isinstance(class_path, str):
         raise UserInputError(
             f"checkpoint {path!r} does not name its model class; pass model_class=YourTask to "
             "from_checkpoint."
         )
+    from src.models import BaseTask
+
     found = resolve(class_path)
     if not (isinstance(found, type) and issubclass(found, BaseTask)):
         raise UserInputError(

@@ -103,10 +103,13 @@ def test_fit_test_predict_round_trip(cli, workdir: Path) -> None:
     run_folder = Path(fit.trainer.log_dir).resolve()
     assert [p.name for p in run_folder.parent.iterdir()] == [run_folder.name]
     assert (run_folder / "config.yaml").read_bytes() == fit_config
-    for evaluation in (test, predict):
-        assert Path(evaluation.trainer.log_dir).parent == run_folder
-        assert (Path(evaluation.trainer.log_dir) / "config.yaml").is_file()
+    assert Path(test.trainer.log_dir).parent == run_folder
+    assert (Path(test.trainer.log_dir) / "config.yaml").is_file()
     assert Path(test.trainer.log_dir).name == f"test-{Path(best).stem}"
+    # predict logs nothing: no folder, no config.yaml, here or in the folder it was started from
+    assert predict.trainer.logger is None
+    assert not [p.name for p in run_folder.iterdir() if p.is_dir() and p.name.startswith("predict")]
+    assert not (workdir / "config.yaml").exists()
 
 
 def test_fit_then_test_after_fit_uses_the_best_checkpoint(cli, capsys) -> None:
@@ -393,3 +396,11 @@ def test_cpu_threads_are_restored_after_a_failed_run(cli) -> None:
     with pytest.raises(RuntimeError, match="crash"):
         run.trainer.fit(run.model, datamodule=run.datamodule)
     assert torch.get_num_threads() == before
+
+
+def test_a_run_without_a_logger_leaves_the_working_folders_config_yaml_alone(cli, workdir: Path) -> None:
+    """Lightning writes config.yaml into the log folder, which without a logger is the working folder."""
+    (workdir / "config.yaml").write_text("mine: true\n")
+    cli("fit", "--config", "spiral.yaml", *TINY, "--trainer.logger=false")
+    cli("predict", "--config", "spiral.yaml", "--data.num_samples=600", "--trainer.logger=false")
+    assert (workdir / "config.yaml").read_text() == "mine: true\n"

@@ -1,6 +1,8 @@
-"""Export: the ONNX and torch.export graphs compute what the checkpoint computes, and the JSON sidecar
-alone (no project code) turns raw rows into the graph's input exactly as the project does."""
+"""Export: the ONNX graph takes raw columns and predicts what ``Predictor`` predicts from them, the
+torch.export program computes what the checkpoint computes from encoded rows, and the docs' example
+(onnxruntime and numpy alone) gives ``Predictor``'s answers on rows from pandas, JSON and ``csv``."""
 
+import csv
 import json
 import re
 import shutil
@@ -31,44 +33,61 @@ def exported(messy_trained: Trained, tmp_path_factory: pytest.TempPathFactory) -
     return folder
 
 
-def run_graph(fmt: str, path: Path, x: torch.Tensor) -> torch.Tensor:
-    """The written file run as its users run it, without the project's helpers."""
-    if fmt == "onnx":
-        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        return torch.from_numpy(session.run(["logits"], {"features": x.numpy()})[0])
-    return torch.export.load(path).module()(x)
+def run_raw(path: Path, predictor: Predictor, frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The raw-column ONNX graph on ``frame``, run in onnxruntime: output name → array."""
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(
+        zip(names, session.run(names, export.graph_inputs(predictor.preprocessor, frame)), strict=True)
+    )
 
 
-@pytest.mark.parametrize(("fmt", "name"), [("onnx", "model.onnx"), ("torch-export", "model.pt2")])
-def test_the_exported_graph_equals_the_checkpoint_on_the_test_split(
-    fmt: str, name: str, exported: Path, messy_trained: Trained
+def assert_same_as_predictor(got: dict[str, np.ndarray], predicted: pd.DataFrame) -> None:
+    """Labels equal on every row; probabilities within the ONNX tolerance (rtol = atol = 1e-5)."""
+    tolerance = export.TOLERANCES["onnx"]
+    assert np.asarray(got["label"]).tolist() == predicted["prediction"].tolist()
+    np.testing.assert_allclose(
+        got["probabilities"], predicted[PROBABILITIES].to_numpy(), rtol=tolerance.rtol, atol=tolerance.atol
+    )
+
+
+def test_the_onnx_graph_takes_raw_columns_and_predicts_what_predictor_does(
+    exported: Path, messy_trained: Trained
 ) -> None:
     predictor = Predictor.from_checkpoint(messy_trained.checkpoint)
     raw = messy_trained.raw_rows("test")
-    x = predictor.encode(raw)  # (N, F) of the test split
+    got = run_raw(exported / "model.onnx", predictor, raw)
+    assert got["logits"].shape == got["probabilities"].shape == (len(raw), 3)
+    assert_same_as_predictor(got, predictor.predict(raw))
+    # the encoded matrix inside the graph is the one the net was trained on, bit for bit
+    x = predictor.encode(raw)
     torch.testing.assert_close(x, messy_trained.run.datamodule.dataset("test").tensors[0], rtol=0, atol=0)
-    tolerance = export.TOLERANCES[fmt]  # onnx: rtol = atol = 1e-5; torch-export: 1e-6
+    with torch.inference_mode():
+        logits = predictor.model(x).numpy()
+    np.testing.assert_allclose(got["logits"], logits, rtol=1e-5, atol=1e-5)
+
+
+def test_the_torch_export_program_equals_the_checkpoint_on_the_test_split(
+    exported: Path, messy_trained: Trained
+) -> None:
+    predictor = Predictor.from_checkpoint(messy_trained.checkpoint)
+    x = predictor.encode(messy_trained.raw_rows("test"))  # (N, F) of the test split
+    tolerance = export.TOLERANCES["torch-export"]  # 1e-6
     with torch.inference_mode():
         logits = predictor.model(x)
-        got = run_graph(fmt, exported / name, x)
-    assert got.shape == logits.shape == (len(raw), 3)
+        got = torch.export.load(exported / "model.pt2").module()(x)
+    assert got.shape == logits.shape == (len(x), 3)
     torch.testing.assert_close(got, logits, rtol=tolerance.rtol, atol=tolerance.atol)
-    # and therefore what predict reports: the same probabilities and labels
-    predicted = predictor.predict(raw)
-    torch.testing.assert_close(
-        got.softmax(-1),
-        torch.tensor(predicted[PROBABILITIES].to_numpy(), dtype=torch.float32),
-        rtol=tolerance.rtol,
-        atol=tolerance.atol,
-    )
-    assert [LABELS[k] for k in got.argmax(-1)] == predicted["prediction"].tolist()
 
 
 def test_the_batch_dimension_is_dynamic(exported: Path, messy_trained: Trained) -> None:
-    x = messy_trained.run.datamodule.dataset("test").tensors[0]
+    predictor = Predictor.from_checkpoint(messy_trained.checkpoint)
+    raw = messy_trained.raw_rows("test")
+    x = predictor.encode(raw)
+    program = torch.export.load(exported / "model.pt2").module()
     for rows in (1, 2, len(x)):
-        for fmt, name in (("onnx", "model.onnx"), ("torch-export", "model.pt2")):
-            assert run_graph(fmt, exported / name, x[:rows]).shape == (rows, 3)
+        assert run_raw(exported / "model.onnx", predictor, raw.iloc[:rows])["label"].shape == (rows,)
+        assert program(x[:rows]).shape == (rows, 3)
 
 
 def test_the_sidecar_is_the_checkpoints_preprocessing(exported: Path, messy_trained: Trained) -> None:
@@ -76,14 +95,24 @@ def test_the_sidecar_is_the_checkpoints_preprocessing(exported: Path, messy_trai
     sidecar = json.loads((exported / "model.onnx.json").read_text())
     assert sidecar["preprocessing"] == predictor.preprocessor.state_dict()
     assert sidecar["feature_names"] == predictor.preprocessor.feature_names
+    prep = predictor.preprocessor
     assert sidecar["graph"] == {
         "file": "model.onnx",
         "format": "onnx",
+        "inputs": [{"name": c.name, "dtype": "double"} for c in prep.numeric]
+        + [{"name": c.name, "dtype": "string"} for c in prep.categorical],
+        "outputs": ["logits", "probabilities", "label"],
+    }
+    assert {"", "NA", "null", "nan"} <= set(sidecar["csv"]["missing"])
+    session = onnxruntime.InferenceSession(str(exported / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == [i["name"] for i in sidecar["graph"]["inputs"]]
+    assert json.loads((exported / "model.pt2.json").read_text())["graph"] == {
+        "file": "model.pt2",
+        "format": "torch-export",
         "input": "features",
         "output": "logits",
-        "in_features": len(predictor.preprocessor.feature_names),
+        "in_features": len(prep.feature_names),
     }
-    assert json.loads((exported / "model.pt2.json").read_text())["graph"]["file"] == "model.pt2"
 
 
 def readme_example() -> str:
@@ -104,34 +133,37 @@ RAW_ROWS = [
 ]
 
 
-def test_the_readme_example_encodes_raw_rows_from_the_sidecar_alone(
+def test_the_docs_example_equals_predictor_on_rows_from_pandas_json_and_csv(
     exported: Path, messy_trained: Trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
+    """docs/deploy.md's block, with onnxruntime and numpy alone, on every row of a table with empty
+    cells as pandas reads it (NaN), on JSON rows (None, blanks, "?", unseen categories, text among
+    numbers) and on the csv module's rows (texts only): Predictor's labels and probabilities."""
     code = readme_example()
-    assert not re.search(r"^\s*(from|import)\s+src\b", code, re.MULTILINE)  # no project code
+    assert not re.search(r"^\s*(from|import)\s+(src|pandas|torch)\b", code, re.MULTILINE)
     for name in ("model.onnx", "model.onnx.json"):
         shutil.copy(exported / name, tmp_path / name)
     (tmp_path / "request.json").write_text(json.dumps({"rows": RAW_ROWS}))
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     exec(compile(code, "docs/deploy.md", "exec"), namespace)
-
     predictor = Predictor.from_checkpoint(messy_trained.checkpoint)
-    frame = pd.DataFrame.from_records(RAW_ROWS)
-    x = namespace["x"]
-    assert x.dtype == np.float32
-    # the same matrix, bit for bit: the project computes in float64 and stores float32, and so does the
-    # sidecar's recipe
-    torch.testing.assert_close(torch.from_numpy(x), predictor.encode(frame), rtol=0, atol=0)
-    predicted = predictor.predict(frame)
-    tolerance = export.TOLERANCES["onnx"]
-    np.testing.assert_allclose(
-        namespace["probabilities"],
-        predicted[PROBABILITIES].to_numpy(),
-        rtol=tolerance.rtol,
-        atol=tolerance.atol,
+    json_rows = predictor.predict(pd.DataFrame.from_records(RAW_ROWS))
+    assert capsys.readouterr().out.strip() == str(json_rows["prediction"].tolist())
+    assert_same_as_predictor(namespace["predict"](RAW_ROWS), json_rows)
+
+    table = messy_trained.frame.drop(columns="label").assign(
+        region=lambda f: f["region"].where(f.index % 5 > 0, "atlantis")
     )
-    assert capsys.readouterr().out.strip() == str(predicted["prediction"].tolist())
+    table.to_csv(tmp_path / "new.csv", index=False)
+    read = pd.read_csv(tmp_path / "new.csv")
+    assert read.isna().any().sum() >= 2  # empty cells in several columns, NaN once read
+    expected = predictor.predict(read)
+    assert_same_as_predictor(namespace["predict"](read.to_dict("records")), expected)
+    missing = set(namespace["spec"]["csv"]["missing"])
+    with open(tmp_path / "new.csv", newline="") as file:
+        texts = [{k: None if v in missing else v for k, v in row.items()} for row in csv.DictReader(file)]
+    assert_same_as_predictor(namespace["predict"](texts), expected)
 
 
 def test_every_part_of_the_encoding_is_reached_by_those_rows(messy_trained: Trained) -> None:
@@ -148,14 +180,31 @@ def test_every_part_of_the_encoding_is_reached_by_those_rows(messy_trained: Trai
 def test_the_export_refuses_a_graph_that_differs_from_the_checkpoint(
     messy_trained: Trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    """The command's own check can fail: a graph whose outputs are off by 1e-3 is not written."""
+    """The command's own check can fail: a graph whose outputs are off by 1e-3, or whose preprocessing
+    reads a cell otherwise than Predictor, is not written."""
     real = export.run_exported
     monkeypatch.setattr(export, "run_exported", lambda fmt, path, x: real(fmt, path, x) + 1e-3)
     with pytest.raises(SystemExit) as exit_:
-        export.main(["--ckpt_path", str(messy_trained.checkpoint), "--output", str(tmp_path / "model.onnx")])
+        export.main(
+            [
+                "--ckpt_path",
+                str(messy_trained.checkpoint),
+                "--output",
+                str(tmp_path / "model.pt2"),
+                "--format",
+                "torch-export",
+            ]
+        )
     assert exit_.value.code == 1
     assert "differs from the checkpoint by up to 0.001" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # neither the graph, nor the sidecar, nor a temporary file
+    # an ONNX graph whose numeric inputs miss the rule "beyond float32 is missing": its check fails
+    monkeypatch.setattr(export, "FLOAT32_MAX", float("inf"))
+    with pytest.raises(SystemExit) as exit_:
+        export.main(["--ckpt_path", str(messy_trained.checkpoint), "--output", str(tmp_path / "model.onnx")])
+    assert exit_.value.code == 1
+    assert "the exported onnx graph" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(
@@ -203,14 +252,14 @@ def test_a_regression_graph_returns_values_in_the_targets_units(
 ) -> None:
     checkpoint, rows = regression_checkpoint
     export.main(["--ckpt_path", str(checkpoint), "--format", fmt, "--output", str(tmp_path / name)])
-    assert json.loads((tmp_path / f"{name}.json").read_text())["graph"]["output"] == "values"
+    graph = json.loads((tmp_path / f"{name}.json").read_text())["graph"]
     predictor = Predictor.from_checkpoint(checkpoint)
-    x = predictor.encode(rows)
     if fmt == "onnx":
-        session = onnxruntime.InferenceSession(str(tmp_path / name), providers=["CPUExecutionProvider"])
-        got = torch.from_numpy(session.run(["values"], {"features": x.numpy()})[0])
+        assert graph["outputs"] == ["values"]
+        got = torch.from_numpy(run_raw(tmp_path / name, predictor, rows)["values"])
     else:
-        got = run_graph(fmt, tmp_path / name, x)
+        assert graph["output"] == "values"
+        got = torch.export.load(tmp_path / name).module()(predictor.encode(rows))
     expected = torch.tensor(predictor.predict(rows)["prediction"].to_numpy(), dtype=torch.float32)
     assert got.shape == (len(rows),)
     tolerance = export.TOLERANCES[fmt]

@@ -1,5 +1,6 @@
 """From a messy file to predictions you can trust: a checkpoint alone predicts on new rows as the run did."""
 
+import logging
 import shutil
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from src.cli import main
-from src.data.preprocessing import Location, NumericColumn, Preprocessor
+from src.data.preprocessing import CategoricalColumn, CellReport, Location, NumericColumn, Preprocessor
 from src.errors import UserInputError
 from src.predict import Predictor
 from tests.conftest import QUIET
@@ -185,11 +186,38 @@ def test_a_checkpoint_does_not_choose_what_code_to_import(trained, tmp_path: Pat
     assert "planted_module_that_must_not_load" not in sys.modules
 
 
-def test_text_in_a_numeric_column_names_the_cell() -> None:
-    prep = Preprocessor("regression", "y", [NumericColumn("income", 0.0, 0.0, 1.0, False)], [])
-    rows = pd.DataFrame({"income": [3.0, "lots"]})
-    with pytest.raises(UserInputError, match=r"the request, column 'income', row 1 holds 'lots'"):
-        prep.transform(rows, Location("the request"))
+def test_text_and_numbers_beyond_float32_in_a_numeric_column_read_as_missing_in_one_notice(caplog) -> None:
+    """The one cell rule: never fatal for one cell, counted per column, one warning for the call."""
+    prep = Preprocessor(
+        "regression",
+        "y",
+        [NumericColumn("income", 7.0, 1.0, 2.0, True)],
+        [CategoricalColumn("region", ["north"], False), CategoricalColumn("city", ["a"], True)],
+    )
+    rows = pd.DataFrame(
+        {
+            "income": [3.0, "lots", 1e39, None, float("-inf"), "5"],
+            "region": ["north", "atlantis", None, " north ", "", "south"],
+            "city": ["a", "b", "a", "a", "a", "a"],
+        }
+    )
+    with caplog.at_level(logging.WARNING, logger="src.data.preprocessing"):
+        x = prep.transform(rows, Location("the request"))
+    filled = (7.0 - 1.0) / 2.0
+    np.testing.assert_array_equal(x[:, 0], [1.0, filled, filled, filled, filled, 2.0])
+    np.testing.assert_array_equal(x[:, 1], [0, 1, 1, 1, 1, 0])  # the indicator: missing, whatever the cause
+    np.testing.assert_array_equal(x[:, 2], [1, 0, 0, 1, 0, 0])  # an unseen region: no category at all
+    np.testing.assert_array_equal(x[:, 4], [0, 1, 0, 0, 0, 0])  # an unseen city: its (other) column
+    [record] = caplog.records
+    assert record.getMessage().startswith(
+        "the request: 'income': 3 cell(s) read as missing (e.g. 'lots'); 'region': 4 cell(s) read as no "
+        "category (e.g. 'atlantis'); 'city': 1 cell(s) read as (other) (e.g. 'b') ("
+    )
+    caplog.clear()
+    report = CellReport()  # asked for: counted there, not logged
+    np.testing.assert_array_equal(prep.transform(rows, Location("the request"), report=report), x)
+    assert not caplog.records
+    assert report.as_json()["income"] == {"count": 3, "example": "lots", "read_as": "missing"}
 
 
 def test_the_confusion_matrix_names_the_classes(trained) -> None:

@@ -24,6 +24,7 @@ import torch
 
 from src.apps import serve
 from src.cli import main
+from src.data.preprocessing import CellReport
 from src.predict import Predictor
 from tests.conftest import QUIET, ROOT, Trained
 
@@ -111,6 +112,11 @@ def test_served_predictions_equal_predict(
 
     status, body = server.predict(json_rows(rows))
     assert status == 200
+    # the cells read otherwise than written, per column, as Predictor counts them (rare cities: "(other)")
+    report = CellReport()
+    Predictor.from_checkpoint(messy_trained.checkpoint).predict(rows, report=report)
+    assert body["notices"] == report.as_json()
+    assert body["notices"]["city"]["read_as"] == "(other)"
     predictions = body["predictions"]
     assert len(predictions) == len(expected) == len(rows)
     assert [p["label"] for p in predictions] == expected["prediction"].tolist()
@@ -174,11 +180,6 @@ def test_rows_the_model_cannot_read_get_a_4xx_naming_the_problem(
             "the request has no column(s) ['age', 'region'], which the model was trained on",
         ),
         (
-            [rows[0], {**rows[1], "income": "lots"}],
-            422,
-            "the request, column 'income', row 1 holds 'lots', which is not a number",
-        ),
-        (
             [rows[0]] * (MAX_ROWS + 1),
             413,
             f"the request holds {MAX_ROWS + 1} rows, more than the {MAX_ROWS} allowed",
@@ -214,7 +215,7 @@ def test_concurrent_good_and_bad_requests_each_get_their_own_answer(
     server: Server, messy_trained: Trained
 ) -> None:
     rows = good_rows(messy_trained, n=2)
-    bodies = [rows if i % 2 else [{**rows[0], "age": "old"}] for i in range(8)]
+    bodies = [rows if i % 2 else [{k: v for k, v in rows[0].items() if k != "age"}] for i in range(8)]
     answers = burst(server, [json.dumps({"rows": body}).encode() for body in bodies])
     expected = Predictor.from_checkpoint(messy_trained.checkpoint).predict(pd.DataFrame.from_records(rows))
     for body, (status, answer) in zip(bodies, answers, strict=True):
@@ -223,7 +224,7 @@ def test_concurrent_good_and_bad_requests_each_get_their_own_answer(
             assert [p["label"] for p in answer["predictions"]] == expected["prediction"].tolist()
         else:
             assert status == 422
-            assert "column 'age', row 0 holds 'old'" in answer["detail"]
+            assert "has no column(s) ['age']" in answer["detail"]
 
 
 def with_cell(row: dict, column: str, token: str) -> bytes:
@@ -264,16 +265,6 @@ def bad_requests(row: dict) -> dict[str, tuple[bytes, int, str]]:
             422,
             "rows[0] has the column name '\\ud800', which is not valid Unicode",
         ),
-        "1e999": (
-            with_cell(row, "income", "1e999"),
-            422,
-            "the request, column 'income', row 0 holds inf, which is infinite",
-        ),
-        "-Infinity": (
-            with_cell(row, "age", "-Infinity"),
-            422,
-            "the request, column 'age', row 0 holds -inf, which is infinite",
-        ),
         "a list in a cell": (
             with_cell(row, "income", "[1, 2]"),
             422,
@@ -283,11 +274,6 @@ def bad_requests(row: dict) -> dict[str, tuple[bytes, int, str]]:
             with_cell(row, "city", '{"a": 1}'),
             422,
             "rows[0]['city'] is {\"a\": 1}; a value must be",
-        ),
-        "text for a number": (
-            with_cell(row, "income", '"lots"'),
-            422,
-            "the request, column 'income', row 0 holds 'lots', which is not a number",
         ),
         "a column named twice": (
             with_cell(row, " income ", "3"),
@@ -303,12 +289,39 @@ def bad_requests(row: dict) -> dict[str, tuple[bytes, int, str]]:
     }
 
 
+#: cells the one cell rule reads as missing, each answered 200 with its column in "notices"
+NOTICED = {
+    "text for a number": ("income", '"lots"'),
+    "1e999": ("income", "1e999"),
+    "-Infinity": ("age", "-Infinity"),
+}
+
+
 def good_requests(trained: Trained) -> list[bytes]:
-    """Requests of one to three rows, one with a category the model never saw (true and 1 read apart),
-    one with ``NaN``, which reads as a missing cell."""
+    """Requests of one to three rows, text and infinite numbers where the model reads numbers (read as
+    missing, with a notice), one with a category the model never saw (true and 1 read apart), one with
+    ``NaN``, which reads as a missing cell."""
     rows = good_rows(trained, n=8)
     bodies = [json.dumps({"rows": rows[i : i + 1 + i % 3]}).encode() for i in range(6)]
-    return [*bodies, with_cell(rows[0], "verified", "1"), with_cell(rows[1], "income", "NaN")]
+    noticed = [with_cell(rows[2 + i], column, token) for i, (column, token) in enumerate(NOTICED.values())]
+    return [*bodies, *noticed, with_cell(rows[0], "verified", "1"), with_cell(rows[1], "income", "NaN")]
+
+
+def test_cells_read_as_missing_are_counted_in_the_response(messy_trained: Trained) -> None:
+    """Text, inf and -inf where a number belongs: predicted as the missing cell (null) is, and named in
+    the response's notices, column by column."""
+    api = ready_api(messy_trained.checkpoint)
+    row = good_rows(messy_trained, n=1)[0]
+    for column, token in NOTICED.values():
+        [(status, answer), (_, missing)] = through_a_batch(
+            api, [with_cell(row, column, token), with_cell(row, column, "null")]
+        )
+        assert status == 200
+        assert_same_predictions(answer, missing)
+        written = json.loads(token)  # 'lots', inf, -inf
+        example = written if isinstance(written, str) else repr(written)
+        assert answer["notices"].pop(column) == {"count": 1, "example": example, "read_as": "missing"}
+        assert answer["notices"] == missing["notices"]  # the other columns' notices, as with null
 
 
 def assert_same_predictions(got: dict, alone: dict) -> None:
@@ -360,7 +373,7 @@ def test_a_refused_request_in_a_batch_is_answered_alone(messy_trained: Trained) 
     rows = good_rows(messy_trained, n=3)
     requests = [
         rows,
-        [{**rows[0], "income": "lots"}],  # refused when decoded, where each request is encoded alone
+        [{**rows[0], "income": 10**400}],  # refused when decoded, where each request is encoded alone
         rows[:1],
         [],  # refused when decoded
         [{k: v for k, v in row.items() if k != "age"} for row in rows],  # refused when decoded
@@ -378,7 +391,7 @@ def test_a_refused_request_in_a_batch_is_answered_alone(messy_trained: Trained) 
             torch.tensor(served, dtype=torch.float32),
             torch.tensor(expected[PROBABILITIES].to_numpy()[:n], dtype=torch.float32),
         )
-    assert "row 0 holds 'lots'" in json.loads(responses[1].body)["detail"]
+    assert "rows[0]['income'] is an integer too large" in json.loads(responses[1].body)["detail"]
     assert "has no column(s) ['age']" in json.loads(responses[4].body)["detail"]
     # all readable, with a column that is empty in one request: encoded together, as each alone
     empty_city = [{**row, "city": None} for row in rows[:2]]
@@ -387,10 +400,11 @@ def test_a_refused_request_in_a_batch_is_answered_alone(messy_trained: Trained) 
     )
     alone = [api.predict(api.decode_request(serve.PredictRequest(rows=r))) for r in (rows, empty_city)]
     for batched, single in zip(together, alone, strict=True):
-        assert [p["label"] for p in batched] == [p["label"] for p in single]
+        assert [p["label"] for p in batched.predictions] == [p["label"] for p in single.predictions]
+        assert batched.notices == single.notices
         torch.testing.assert_close(
-            [p["probabilities"] for p in batched],
-            [p["probabilities"] for p in single],
+            [p["probabilities"] for p in batched.predictions],
+            [p["probabilities"] for p in single.predictions],
             rtol=1.3e-6,
             atol=1e-5,
         )
@@ -438,9 +452,9 @@ def test_what_one_request_holds_wrong_stays_with_it_in_a_batch(messy_trained: Tr
 def test_faults_past_the_cells_stay_with_their_request(
     messy_trained: Trained, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Fault injection where every cell is readable: a number that leaves float32 once standardized, a
-    model output that is not finite (JSON has no such number), a bug while encoding. Each is the answer
-    of its own request; the others of its batch are answered as alone."""
+    """Fault injection where every cell is readable: a number that leaves float32 once standardized (read
+    as missing, with a notice), a model output that is not finite (JSON has no such number), a bug while
+    encoding. Each is the answer of its own request; the others of its batch are answered as alone."""
     api = ready_api(messy_trained.checkpoint)
     rows = good_rows(messy_trained, n=3)
     goods = [json.dumps({"rows": rows[:2]}).encode(), json.dumps({"rows": rows[2:]}).encode()]
@@ -461,12 +475,11 @@ def test_faults_past_the_cells_stay_with_their_request(
             "preprocessor",
             replace(preprocessor, numeric=[replace(income, scale=0.01), *others]),
         )
-        assert_only_refused(
-            with_cell(rows[0], "income", "1e37"),
-            422,
-            "the request, column 'income', row 0 is too large for the model once standardized; fix the cell "
-            "or rescale the column.",
-        )
+        answers = through_a_batch(api, [goods[0], with_cell(rows[0], "income", "1e37"), goods[1]])
+        status, answer = answers[1]
+        assert status == 200
+        assert answer["notices"]["income"] == {"count": 1, "example": "1e+37", "read_as": "missing"}
+        assert_same_predictions(answer, through_a_batch(api, [with_cell(rows[0], "income", "null")])[0][1])
     outputs = api.predictor.outputs
 
     def not_finite_past_a_million(x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -486,10 +499,12 @@ def test_faults_past_the_cells_stay_with_their_request(
         )
     encode = api.predictor.encode
 
-    def failing_on_boom(frame: pd.DataFrame, source: str = "the rows") -> torch.Tensor:
+    def failing_on_boom(
+        frame: pd.DataFrame, source: str = "the rows", report: CellReport | None = None
+    ) -> torch.Tensor:
         if (frame["city"] == "boom").any():
             raise RuntimeError("a bug")
-        return encode(frame, source)
+        return encode(frame, source, report)
 
     with monkeypatch.context() as patch, caplog.at_level(logging.ERROR, logger="src.apps.serve"):
         patch.setattr(api.predictor, "encode", failing_on_boom)

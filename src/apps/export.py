@@ -15,35 +15,42 @@ Its sidecar's ``graph`` says the ``layout``, ``dtype``, ``mode``, ``size``; its 
 ``labels``, ``resize``, ``mean`` and ``std`` (already inside the graph); its ``recipe``
 (:data:`IMAGE_RECIPE`) how a file becomes a row of the input. What follows is the table case.
 
-**The graph** takes ``features``, the encoded float32 matrix ``(B, F)`` that
-:meth:`src.predict.Predictor.encode` makes (B dynamic, F = ``len(feature_names)``; the numeric scaling
-is part of that encoding, outside the graph), and returns
+**An ONNX table graph takes the raw columns**: one input per column of the training file, ``(B,)``
+each (B dynamic): ``double`` for a numeric column (``NaN`` for a missing cell), ``string`` for a
+categorical one (``""`` for a missing cell). The cell rule of :mod:`src.data.preprocessing` (missing
+texts, stray text in a number, unseen categories to ``(other)``), the imputation, scaling, missing
+indicators and one-hot blocks are inside the graph, then the net; it returns
 
-- classification: ``logits`` ``(B, K)``; a softmax over the last axis gives the probabilities that
-  ``predict`` reports, and class ``k`` is ``preprocessing.labels[k]``;
+- classification: ``logits`` ``(B, K)``, ``probabilities`` ``(B, K)`` (the softmax ``predict``
+  reports) and ``label`` ``(B,)``, ``preprocessing.labels[argmax]``;
 - regression: ``values`` ``(B,)``, in the target's units.
 
-ONNX runs in onnxruntime (or any ONNX runtime); the ``torch.export`` program loads with
-``torch.export.load(path).module()`` and needs neither this project nor Lightning.
+So onnxruntime in any language predicts from raw rows with no code of ours (docs/deploy.md's example;
+``tests/test_export.py`` and ``tests/test_cells.py`` hold it equal to :class:`src.predict.Predictor`).
+**A torch.export program** takes ``features``, the encoded float32 matrix ``(B, F)`` that
+:meth:`src.predict.Predictor.encode` makes (F = ``len(feature_names)``), and returns ``logits`` or
+``values``; it loads with ``torch.export.load(path).module()`` and needs neither this project nor
+Lightning.
 
-**The sidecar** (``format_version`` 1) says how raw columns become that matrix, so that a runtime
-without Python can do it. It is :meth:`Preprocessor.state_dict` and
-:attr:`Preprocessor.feature_names` written out, nothing computed twice:
+**The sidecar** (``format_version`` :data:`SIDECAR_VERSION`) says what a graph cannot:
 
-- ``graph``: ``file``, ``format`` (``onnx`` or ``torch-export``), ``input`` (``"features"``),
-  ``output`` (``"logits"`` or ``"values"``), ``in_features`` (F);
-- ``feature_names``: one name per column of the matrix, in order;
+- ``graph``: ``file``, ``format``; for ONNX ``inputs`` (each column's ``name`` and ``dtype``, in order)
+  and ``outputs``; for torch.export ``input`` (``"features"``), ``output``, ``in_features`` (F);
+- ``csv`` (ONNX): ``missing``, the texts a CSV reader should read as missing cells;
+- ``feature_names``: one name per column of the encoded matrix, in order;
 - ``missing_category``: the category a missing categorical cell becomes;
-- ``preprocessing``: ``task``, ``target``, ``labels`` (class-id order, or null), ``numeric``
-  (per column, in order: ``name``, ``fill``, ``mean``, ``scale``, ``indicator``, ``missing_tokens``),
-  ``categorical`` (per column, in order: ``name``, ``categories``, ``other``), ``version``;
+- ``preprocessing``: :meth:`Preprocessor.state_dict` as saved: ``task``, ``target``, ``labels``,
+  ``numeric`` (``name``, ``fill``, ``mean``, ``scale``, ``indicator``, ``missing_tokens``),
+  ``categorical`` (``name``, ``categories``, ``other``), ``version``;
 - ``recipe``: the rules below, as sentences.
 
-The rules (:mod:`src.data.preprocessing` applies them; ``tests/test_export.py`` re-implements them from
-the sidecar alone and holds the two equal):
+The rules, as sentences, are :data:`RAW_RECIPE` (ONNX) and :data:`RECIPE` (torch.export);
+:mod:`src.data.preprocessing` applies them, and ``tests/test_export.py`` re-implements them from the
+sidecar alone and holds the two equal.
 """
 
 import argparse
+import functools
 import json
 import logging
 import sys
@@ -53,11 +60,19 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import numpy as np
+import onnx
 import pandas as pd
 import torch
 from torch import nn
 
-from src.data.preprocessing import MISSING, Preprocessor
+from src.data.preprocessing import (
+    FLOAT32_MAX,
+    MISSING,
+    CellReport,
+    Preprocessor,
+    cell_text,
+    numbers_as_written,
+)
 from src.errors import UserInputError
 from src.files import check_output, written
 from src.image_predict import ImagePredictor, ImagePreprocessing, carries_images
@@ -67,7 +82,7 @@ from src.predict import Predictor
 Format = Literal["onnx", "torch-export"]
 FORMATS: tuple[str, ...] = get_args(Format)
 SUFFIXES: dict[str, str] = {"onnx": ".onnx", "torch-export": ".pt2"}
-SIDECAR_VERSION = 1
+SIDECAR_VERSION = 2  # 2: an ONNX table graph takes the raw columns
 
 #: how raw cells become the input matrix; written into every sidecar and appended to this docstring
 RECIPE = (
@@ -163,20 +178,39 @@ def probe_images(preprocessing: ImagePreprocessing, images: int = 8, seed: int =
 
 
 def sidecar_of(preprocessor: Preprocessor, graph_file: str, fmt: str, in_features: int) -> dict[str, Any]:
-    """The sidecar's content: the checkpoint's preprocessing as it is saved, plus how to call the graph."""
-    return {
-        "format_version": SIDECAR_VERSION,
-        "graph": {
+    """The sidecar's content: the checkpoint's preprocessing as it is saved, plus how to call the graph:
+    an ONNX graph takes the raw columns (:data:`RAW_RECIPE`), a torch.export program the encoded matrix
+    (:data:`RECIPE`)."""
+    sidecar: dict[str, Any] = {"format_version": SIDECAR_VERSION}
+    if fmt == "onnx":
+        outputs = ["logits", "probabilities", "label"] if preprocessor.labels is not None else ["values"]
+        numeric = [{"name": c.name, "dtype": "double"} for c in preprocessor.numeric]
+        sidecar["graph"] = {
+            "file": graph_file,
+            "format": fmt,
+            "inputs": numeric + [{"name": c.name, "dtype": "string"} for c in preprocessor.categorical],
+            "outputs": outputs,
+        }
+        # pandas names its default missing texts only in a private module (its read_csv docs list them)
+        from pandas._libs.parsers import STR_NA_VALUES
+
+        sidecar["csv"] = {"missing": sorted({*STR_NA_VALUES, *preprocessor.na_values})}
+        recipe: tuple[str, ...] = RAW_RECIPE
+    else:
+        sidecar["graph"] = {
             "file": graph_file,
             "format": fmt,
             "input": "features",
             "output": output_name(preprocessor),
             "in_features": in_features,
-        },
+        }
+        recipe = RECIPE
+    return {
+        **sidecar,
         "feature_names": preprocessor.feature_names,
         "missing_category": MISSING,
         "preprocessing": preprocessor.state_dict(),
-        "recipe": list(RECIPE),
+        "recipe": list(recipe),
     }
 
 
@@ -184,17 +218,31 @@ def output_name(preprocessor: Preprocessor) -> str:
     return "logits" if preprocessor.labels is not None else "values"
 
 
-def probe_rows(preprocessor: Preprocessor, rows: int = 8, seed: int = 0) -> pd.DataFrame:
-    """Raw rows that reach every part of the encoding: numbers around each column's training mean, a
-    missing cell in every column, every category, and a value no training row had."""
+def probe_rows(preprocessor: Preprocessor, rows: int = 16, seed: int = 0) -> pd.DataFrame:
+    """Raw rows that reach every part of the encoding and of the one cell rule: numbers around each
+    column's training mean (some written as text), every kind of missing cell (None, NaN, blank text, a
+    missing token), text that is not a number, numbers beyond float32, every category (some with spaces
+    around), and a value no training row had."""
     rng = np.random.default_rng(seed)
+    tokens = preprocessor.na_values[:1]
     columns: dict[str, list[Any]] = {}
     for numeric in preprocessor.numeric:
         values: list[Any] = list(numeric.mean + numeric.scale * rng.standard_normal(rows))
-        values[0] = None
+        special = [None, np.nan, "", "  ", "not a number", 1e39, -np.inf, f" {values[7]!r} "]
+        special += [*numeric.missing_tokens[:1], *tokens]
+        values[: len(special)] = special
         columns[numeric.name] = values
     for categorical in preprocessor.categorical:
-        choices = [None, "(a value no training row had)", *categorical.categories]
+        spaced = [f" {c} " for c in categorical.categories[:1]]
+        choices = [
+            None,
+            np.nan,
+            "",
+            "(a value no training row had)",
+            *spaced,
+            *tokens,
+            *categorical.categories,
+        ]
         columns[categorical.name] = [choices[i % len(choices)] for i in range(rows)]
     return pd.DataFrame(columns, index=range(rows))
 
@@ -209,6 +257,51 @@ def run_exported(fmt: str, path: Path, x: torch.Tensor) -> torch.Tensor:
         return torch.from_numpy(session.run(None, {graph_input.name: x.numpy()})[0])
     with torch.inference_mode():
         return torch.export.load(path).module()(x)
+
+
+def check_raw(path: Path, predictor: Predictor, rows: pd.DataFrame) -> float:
+    """The largest difference between the raw-column graph on ``rows`` (and on its first row alone) and
+    :meth:`Predictor.predict` on the same rows: probabilities (or values) within the ONNX tolerance, and
+    the same labels; raises :class:`ExportCheckError` otherwise."""
+    import onnxruntime
+
+    tolerance = TOLERANCES["onnx"]
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    preprocessor = predictor.preprocessor
+    worst = 0.0
+    for frame in (rows, rows.iloc[:1]):
+        expected = predictor.predict(frame, "the probe rows", CellReport())  # counted, not logged
+        got = dict(
+            zip(
+                [o.name for o in session.get_outputs()],
+                session.run(None, graph_inputs(preprocessor, frame)),
+                strict=True,
+            )
+        )
+        if preprocessor.labels is None:
+            pairs = [(got["values"], expected["prediction"].to_numpy(np.float32))]
+        else:
+            names = [f"probability({label})" for label in preprocessor.labels]
+            pairs = [(got["probabilities"], expected[names].to_numpy(np.float32))]
+            if got["label"].tolist() != expected["prediction"].tolist():
+                raise ExportCheckError(
+                    f"the exported onnx graph labels {len(frame)} raw row(s) otherwise than the checkpoint; "
+                    "nothing was written."
+                )
+        for graph_values, reference in pairs:
+            difference = np.abs(graph_values - reference)
+            largest = float(difference.max(initial=0.0))
+            worst = max(worst, largest)
+            if (
+                graph_values.shape != reference.shape
+                or (difference > tolerance.atol + tolerance.rtol * np.abs(reference)).any()
+            ):
+                raise ExportCheckError(
+                    f"the exported onnx graph differs from the checkpoint by up to {largest:.3g} on "
+                    f"{len(frame)} raw row(s), beyond rtol={tolerance.rtol}, atol={tolerance.atol}; nothing "
+                    "was written."
+                )
+    return worst
 
 
 def check(fmt: str, path: Path, reference: nn.Module, x: torch.Tensor) -> float:
@@ -237,6 +330,168 @@ def check(fmt: str, path: Path, reference: nn.Module, x: torch.Tensor) -> float:
     return worst
 
 
+# -- the raw-column ONNX graph ------------------------------------------------------------------------
+
+#: the default domain's opset of a raw-column graph: RegexFullMatch, which compares texts with the spaces
+#: around them ignored, exists from 20 on
+RAW_OPSET = 20
+#: any run of the characters Python's str.strip() removes, as an RE2 pattern (code points spelled out)
+SPACES = (
+    "[" + "".join(f"\\x{{{ord(c):x}}}" for c in map(chr, range(sys.maxunicode + 1)) if c.isspace()) + "]*"
+)
+#: how the cells of a table become the raw graph's inputs; written into every ONNX sidecar of a table
+RAW_RECIPE = (
+    "One input per column of graph.inputs, each of shape (B,): a numeric column (dtype double) takes the "
+    "cell's number, and NaN for a missing cell (null, NaN, an empty text) and for any text that is not a "
+    "number; a categorical column (dtype string) takes the cell's text: '' for a missing cell, booleans "
+    "as 'True' and 'False', a whole number without its decimal part (3.0 is '3'), other numbers as Python "
+    "writes them, text as it is.",
+    "Inside the graph, as src.data.preprocessing applies it: a number that is NaN, infinite or beyond "
+    "float32's range (itself or once standardized) is missing and takes fill; a text that is blank or, "
+    "spaces around it ignored, one of na_values is missing_category; a text matching none of categories "
+    "sets the (other) value when other is true, and no value otherwise.",
+    "A CSV file is read as pandas.read_csv reads it: the texts of csv.missing are missing cells.",
+    "Outputs: classification: logits (B, K), probabilities (B, K) and label (B,), labels[argmax]; "
+    "regression: values (B,) in the target's units.",
+)
+
+
+class _Nodes:
+    """ONNX nodes and constants with names of their own: what one raw-column graph's preprocessing holds."""
+
+    def __init__(self) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.constants: list[onnx.TensorProto] = []
+
+    def const(self, value: Any, dtype: Any) -> str:
+        name = f"prep/const{len(self.constants)}"
+        array = np.asarray(value, dtype=dtype)
+        self.constants.append(onnx.numpy_helper.from_array(array, name))
+        return name
+
+    def op(self, op_type: str, *inputs: str, output: str | None = None, **attributes: Any) -> str:
+        name = output or f"prep/{op_type}{len(self.nodes)}"
+        self.nodes.append(onnx.helper.make_node(op_type, list(inputs), [name], **attributes))
+        return name
+
+    def column(self, x: str) -> str:
+        """``(B,)`` → ``(B, 1)`` float32."""
+        return self.op("Unsqueeze", self.op("Cast", x, to=onnx.TensorProto.FLOAT), self.const([1], np.int64))
+
+
+def _spaced(texts: Sequence[str]) -> str:
+    """An RE2 pattern matching any of ``texts`` with spaces around it: code points spelled out, so that no
+    character of a category can mean anything else."""
+    literal = ["".join(f"\\x{{{ord(c):x}}}" for c in text) for text in texts]
+    return f"{SPACES}(?:{'|'.join(literal)}){SPACES}"
+
+
+def raw_preprocessing(preprocessor: Preprocessor, nodes: _Nodes, output: str) -> list[onnx.ValueInfoProto]:
+    """The graph's inputs, one per raw column, and the nodes that make ``output``, the ``(B, F)`` float32
+    matrix :meth:`Preprocessor.transform` makes, in the order of its ``feature_names``."""
+    double, f32max = np.float64, FLOAT32_MAX
+    values, indicators, blocks = [], [], []
+    for column in preprocessor.numeric:
+        x = column.name  # (B,) float64, NaN where missing or not a number
+        far = nodes.op("Greater", nodes.op("Abs", x), nodes.const(f32max, double))  # inf too
+        missing = nodes.op("Or", nodes.op("IsNaN", x), far)
+        filled = nodes.op("Where", missing, nodes.const(column.fill, double), x)
+        scaled = nodes.op(
+            "Div",
+            nodes.op("Sub", filled, nodes.const(column.mean, double)),
+            nodes.const(column.scale, double),
+        )
+        beyond = nodes.op("Greater", nodes.op("Abs", scaled), nodes.const(f32max, double))
+        at_fill = nodes.const((column.fill - column.mean) / column.scale, double)  # as numpy computes it
+        values.append(nodes.column(nodes.op("Where", beyond, at_fill, scaled)))
+        if column.indicator:
+            indicators.append(nodes.column(nodes.op("Or", missing, beyond)))
+    tokens = [t for t in preprocessor.na_values if t == t.strip()]  # others never equal a stripped text
+    for categorical in preprocessor.categorical:
+        text = categorical.name  # (B,) string
+        missing = nodes.op("RegexFullMatch", text, pattern=_spaced(["", *tokens]))
+        hits = []
+        for category in categorical.categories:
+            hit = nodes.op("RegexFullMatch", text, pattern=_spaced([category]))
+            hits.append(nodes.op("Or", hit, missing) if category == MISSING else hit)
+        if categorical.other:  # 1 where no category matched (every row, for a column of rare values only)
+            never = [] if hits else [nodes.op("And", missing, nodes.op("Not", missing))]
+            hits.append(nodes.op("Not", functools.reduce(lambda a, b: nodes.op("Or", a, b), hits + never)))
+        blocks += [nodes.column(hit) for hit in hits]
+    nodes.op("Concat", *values, *indicators, *blocks, output=output, axis=1)
+    return [
+        onnx.helper.make_tensor_value_info(c.name, onnx.TensorProto.DOUBLE, ["batch"])
+        for c in preprocessor.numeric
+    ] + [
+        onnx.helper.make_tensor_value_info(c.name, onnx.TensorProto.STRING, ["batch"])
+        for c in preprocessor.categorical
+    ]
+
+
+def raw_graph(net: onnx.ModelProto, preprocessor: Preprocessor) -> onnx.ModelProto:
+    """The exported net (``features`` ``(B, F)`` in) behind its preprocessing: raw columns in; for
+    classification ``logits``, ``probabilities`` and ``label`` (the class's label, by a Gather on the
+    labels) out, for regression ``values``. One graph, one file."""
+    nodes = _Nodes()
+    inputs = raw_preprocessing(preprocessor, nodes, "features")
+    graph = net.graph
+    taken = {n for node in graph.node for n in (*node.input, *node.output)} | {
+        i.name for i in graph.initializer
+    }
+    clashing = [c for c in preprocessor.columns if c in taken | {"probabilities", "label"}]
+    if clashing:
+        raise UserInputError(
+            f"the column(s) {clashing} share a name with a part of the exported net; rename them in the "
+            "training file, or export with --format torch-export."
+        )
+    before = len(nodes.nodes)  # the preprocessing's nodes; those after the net follow
+    outputs = list(graph.output)
+    if preprocessor.labels is not None:
+        labels = preprocessor.labels
+        numbered = all(isinstance(label, int) for label in labels)
+        probabilities = nodes.op("Softmax", "logits", output="probabilities", axis=-1)
+        index = nodes.op("ArgMax", probabilities, axis=1, keepdims=0)  # (B,) int64, the first of ties
+        nodes.op(
+            "Gather", nodes.const(labels, np.int64 if numbered else object), index, output="label", axis=0
+        )
+        outputs += [
+            onnx.helper.make_tensor_value_info(
+                "probabilities", onnx.TensorProto.FLOAT, ["batch", len(labels)]
+            ),
+            onnx.helper.make_tensor_value_info(
+                "label", onnx.TensorProto.INT64 if numbered else onnx.TensorProto.STRING, ["batch"]
+            ),
+        ]
+    merged = onnx.helper.make_graph(
+        [*nodes.nodes[:before], *graph.node, *nodes.nodes[before:]],
+        "raw_columns",
+        inputs,
+        outputs,
+        [*nodes.constants, *graph.initializer],
+        value_info=list(graph.value_info),
+    )
+    opsets = [o for o in net.opset_import if o.domain not in ("", "ai.onnx")]
+    default = max([o.version for o in net.opset_import if o.domain in ("", "ai.onnx")] + [RAW_OPSET])
+    model = onnx.helper.make_model(
+        merged,
+        opset_imports=[onnx.helper.make_opsetid("", default), *opsets],
+        ir_version=net.ir_version,
+        functions=list(net.functions),
+    )
+    onnx.checker.check_model(model)
+    return model
+
+
+def graph_inputs(preprocessor: Preprocessor, frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Raw rows as the raw graph's inputs, by :data:`RAW_RECIPE`'s first rule (column names without
+    surrounding spaces, as :meth:`Preprocessor.transform` reads them)."""
+    frame = frame.rename(columns=lambda name: name.strip() if isinstance(name, str) else name)
+    inputs = {c.name: numbers_as_written(frame[c.name]) for c in preprocessor.numeric}
+    for column in preprocessor.categorical:
+        inputs[column.name] = np.array([cell_text(v) for v in frame[column.name]], dtype=object)
+    return inputs
+
+
 @dataclass(frozen=True)
 class Prepared:
     """What one checkpoint exports: the module the graph holds (also the reference of the check), an
@@ -247,6 +502,9 @@ class Prepared:
     input: str
     output: str
     sidecar: Callable[[str, str], dict[str, Any]]
+    #: a table's ONNX graph: the exported net behind the preprocessing, and the check of raw rows
+    raw: Callable[[onnx.ModelProto], onnx.ModelProto] | None = None
+    check_raw: Callable[[Path], float] | None = None
 
 
 def table_export(ckpt_path: str | Path) -> Prepared:
@@ -254,13 +512,16 @@ def table_export(ckpt_path: str | Path) -> Prepared:
     predictor = Predictor.from_checkpoint(ckpt_path)  # one sentence for a missing or unsafe file
     preprocessor = predictor.preprocessor
     module = Exportable(predictor.model, classification=preprocessor.labels is not None).eval()
-    x = predictor.encode(probe_rows(preprocessor), "the probe rows")  # (8, F)
+    rows = probe_rows(preprocessor)
+    x = predictor.encode(rows, "the probe rows", CellReport())  # (16, F); its notices are no news
     return Prepared(
         module,
         x,
         "features",
         output_name(preprocessor),
         lambda file, fmt: sidecar_of(preprocessor, file, fmt, x.shape[1]),
+        raw=lambda net: raw_graph(net, preprocessor),
+        check_raw=lambda path: check_raw(path, predictor, rows),
     )
 
 
@@ -316,10 +577,16 @@ def export(
                     verbose=False,
                 )
                 assert onnx_program is not None  # the dynamo exporter always returns its program
-                onnx_program.save(graph_temp)
+                if prepared.raw is None:
+                    onnx_program.save(graph_temp)
+                else:
+                    onnx.save(prepared.raw(onnx_program.model_proto), graph_temp)
             else:
                 torch.export.save(program, graph_temp)
-            worst = check(fmt, graph_temp, module, x)
+            if fmt == "onnx" and prepared.check_raw is not None:
+                worst = prepared.check_raw(graph_temp)
+            else:
+                worst = check(fmt, graph_temp, module, x)
             sidecar_temp.write_text(json.dumps(sidecar, indent=2) + "\n")
     except OSError as err:
         raise UserInputError(f"cannot write {str(graph_path)!r} ({err.strerror or err}).") from err

@@ -62,7 +62,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, StrictBool, StrictFloat, StrictInt, StrictStr
 
-from src.data.preprocessing import Location
+from src.data.preprocessing import CellReport, Location
 from src.errors import UserInputError
 from src.image_predict import ImagePredictor, carries_images
 from src.predict import Predictor, prediction_frame
@@ -152,6 +152,23 @@ def doubled_column(names: Iterable[str]) -> Refused | None:
     return None
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """One request read: its rows as the net's input, and its ``notices`` (tables: the cells read
+    otherwise than written, per column; None for images)."""
+
+    x: torch.Tensor  #: (N, F) encoded rows, or (N, H, W, C) uint8 pixels
+    notices: dict[str, dict[str, Any]] | None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One request's predictions, in the order of its rows, and its notices."""
+
+    predictions: list[dict[str, Any]]
+    notices: dict[str, dict[str, Any]] | None
+
+
 class ImageRequest(BaseModel):
     """The body of ``POST /predict`` for an image checkpoint: each image file's bytes in base64."""
 
@@ -190,7 +207,7 @@ class BatchedAPI(ls.LitAPI):
     def labels(self) -> Sequence[Any] | None:
         """Class names in class-id order, or None for regression."""
 
-    def guarded(self, encode: Callable[[Any], torch.Tensor | Refused], items: Any) -> torch.Tensor | Refused:
+    def guarded(self, encode: Callable[[Any], Encoded | Refused], items: Any) -> Encoded | Refused:
         """``encode(items)``, or a 500 for this request alone when it raises.
 
         Never raises: LitServe would answer every request of the batch with the error.
@@ -209,29 +226,29 @@ class BatchedAPI(ls.LitAPI):
             )
         return None
 
-    def batch(self, inputs: list[torch.Tensor | Refused]) -> list[torch.Tensor | Refused]:
+    def batch(self, inputs: list[Encoded | Refused]) -> list[Encoded | Refused]:
         # the list as it is: predict concatenates the requests' rows
         return inputs
 
-    def predict(self, x: torch.Tensor | Refused | list[torch.Tensor | Refused], **kwargs: Any) -> Any:
-        """Every request of the batch (a list when batching): one prediction list per request, or its
+    def predict(self, x: Encoded | Refused | list[Encoded | Refused], **kwargs: Any) -> Any:
+        """Every request of the batch (a list when batching): one :class:`Answer` per request, or its
         refusal."""
         requests = x if isinstance(x, list) else [x]
-        encoded = [r for r in requests if isinstance(r, torch.Tensor)]
+        encoded = [r for r in requests if isinstance(r, Encoded)]
         answered = iter(self.predict_encoded(encoded) if encoded else [])
-        results = [next(answered) if isinstance(r, torch.Tensor) else r for r in requests]
+        results = [next(answered) if isinstance(r, Encoded) else r for r in requests]
         return results if isinstance(x, list) else results[0]
 
-    def predict_encoded(self, encoded: list[torch.Tensor]) -> list[list[dict[str, Any]] | Refused]:
+    def predict_encoded(self, encoded: list[Encoded]) -> list[Answer | Refused]:
         """The rows of all requests through one forward pass and one :func:`prediction_frame`: each
         request's predictions, or a refusal where the model's output for one of its rows is not finite
         (JSON has no such number)."""
-        outputs = self.outputs(torch.cat(encoded))
+        outputs = self.outputs(torch.cat([e.x for e in encoded]))
         finite = torch.stack([torch.isfinite(v.reshape(len(v), -1)).all(1) for v in outputs.values()]).all(0)
         every = self.answers(prediction_frame(outputs, self.labels, range(len(finite))))
-        ends = np.cumsum([len(e) for e in encoded]).tolist()
-        results: list[list[dict[str, Any]] | Refused] = []
-        for start, end in zip([0, *ends[:-1]], ends, strict=True):
+        ends = np.cumsum([len(e.x) for e in encoded]).tolist()
+        results: list[Answer | Refused] = []
+        for start, end, request in zip([0, *ends[:-1]], ends, encoded, strict=True):
             bad = (~finite[start:end]).nonzero()
             if len(bad):
                 results.append(
@@ -242,7 +259,7 @@ class BatchedAPI(ls.LitAPI):
                     )
                 )
             else:
-                results.append(every[start:end])
+                results.append(Answer(every[start:end], request.notices))
         return results
 
     def answers(self, frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -257,12 +274,13 @@ class BatchedAPI(ls.LitAPI):
             for label, p in zip(frame["prediction"], probabilities, strict=True)
         ]
 
-    def encode_response(self, output: list[dict[str, Any]] | Refused, **kwargs: Any) -> Response:
+    def encode_response(self, output: Answer | Refused, **kwargs: Any) -> Response:
         # a Response, not an exception, for a refused request: LitServe would send an exception raised
         # here to every request of the batch
         if isinstance(output, Refused):
             return refused_response(output)
-        return JSONResponse({"predictions": output})
+        notices = {} if output.notices is None else {"notices": output.notices}
+        return JSONResponse({"predictions": output.predictions, **notices})
 
 
 class TabularAPI(BatchedAPI):
@@ -283,12 +301,13 @@ class TabularAPI(BatchedAPI):
         torch.set_num_threads(self.threads)
         self.predictor = Predictor.from_checkpoint(self.ckpt_path)
 
-    def decode_request(self, request: PredictRequest, **kwargs: Any) -> torch.Tensor | Refused:
+    def decode_request(self, request: PredictRequest, **kwargs: Any) -> Encoded | Refused:
         """The request's rows encoded ``(N, F)`` on their own, or why they cannot be predicted."""
         return self.guarded(self.encode, request.rows)
 
-    def encode(self, rows: list[dict[str, Any]]) -> torch.Tensor | Refused:
-        """Every check of one request's cells, then the checkpoint's own encoding of them."""
+    def encode(self, rows: list[dict[str, Any]]) -> Encoded | Refused:
+        """Every check of one request's cells, then the checkpoint's own encoding of them, with the count
+        of cells it read otherwise than written (the one rule of :mod:`src.data.preprocessing`)."""
         if not rows:
             return Refused(422, 'the request holds no rows; send {"rows": [{"column": value, ...}, ...]}.')
         refusal = self.too_many(len(rows), "rows") or unreadable_cell(rows)
@@ -298,22 +317,12 @@ class TabularAPI(BatchedAPI):
         refusal = doubled_column(frame.columns)
         if refusal is not None:
             return refusal
+        report = CellReport()  # answered in the response, not logged: the client sent the cells
         try:
-            # a number within float32 can still leave it once standardized, by a column's small scale:
-            # it becomes inf, and is refused below rather than warned of in the server's log
-            with np.errstate(over="ignore"):
-                x = self.predictor.encode(frame, REQUEST.what)  # (N, F) float32
+            x = self.predictor.encode(frame, REQUEST.what, report)  # (N, F) float32, finite by the rule
         except UserInputError as err:
             return Refused(422, str(err))
-        overflowed = (~torch.isfinite(x)).nonzero()
-        if len(overflowed):
-            row, feature = overflowed[0].tolist()
-            cell = REQUEST.cell(self.predictor.preprocessor.feature_names[feature], row)
-            return Refused(
-                422,
-                f"{cell} is too large for the model once standardized; fix the cell or rescale the column.",
-            )
-        return x
+        return Encoded(x, report.as_json())
 
     def outputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         return self.predictor.outputs(x)
@@ -339,11 +348,11 @@ class ImageAPI(BatchedAPI):
         torch.set_num_threads(self.threads)  # one by default, as for tables: workers share the cores
         self.predictor = ImagePredictor.from_checkpoint(self.ckpt_path)
 
-    def decode_request(self, request: ImageRequest, **kwargs: Any) -> torch.Tensor | Refused:
+    def decode_request(self, request: ImageRequest, **kwargs: Any) -> Encoded | Refused:
         """The request's images as uint8 ``(N, H, W, C)`` pixels, or why they cannot be predicted."""
         return self.guarded(self.encode, request.images)
 
-    def encode(self, images: list[str]) -> torch.Tensor | Refused:
+    def encode(self, images: list[str]) -> Encoded | Refused:
         """Each entry's base64 decoded, then the file read as ``predict`` reads files; the first entry
         that fails names itself."""
         if not images:
@@ -360,7 +369,7 @@ class ImageAPI(BatchedAPI):
                     422, f"images[{i}] is not base64 ({err}); send each image file's bytes base64-encoded."
                 )
         try:
-            return self.predictor.read(files, [f"images[{i}]" for i in range(len(files))])
+            return Encoded(self.predictor.read(files, [f"images[{i}]" for i in range(len(files))]), None)
         except UserInputError as err:
             return Refused(422, str(err))
 

@@ -1,5 +1,18 @@
 """Data: sources (bundled, synthetic, CSV) and the DataModule that splits, scales and batches them."""
 
-from src.data.datamodule import TabularDataModule, TensorBatches
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from src.data.datamodule import TabularDataModule, TensorBatches
 
 __all__ = ["TabularDataModule", "TensorBatches"]
+
+
+def __getattr__(name: str) -> Any:
+    # src.data.TabularDataModule (as configs name it) is imported on first use, with Lightning; reading a
+    # file and applying a checkpoint's preprocessing (src.data.sources, src.data.preprocessing) need neither
+    if name in __all__:
+        from src.data import datamodule
+
+        return getattr(datamodule, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

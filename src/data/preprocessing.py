@@ -12,22 +12,42 @@ The encoded matrix ``(N, F)`` holds, in order: each numeric column (missing cell
 training median or mean, then standardized), one 0/1 column per numeric column that had missing cells
 in training (when ``missing_indicator`` is on), and a one-hot block per categorical column (its
 ``max_categories - 1`` most frequent training values, then one column for everything rarer or unseen).
+
+**One rule for every cell**, wherever rows come from (the training file's splits, ``predict`` on a new
+file, :class:`src.predict.Predictor`, the server, and the exported ONNX graph, which holds the same rule
+in its own operators):
+
+- A cell is *missing* when it is ``None``, ``NaN``, an empty or blank text, or a text listed as missing
+  (``data.na_values``, and the texts training found among a numeric column's numbers, say ``"?"``).
+  A missing number takes the column's fill (its indicator says so); a missing category is the category
+  :data:`MISSING`, learnt like any other.
+- In a numeric column, a text that is not a number (``"lots"``), an infinite number, or one beyond
+  float32's range (itself, or once standardized) is read as missing too: COUNTED, never fatal.
+- In a categorical column, a value without a column of its own (never seen in training, or rarer than
+  those kept) is read as the column's ``(other)`` value when it has one, and as no category (all zeros,
+  as scikit-learn's ``handle_unknown="ignore"``) when it has none: COUNTED too.
+
+Each :meth:`Preprocessor.transform` counts those cells per column in a :class:`CellReport` and, unless
+the caller asked for the report (the server answers it in each response), logs it as ONE warning:
+``column: count, e.g. value``. Fitting is stricter than encoding: a column named numeric
+(``data.numeric_columns``) whose training cells hold text it was not told about, or a training value
+beyond float32, stops the fit with one sentence, since the fitted numbers would depend on it.
 """
 
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from lightning.pytorch.utilities import rank_zero_info
 from sklearn.compose import ColumnTransformer
 from sklearn.impute import MissingIndicator, SimpleImputer
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import LabelEncoder, OneHotEncoder, StandardScaler
 
-from src.errors import UserInputError
+from src.errors import UserInputError, notice
 
 Task = Literal["classification", "regression"]
 Label = int | str
@@ -38,6 +58,8 @@ MISSING = "(missing)"
 NUMERIC_SHARE = 0.95
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 STATE_VERSION = 1
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -81,20 +103,76 @@ class Location:
 # -- reading cells ------------------------------------------------------------------------------------
 
 
-def _canonical(value: Any) -> str:
-    """One spelling per value: 3, 3.0 and "3" are the same category, and so are True and "True"."""
+@dataclass
+class ColumnNotice:
+    """The cells of one column that the rule read otherwise than as written."""
+
+    count: int
+    example: str  #: the first such cell, as text
+    read_as: str  #: "missing", "(other)" or "no category"
+
+
+@dataclass
+class CellReport:
+    """Per column, the cells read otherwise than as written (see the module's rule): what one notice, or
+    one response's ``notices``, says."""
+
+    columns: dict[str, ColumnNotice] = field(default_factory=dict)
+
+    def add(self, column: str, count: int, example: Any, read_as: str) -> None:
+        if not count:
+            return
+        noticed = self.columns.setdefault(column, ColumnNotice(0, _example(example), read_as))
+        noticed.count += count
+
+    def line(self, what: str) -> str:
+        """One sentence: ``<what>: 'age': 2 cell(s) read as missing (e.g. 'lots'); ...``."""
+        parts = [
+            f"{c!r}: {n.count} cell(s) read as {n.read_as} (e.g. {n.example!r})"
+            for c, n in self.columns.items()
+        ]
+        return (
+            f"{what}: {'; '.join(parts)} (text that is not a number or a number beyond float32 is read as "
+            "missing, a category without a column of its own as (other) or none; list texts that mean "
+            "missing in data.na_values)."
+        )
+
+    def as_json(self) -> dict[str, dict[str, Any]]:
+        """``{column: {"count": n, "example": text, "read_as": ...}}``, as the server answers it."""
+        return {name: asdict(notice) for name, notice in self.columns.items()}
+
+
+def _example(value: Any) -> str:
+    return repr(float(value)) if isinstance(value, float | np.floating) else str(value)
+
+
+def cell_text(value: Any) -> str:
+    """A cell as the text a categorical column compares: ``""`` when missing, booleans ``True``/``False``,
+    a whole number without its decimal part (3.0 is ``"3"``), other numbers as Python writes them, text
+    as it is. What the exported graph's categorical inputs take (it strips spaces itself)."""
+    if value is None or (isinstance(value, float | np.floating) and np.isnan(value)) or value is pd.NA:
+        return ""
     if isinstance(value, bool | np.bool_):
         return str(bool(value))
     if isinstance(value, int | np.integer):
         return str(int(value))
     if isinstance(value, float | np.floating):
         return str(int(value)) if float(value).is_integer() else repr(float(value))
-    return str(value).strip()
+    return str(value)
+
+
+def _canonical(value: Any) -> str:
+    """One spelling per value: 3, 3.0 and "3" are the same category, and so are True and "True"."""
+    return cell_text(value).strip()
 
 
 def category_strings(column: pd.Series, na_values: Sequence[str] = ()) -> np.ndarray:
     """``(N,)`` object array of canonical strings; missing (or blank) cells, and cells that read as one of
     ``na_values``, become :data:`MISSING`."""
+    if pd.api.types.infer_dtype(column, skipna=True).startswith("mixed"):
+        # factorize takes False for 0 and True for 1 (equal in Python): a cell would then read as
+        # whichever came first in its column; booleans spelled first keep each cell its own reading
+        column = column.map(lambda v: str(bool(v)) if isinstance(v, bool | np.bool_) else v)
     codes, uniques = pd.factorize(column, use_na_sentinel=True)
     spelled = np.array([_canonical(v) for v in uniques] + [MISSING], dtype=object)
     spelled[(spelled == "") | np.isin(spelled, list(na_values))] = MISSING
@@ -115,11 +193,31 @@ def _parse_numbers(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return values, filled & np.isnan(values)
 
 
+def numbers_as_written(column: pd.Series) -> np.ndarray:
+    """``(N,)`` float64: each cell's number (a text that reads as one too), NaN for any other cell. What
+    the exported graph's numeric inputs take; the graph applies the rest of the rule itself."""
+    return _parse_numbers(column)[0]
+
+
+def read_numbers(column: pd.Series, missing_tokens: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """The rule for a numeric column: ``(values, stray)``, float64 ``(N,)`` with NaN for every cell read as
+    missing, and where a filled cell was read as missing although it was neither blank nor one of
+    ``missing_tokens`` (a text that is not a number, a number beyond float32's range)."""
+    values, stray = _parse_numbers(column)
+    if stray.any() and missing_tokens:
+        where = np.flatnonzero(stray)
+        stray[where[column.iloc[where].astype(str).str.strip().isin(list(missing_tokens)).to_numpy()]] = False
+    with np.errstate(invalid="ignore"):
+        beyond = np.abs(values) > FLOAT32_MAX  # inf too; NaN compares False
+    return np.where(beyond, np.nan, values), stray | beyond  # a new array: values may view the column
+
+
 def numeric_values(column: pd.Series, location: Location, missing_tokens: Sequence[str] = ()) -> np.ndarray:
-    """``(N,)`` float64 of a numeric column, NaN for missing cells and for ``missing_tokens``.
+    """``(N,)`` float64 of a numeric column, NaN for missing cells and for ``missing_tokens``: how the
+    fit reads training cells.
 
     Any other text, an infinite value or one too large for float32 stops with one sentence naming the
-    cell.
+    cell (encoding reads them as missing instead: :func:`read_numbers`).
     """
     values, unparsed = _parse_numbers(column)
     if unparsed.any():
@@ -184,7 +282,7 @@ def infer_kinds(
         if parsed and parsed >= NUMERIC_SHARE * (parsed + unparsed.sum()):
             found = sorted(set(column[unparsed].astype(str).str.strip()))
             if found:
-                rank_zero_info(
+                notice(
                     f"Column {name!r}: {int(unparsed.sum())} cell(s) holding {found[:5]} are read as missing "
                     "(the rest are numbers); list them in data.na_values to say so, or name the column in "
                     "data.categorical_columns."
@@ -254,13 +352,18 @@ class Preprocessor:
             )
 
     def transform(
-        self, frame: pd.DataFrame, location: Location, rows: np.ndarray | None = None
+        self,
+        frame: pd.DataFrame,
+        location: Location,
+        rows: np.ndarray | None = None,
+        report: CellReport | None = None,
     ) -> np.ndarray:
         """Raw rows → ``(N, F)`` float32. Extra columns are ignored; missing columns are an error.
 
         Read as the training file was: column names without surrounding spaces, ``na_values`` as missing.
         ``rows``: the positions of the rows to encode, in this order (all rows when left out); one column
-        at a time is copied out of ``frame``.
+        at a time is copied out of ``frame``. Cells read otherwise than written (the module's rule) are
+        counted into ``report``; without one, they are logged as one warning.
         """
         frame = frame.rename(columns=lambda name: name.strip() if isinstance(name, str) else name)
         self.check_columns(frame, location)
@@ -268,12 +371,19 @@ class Preprocessor:
         def column_of(name: str) -> pd.Series:
             return frame[name] if rows is None else frame[name].iloc[rows]
 
-        return self.encode(column_of, len(frame) if rows is None else len(rows), location)
+        return self.encode(column_of, len(frame) if rows is None else len(rows), location, report)
 
-    def encode(self, column_of: Callable[[str], pd.Series], count: int, location: Location) -> np.ndarray:
+    def encode(
+        self,
+        column_of: Callable[[str], pd.Series],
+        count: int,
+        location: Location,
+        report: CellReport | None = None,
+    ) -> np.ndarray:
         """``(count, F)`` float32 from the raw columns ``column_of(name)`` returns, ``count`` rows each,
         asked for once each in the order of :attr:`columns`: what :meth:`transform` does, from columns
         that need not be held all at once."""
+        noticed = CellReport() if report is None else report
         # written column by column into the float32 result: the float64 work is one column at a time,
         # never a float64 copy of the whole table (computed in float64 and rounded once, as before)
         indicated = [column for column in self.numeric if column.indicator]
@@ -281,16 +391,32 @@ class Preprocessor:
         out = np.empty((count, len(self.numeric) + len(indicated) + sum(widths)), np.float32)
         at = len(self.numeric)
         for j, column in enumerate(self.numeric):
-            tokens = [*column.missing_tokens, *self.na_values]
-            values = numeric_values(column_of(column.name), location, tokens)
+            cells = column_of(column.name)
+            values, stray = read_numbers(cells, [*column.missing_tokens, *self.na_values])
             missing = np.isnan(values)
-            out[:, j] = (np.where(missing, column.fill, values) - column.mean) / column.scale
+            with np.errstate(over="ignore", invalid="ignore"):  # a tiny scale: beyond float32, read below
+                scaled = (np.where(missing, column.fill, values) - column.mean) / column.scale
+                beyond = np.abs(scaled) > FLOAT32_MAX
+            if beyond.any():  # beyond float32 once standardized: missing, as any number beyond it
+                scaled[beyond] = (column.fill - column.mean) / column.scale
+                missing, stray = missing | beyond, stray | beyond
+            out[:, j] = scaled
+            if stray.any():
+                noticed.add(
+                    column.name, int(stray.sum()), cells.iloc[int(np.flatnonzero(stray)[0])], "missing"
+                )
             if column.indicator:
                 out[:, at] = missing
                 at += 1
         for cat, width in zip(self.categorical, widths, strict=True):
-            out[:, at : at + width] = _one_hot(category_strings(column_of(cat.name), self.na_values), cat)
+            texts = category_strings(column_of(cat.name), self.na_values)
+            out[:, at : at + width], unmatched = _one_hot(texts, cat)
+            if unmatched.any():
+                first = texts[int(np.flatnonzero(unmatched)[0])]
+                noticed.add(cat.name, int(unmatched.sum()), first, "(other)" if cat.other else "no category")
             at += width
+        if report is None and noticed.columns:
+            log.warning(noticed.line(location.what))
         return out
 
     def encode_labels(self, target: pd.Series, location: Location) -> np.ndarray:
@@ -327,16 +453,18 @@ class Preprocessor:
         )
 
 
-def _one_hot(values: np.ndarray, column: CategoricalColumn) -> np.ndarray:
-    """``(N,)`` canonical strings → ``(N, K)`` one-hot, the last column for rare and unseen values."""
+def _one_hot(values: np.ndarray, column: CategoricalColumn) -> tuple[np.ndarray, np.ndarray]:
+    """``(N,)`` canonical strings → ``(N, K)`` one-hot, the last column for rare and unseen values, and
+    ``(N,)`` where a value has no column of its own."""
     width = len(column.categories) + int(column.other)
     codes = column.index.get_indexer(values)
+    unmatched = codes < 0
     if column.other:
         codes = np.where(codes < 0, width - 1, codes)
     out = np.zeros((len(values), width))
     known = codes >= 0  # without an "other" column an unseen value is all zeros, as in scikit-learn
     out[np.flatnonzero(known), codes[known]] = 1.0
-    return out
+    return out, unmatched
 
 
 @dataclass(frozen=True)
@@ -417,11 +545,9 @@ def _informative(
         if count >= 20 and (values := column(c)).notna().all() and values.nunique() == count
     ]  # fmt: skip
     if empty:
-        rank_zero_info(
-            f"{location.what}: the column(s) {empty} have no value in the training rows and are left out."
-        )
+        notice(f"{location.what}: the column(s) {empty} have no value in the training rows and are left out.")
     if unique:
-        rank_zero_info(
+        notice(
             f"{location.what}: the column(s) {unique} hold a different text in every training row (names, "
             "IDs) and are left out; turn them into something shared between rows to use them."
         )
@@ -485,7 +611,7 @@ def fit_preprocessor(
             rare_set = set(rare.tolist()) if rare is not None else set()
             distinct = len(values)
             if distinct > max(options.max_categories, count // 2):
-                rank_zero_info(
+                notice(
                     f"Column {name!r} has {distinct} distinct values in {count} training rows, like an "
                     f"identifier or free text: only its {len(values) - len(rare_set)} most frequent values "
                     "get a column of their own; drop it with data.drop_columns if it carries no signal."
@@ -542,3 +668,15 @@ def _checked_columns(
             f"data.min_category_frequency={options.min_category_frequency} at least 1."
         )
     return numeric, categorical, tokens
+
+
+def preprocessing_of(checkpoint: dict[str, Any], path: str) -> Preprocessor:
+    """The fitted preprocessing a checkpoint carries (under its DataModule's entry, where Lightning puts
+    ``state_dict()``)."""
+    for value in checkpoint.values():
+        if isinstance(value, dict) and isinstance(value.get("preprocessing"), dict):
+            return Preprocessor.from_state(value["preprocessing"])
+    raise UserInputError(
+        f"checkpoint {path!r} carries no fitted preprocessing (it was not written by a run of this "
+        "project's DataModule); train a new one."
+    )

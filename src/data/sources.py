@@ -16,11 +16,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from lightning.pytorch.utilities import rank_zero_info
 from sklearn import datasets
 
 from src.data.preprocessing import Location, Task, numeric_values
-from src.errors import UserInputError
+from src.errors import UserInputError, notice
 
 FileFormat = Literal["csv", "parquet"]
 SUFFIXES: dict[str, FileFormat] = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
@@ -146,9 +145,7 @@ def read_file(
     _refuse_repeated(frame.columns, what)
     first = frame.columns[0]
     if first.startswith("Unnamed: 0") and frame[first].equals(pd.Series(range(len(frame)))):
-        rank_zero_info(
-            f"{what}: the first column {first!r} only counts the rows (a saved index) and is left out."
-        )
+        notice(f"{what}: the first column {first!r} only counts the rows (a saved index) and is left out.")
         frame = frame.drop(columns=first)
     return frame
 
@@ -305,7 +302,7 @@ def _read_csv(path: Path, na_values: Sequence[str]) -> pd.DataFrame:
         frame = pd.read_csv(path, **options, **data)
     except UnicodeDecodeError:
         # not UTF-8: Latin-1 reads any byte, as spreadsheets in many locales save text
-        rank_zero_info(f"CSV file {str(path)!r} is not UTF-8; it is read as Latin-1.")
+        notice(f"CSV file {str(path)!r} is not UTF-8; it is read as Latin-1.")
         options["encoding"] = "latin-1"
         frame = pd.read_csv(path, **options, **data)
     if sep == ";":
@@ -364,7 +361,7 @@ def select(
     if missing.all():
         raise UserInputError(f"{location.what}: every cell of the target column {target_column!r} is empty.")
     if missing.any():
-        rank_zero_info(
+        notice(
             f"{location.what}: {int(missing.sum())} of {len(target)} rows have no {target_column!r} and are "
             "left out."
         )
@@ -380,7 +377,7 @@ def select(
 
     empty = [c for c in features if frame[c].isna().all()]
     if empty:
-        rank_zero_info(f"{location.what}: the column(s) {empty} have no values and are left out.")
+        notice(f"{location.what}: the column(s) {empty} have no values and are left out.")
         features = [c for c in features if c not in empty]
         if not features:
             raise UserInputError(

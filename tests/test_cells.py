@@ -1,0 +1,146 @@
+"""One rule for every cell: random rows (numbers, NaN, None, blanks, missing tokens, unseen categories,
+text among numbers, numbers beyond float32) through the five paths give the same predictions.
+
+The paths: the training DataModule's encoding of a file (``preprocessing_from`` the checkpoint), the
+``predict`` command (:mod:`src.fast_predict`, and the DataModule's ``predict_path`` that the Trainer's
+predict reads), :class:`src.predict.Predictor`, the server's request → prediction steps (in process, no
+HTTP), and the exported ONNX graph run by the docs' example (onnxruntime and numpy alone). Files are
+CSV, so their rows are the same cells as text.
+"""
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from src import fast_predict
+from src.apps import export, serve
+from src.data import TabularDataModule
+from src.data.preprocessing import CellReport
+from src.predict import Predictor
+from tests.conftest import ROOT, Trained
+
+LABELS = ["high", "low", "mid"]
+PROBABILITIES = [f"probability({label})" for label in LABELS]
+#: stray texts: no pandas missing text among them ("NA", "null"...), which a CSV file would read as missing
+STRAY = st.text("abcxyz ,;!", min_size=1, max_size=6).filter(lambda t: t.strip() and t.strip() != "nan")
+#: numbers the rule reads as missing (infinite, beyond float32), and large ones it keeps
+EXTREME = st.sampled_from([math.inf, -math.inf, 1e39, -1e300, 1e6, -3e5])
+MISSING = st.sampled_from([None, math.nan, "", "  ", "?"])  # "?": a missing token training found in age
+NUMBER = st.one_of(st.floats(-200, 200, allow_nan=False).map(lambda v: round(v, 3)), st.integers(-5, 120))
+NUMERIC = st.one_of(NUMBER, NUMBER.map(lambda v: f" {v} "), MISSING, STRAY, EXTREME)
+CATEGORY = st.sampled_from(["north", "south", "east", "west", " north ", "yes", "no", "city3", "city7"])
+CATEGORICAL = st.one_of(CATEGORY, MISSING, STRAY, st.booleans(), st.integers(0, 3))
+ROW = st.fixed_dictionaries(
+    {
+        "income": NUMERIC,
+        "region": CATEGORICAL,
+        "member": CATEGORICAL,
+        "age": NUMERIC,
+        "verified": CATEGORICAL,
+        "city": CATEGORICAL,
+    }
+)
+
+
+def docs_example(folder: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """docs/deploy.md's onnxruntime block, run in ``folder``, its names returned (``predict`` among them)."""
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "deploy.md").read_text(), re.DOTALL)
+    [block] = [b for b in blocks if 'Path("model.onnx.json")' in b]
+    (folder / "request.json").write_text('{"rows": []}')
+    namespace: dict = {}
+    with monkeypatch.context() as patch:
+        patch.chdir(folder)
+        code = block.replace('print(predict(rows)["label"].tolist())', "")  # no rows to print here
+        exec(compile(code, "docs/deploy.md", "exec"), namespace)
+    return namespace
+
+
+@pytest.fixture(scope="module")
+def paths(messy_trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Everything built once: the Predictor, the server's API, the exported graph through the docs'
+    example, and a folder for the files."""
+    folder = tmp_path_factory.mktemp("cells")
+    export.export(messy_trained.checkpoint, "onnx", folder / "model.onnx")
+    api = serve.TabularAPI(str(messy_trained.checkpoint), max_rows=100, max_batch_size=4, batch_timeout=0.0)
+    api.pre_setup()
+    api.setup("cpu")
+    with pytest.MonkeyPatch.context() as patch:
+        example = docs_example(folder, patch)
+    return {
+        "predictor": Predictor.from_checkpoint(messy_trained.checkpoint),
+        "api": api,
+        "example": example,
+        "folder": folder,
+        "checkpoint": str(messy_trained.checkpoint),
+        "padding": messy_trained.raw_rows("train").head(30).assign(label=LABELS * 10),
+    }
+
+
+def probabilities_of_datamodule(predictor: Predictor, dm: TabularDataModule, stages: list[str]) -> np.ndarray:
+    """The rows of a file in their order, as the DataModule encoded them, through the model."""
+    x = torch.cat([dm.dataset(stage).tensors[0] for stage in stages])
+    order = np.concatenate([dm.split_rows[stage] for stage in stages]) if stages != ["predict"] else None
+    probs = predictor.outputs(x)["probs"].numpy()
+    if order is None:
+        return probs
+    back = np.empty_like(probs)
+    back[order] = probs
+    return back
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(ROW, min_size=1, max_size=6))
+def test_every_path_reads_every_cell_alike(paths: dict, rows: list[dict], tmp_path: Path) -> None:
+    predictor: Predictor = paths["predictor"]
+    report = CellReport()
+    expected = predictor.predict(pd.DataFrame.from_records(rows), report=report)
+    want = expected[PROBABILITIES].to_numpy()
+    assert np.isfinite(want).all()
+
+    # the server: decode (every check, the encoding), predict, answer
+    api: serve.TabularAPI = paths["api"]
+    answer = api.predict(api.decode_request(serve.PredictRequest(rows=rows)))
+    assert isinstance(answer, serve.Answer)
+    assert [p["label"] for p in answer.predictions] == expected["prediction"].tolist()
+    served = [[p["probabilities"][label] for label in LABELS] for p in answer.predictions]
+    np.testing.assert_allclose(served, want, rtol=1.3e-6, atol=1e-5)
+    assert answer.notices == report.as_json()
+
+    # the exported ONNX graph, fed by the docs' example alone
+    graph = paths["example"]["predict"](rows)
+    assert graph["label"].tolist() == expected["prediction"].tolist()
+    np.testing.assert_allclose(graph["probabilities"], want, rtol=1e-5, atol=1e-5)
+
+    # predict's encoding of a file, and training's: the same cells written to CSV and read back
+    folder = paths["folder"]
+    frame = pd.DataFrame.from_records(rows)
+    frame.to_csv(folder / "new.csv", index=False)
+    checkpoint = paths["checkpoint"]
+    predicting = TabularDataModule(predict_path=str(folder / "new.csv"), preprocessing_from=checkpoint)
+    pd.concat([paths["padding"], frame.assign(label="mid")], ignore_index=True).to_csv(
+        folder / "train.csv", index=False
+    )
+    training = TabularDataModule(
+        path=str(folder / "train.csv"),
+        target_column="label",
+        task="classification",
+        preprocessing_from=checkpoint,
+    )
+    for dm, stages in ((predicting, ["predict"]), (training, ["train", "val", "test"])):
+        got = probabilities_of_datamodule(predictor, dm, stages)[-len(rows) :]
+        np.testing.assert_allclose(got, want, rtol=1.3e-6, atol=1e-5)
+
+    # the predict command itself, on the file (a table's predict runs without the Trainer)
+    out = folder / "predictions.csv"
+    words = ["--data.predict_path", str(folder / "new.csv"), "--output", str(out), "--overwrite", "true"]
+    assert fast_predict.predict(["predict", "--ckpt_path", checkpoint, *words])
+    written = pd.read_csv(out)
+    assert written["prediction"].tolist() == expected["prediction"].tolist()
+    np.testing.assert_allclose(written[PROBABILITIES].to_numpy(), want, rtol=1.3e-6, atol=1e-5)
