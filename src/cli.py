@@ -51,6 +51,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from src.callbacks import (
+    Baselines,
     CpuThreads,
     Dashboard,
     NonFiniteGuard,
@@ -86,6 +87,10 @@ CALLBACK_SECTIONS: tuple[tuple[str, type[Callback], str], ...] = (
     ("best_checkpoint", ModelCheckpoint, "Keeps the best checkpoints by val/loss."),
     ("last_checkpoint", ModelCheckpoint, "Rewrites last.ckpt at every epoch's end, for resuming."),
     ("early_stopping", EarlyStopping, "Stops training when val/loss stops improving."),
+    ("model_summary", ModelSummary, "Parameters per block, printed when the fit starts."),
+    # before baselines: at the fit's end the summary prints first, their verdict after it
+    ("run_summary", Callback, "At the fit's end: why it ended, the best epoch, where the run is."),
+    ("baselines", Baselines, "Gradient boosting and a linear model on the same table rows, for comparison."),
     ("dashboard", Dashboard, "TensorBoard's speed, generalization gap, HParams and layout."),
     ("step_values", StepValues, "Writes the step's loss, learning rate and gradient norm every few steps."),
     ("validation_figures", ValidationFigures, "Confusion matrix or predicted vs true per validation."),
@@ -459,6 +464,14 @@ def quiet_dependencies() -> None:
         "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
     )
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_WithoutAdvertising())
+    # the shipped model_summary section replaces Lightning's default one, as meant: no news to anyone
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
+        lambda record: not record.getMessage().startswith("Trainer already configured with model summary")
+    )
+    # an epoch shorter than log_every_n_steps still logs: StepValues counts optimizer steps across epochs
+    warnings.filterwarnings(
+        "ignore", message=r"The number of training batches \(\d+\) is smaller than the logging interval"
+    )
 
 
 def main(args: list[str] | None = None, run: bool = True) -> CLI:

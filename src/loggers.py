@@ -1,6 +1,7 @@
 """Lightning's TensorBoard logger, without a filesystem round trip after every logged step."""
 
 import time
+from collections.abc import Mapping
 
 from lightning.pytorch import loggers
 from lightning.pytorch.utilities import rank_zero_only
@@ -26,6 +27,11 @@ class TensorBoardLogger(loggers.TensorBoardLogger):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.save_every_s = save_every_s
         self._saved_at: float | None = None
+
+    @override
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        super().log_metrics({name: value for name, value in metrics.items() if name != "epoch"}, step)
 
     @override
     @rank_zero_only

@@ -183,6 +183,8 @@ def callback_types(*words: str) -> list[str]:
 
 SHIPPED = [
     "EarlyStopping",
+    "RunSummary",
+    "Baselines",
     "Dashboard",
     "StepValues",
     "ValidationFigures",
@@ -195,7 +197,7 @@ SHIPPED = [
     "TopKCheckpoint",
     "ModelCheckpoint",
 ]  # fmt: skip  (Lightning moves the checkpoint callbacks last, in their order: the best, then last.ckpt;
-#   the progress bar section is left out by QUIET's enable_progress_bar=false)
+#   the progress bar section is left out by QUIET's enable_progress_bar=false, the model summary here)
 
 
 def test_defaults_give_each_shipped_callback_a_section_of_its_own(workdir: Path) -> None:

@@ -25,7 +25,8 @@ from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 from tensorboard.util import tensor_util
 
 from src.callbacks import Dashboard, StepValues, ValidationFigures
-from src.callbacks.dashboard import ROOT, scalars_layout
+from src.callbacks.dashboard import ROOT, SESSION_FOLDER, scalars_layout
+from src.callbacks.figures import DPI, MIN_CELL_IN
 from src.cli import CLI, main
 from src.data import TabularDataModule
 from src.errors import UserInputError
@@ -140,8 +141,8 @@ def test_scalars_follow_one_naming_scheme(runs: dict[str, Run]) -> None:
         "val/generalization_gap",
     }
     assert expected <= tags
-    # Lightning's own `epoch` counter is the one tag outside the scheme; no placeholder hp_metric
-    assert {tag for tag in tags if not re.match(r"(train|val|test)/", tag)} == {"epoch"}
+    # nothing outside the scheme and the baselines' values: no `epoch` counter, no placeholder hp_metric
+    assert {tag for tag in tags if not re.match(r"(train|val|test|baseline)/", tag)} == set()
 
 
 def test_learning_rate_is_the_schedulers(runs: dict[str, Run]) -> None:
@@ -270,8 +271,11 @@ def test_confusion_matrix_each_validation_epoch(runs: dict[str, Run]) -> None:
     assert figures.every_n_epochs > 1  # the shipped setting, so that the schedule is what is tested
     val_steps = [val_steps[e] for e in drawn]
     assert [image.step for image in images] == val_steps
+    # sized to the class count (src/callbacks/figures.py), every one alike, decoded at the size it says
+    assert len({(image.width, image.height) for image in images}) == 1
     for image in images:
-        assert decode_png(image.encoded_image_string).size == (figures.image_size, figures.image_size)
+        assert decode_png(image.encoded_image_string).size == (image.width, image.height)
+        assert image.width >= 10 * MIN_CELL_IN * DPI
 
     texts = run.texts("val/confusion_counts")
     assert [step for step, _ in texts] == val_steps
@@ -297,13 +301,22 @@ def test_predicted_vs_true_for_regression(runs: dict[str, Run]) -> None:
 # -- HParams, layout, text, histograms, graph ----------------------------------------------------------
 
 
+def session(run: Run) -> EventAccumulator:
+    """The run's HParams session: a sub-folder of its own, holding the table's chosen metrics."""
+    return read_events(run.log_dir / SESSION_FOLDER)
+
+
+def session_content(run: Run, tag: str) -> bytes:
+    return session(run).SummaryMetadata(tag).plugin_data.content
+
+
 def session_status(run: Run) -> int:
-    data = plugin_data_pb2.HParamsPluginData.FromString(run.plugin_content("_hparams_/session_end_info"))
+    data = plugin_data_pb2.HParamsPluginData.FromString(session_content(run, "_hparams_/session_end_info"))
     return data.session_end_info.status
 
 
 def session_hparams(run: Run) -> dict[str, object]:
-    data = plugin_data_pb2.HParamsPluginData.FromString(run.plugin_content("_hparams_/session_start_info"))
+    data = plugin_data_pb2.HParamsPluginData.FromString(session_content(run, "_hparams_/session_start_info"))
     values = data.session_start_info.hparams
     return {name: getattr(value, value.WhichOneof("kind")) for name, value in values.items()}
 
@@ -324,19 +337,39 @@ def test_hparams_hold_the_resolved_config_beside_real_metrics(runs: dict[str, Ru
     assert hparams["seed_everything"] == 42
     assert session_status(run) == api_pb2.STATUS_SUCCESS
     # no experiment summary (TensorBoard merges all runs' columns) and no placeholder metric
-    tensors = run.events.Tags()["tensors"]
+    tensors = session(run).Tags()["tensors"]
     assert "_hparams_/experiment" not in tensors
     assert "hp_metric" not in run.events.Tags()["scalars"]
-    # the table's metric columns are the run's last scalars: the final val metrics (those of last.ckpt)
-    # and the test metrics of the test after fit
     logits, targets = last_epoch_val_logits(run)
     assert run.scalars("val/loss")[1][-1] == pytest.approx(F.cross_entropy(logits, targets).item(), rel=1e-5)
     assert run.scalars("val/acc")[1][-1] == pytest.approx(
         (logits.argmax(-1) == targets).float().mean().item()
     )
+    # the table's metric columns are the chosen ones: the best epoch's val values, the test metrics of
+    # the test after fit, the baselines' values; not the run's every curve
+    chosen = session(run)
+    columns = set(chosen.Tags()["scalars"])
+    assert {
+        "val/best_loss",
+        "val/best_acc",
+        "val/best_f1",
+        "val/best_epoch",
+        "test/loss",
+        "test/acc",
+    } <= columns
+    assert not {c for c in columns if not re.match(r"val/best_|test/|val/.+_(hgb|linear)$", c)}
+    steps, losses = run.scalars("val/loss")
+    best = min(range(len(losses)), key=losses.__getitem__)
+    assert [p.value for p in chosen.Scalars("val/best_loss")] == [pytest.approx(losses[best])]
+    assert [p.value for p in chosen.Scalars("val/best_epoch")] == [best]
+    assert [p.step for p in chosen.Scalars("val/best_loss")] == [steps[best]]  # on the curve's minimum
+    assert [p.value for p in chosen.Scalars("val/best_acc")] == [
+        pytest.approx(run.scalars("val/acc")[1][best])
+    ]
     metrics = run.cli.trainer.callback_metrics
     for tag in ("test/loss", "test/acc", "test/f1"):
         assert run.scalars(tag)[1] == [pytest.approx(metrics[tag].item())]
+        assert [p.value for p in chosen.Scalars(tag)] == [pytest.approx(metrics[tag].item())]
 
 
 def test_a_separate_test_run_carries_its_hparams_and_test_metrics(runs: dict[str, Run]) -> None:
@@ -381,9 +414,10 @@ def test_layout_puts_train_and_val_on_one_chart_and_every_chart_has_data(runs: d
     content = tensor_util.make_ndarray(run.events.Tensors("custom_scalars__config__")[0].tensor_proto).item()
     layout = layout_pb2.Layout.FromString(content)
     charts = {chart.title: list(chart.multiline.tag) for cat in layout.category for chart in cat.chart}
-    assert charts["loss"] == ["^train/loss$", "^val/loss$"]
-    assert charts["acc"] == ["^train/acc$", "^val/acc$"]
-    assert charts["f1"] == ["^train/f1$", "^val/f1$"]
+    # the baselines' values (digits is a table: the shipped Baselines are on) beside the net's
+    assert charts["loss"] == ["^train/loss$", "^val/loss$", "^val/loss_(hgb|linear)$"]
+    assert charts["acc"] == ["^train/acc$", "^val/acc$", "^val/acc_(hgb|linear)$"]
+    assert charts["f1"] == ["^train/f1$", "^val/f1$", "^val/f1_(hgb|linear)$"]
     scalars = run.events.Tags()["scalars"]
     for title, regexes in charts.items():
         for regex in regexes:
@@ -482,10 +516,14 @@ def test_regressor_run_logs_its_metrics_under_the_scheme(runs: dict[str, Run]) -
     assert isinstance(runs["diabetes"].cli.model, Regressor)
 
 
-def test_hparams_are_in_the_event_file_the_scalars_stream_into(runs: dict[str, Run]) -> None:
-    # a live TensorBoard follows a run's newest event file only: HParams written to a file of their own
-    # at the start would hide every later scalar until it is restarted
-    first = sorted(runs["fit"].log_dir.glob("events.out.tfevents.*"))[0]
+def test_hparams_session_has_a_folder_of_its_own_named_after_the_run(runs: dict[str, Run]) -> None:
+    # the run's own event files hold its curves, not the session: TensorBoard would take every scalar
+    # there as a metric column
+    run = runs["fit"]
+    first = sorted(run.log_dir.glob("events.out.tfevents.*"))[0]
     tags = {value.tag for event in EventFileLoader(str(first)).Load() for value in event.summary.value}
-    assert "_hparams_/session_start_info" in tags
+    assert "_hparams_/session_start_info" not in tags
     assert {"train/loss", "val/loss"} <= tags
+    start = plugin_data_pb2.HParamsPluginData.FromString(session_content(run, "_hparams_/session_start_info"))
+    # the HParams table's trial name: the logger's name and version, which tell two runs apart
+    assert start.session_start_info.group_name == f"digits/{run.log_dir.name}"

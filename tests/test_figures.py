@@ -1,6 +1,7 @@
 """Validation figures: every n-th epoch, the first and the last always, drawn off the training thread."""
 
 import functools
+import itertools
 import logging
 import threading
 import time
@@ -9,13 +10,16 @@ from typing import Any
 
 import lightning as L
 import pytest
+import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typing_extensions import override
 
 from src.callbacks import ValidationFigures
+from src.callbacks.figures import DPI, MIN_CELL_IN, confusion_figure
 from src.data import TabularDataModule
 from src.models import Classifier
 from src.nets import MLP
@@ -228,3 +232,68 @@ def test_a_module_that_returns_no_preds_gets_one_line_and_no_figures(tmp_path: P
     events = EventAccumulator(logger.log_dir, size_guidance={"images": 0}).Reload()
     assert events.Tags()["images"] == []
     assert "val/loss" in events.Tags()["scalars"]  # the validation itself ran and logged
+
+
+# -- the confusion matrix a person reads: 2 to 100 classes, long labels --------------------------------
+
+LONG = [f"{letter} a rather long class name" for letter in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"]
+
+
+def confusion(k: int) -> torch.Tensor:
+    """(K, K) counts: a strong diagonal and a few confusions."""
+    counts = torch.diag(torch.full((k,), 20))
+    counts[torch.arange(k), (torch.arange(k) + 1) % k] += 2
+    return counts
+
+
+def boxes(texts: list[Any], renderer: Any) -> list[Any]:
+    return [t.get_window_extent(renderer) for t in texts if t.get_visible() and t.get_text()]
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        ["FEMALE", "MALE"],
+        ["Adelie", "Chinstrap", "Gentoo"],  # the README's penguins
+        [str(k) for k in range(10)],
+        ["a rather long label", "another long label here", "short", "mid length one", "x"],
+        LONG,
+        [f"class_{k}" for k in range(100)],
+    ],
+    ids=["2", "penguins", "10", "wrapped", "26-long", "100"],
+)
+def test_confusion_matrix_labels_never_overlap_and_stay_on_the_image(labels: list[str]) -> None:
+    figure = Figure(dpi=DPI)
+    confusion_figure(figure, confusion(len(labels)), labels, "validation, epoch 0")
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()  # the rendered text extents, as matplotlib lays them out in the PNG
+    renderer = canvas.get_renderer()
+    [ax] = figure.axes
+    page = figure.bbox
+    xticks, yticks = boxes(ax.get_xticklabels(), renderer), boxes(ax.get_yticklabels(), renderer)
+    legend = boxes(figure.texts, renderer)
+    others = boxes([ax.xaxis.label, ax.yaxis.label, ax.title], renderer)
+    for group in (xticks, yticks):
+        assert len(group) == len(labels)
+        assert not [(a, b) for a, b in itertools.combinations(group, 2) if a.overlaps(b)]
+    every = [*xticks, *yticks, *legend, *others]
+    assert all(page.x0 <= b.x0 and b.x1 <= page.x1 and page.y0 <= b.y0 and b.y1 <= page.y1 for b in every)
+    assert not [(a, b) for a in [*xticks, *yticks] for b in [*legend, *others] if a.overlaps(b)]
+    # the figure grows with the class count: a cell stays at least a few pixels wide
+    assert ax.bbox.width / len(labels) >= MIN_CELL_IN * DPI - 1
+    # long labels: numbered on the axes, written out whole in the legend
+    if labels is LONG:
+        assert [t.get_text() for t in ax.get_xticklabels()] == [str(k) for k in range(26)]
+        assert all(
+            f"{k}: {label}" in "\n".join(t.get_text() for t in figure.texts) for k, label in enumerate(LONG)
+        )
+
+
+def test_confusion_cells_say_count_and_rate_only_where_non_zero() -> None:
+    figure = Figure(dpi=DPI)
+    counts = torch.tensor([[8, 2, 0], [0, 5, 0], [1, 0, 9]])
+    confusion_figure(figure, counts, ["a", "b", "c"], "t")
+    [ax] = figure.axes
+    assert sorted(t.get_text() for t in ax.texts) == sorted(
+        ["8\n80%", "2\n20%", "5\n100%", "1\n10%", "9\n90%"]
+    )

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from src.callbacks.baselines import TAG
+from src.callbacks.dashboard import SESSION_FOLDER
 from src.cli import main
 from tests.conftest import CONFIGS, QUIET, ROOT
 
@@ -131,7 +133,7 @@ def test_server_shows_the_run_its_scalars_layout_and_hparams(server, finished_ru
     assert "val/confusion_matrix" in images
     layout = request(port, "/data/plugin/custom_scalars/layout")
     charts = {chart["title"]: chart for cat in layout["category"] for chart in cat["chart"]}  # type: ignore[index]
-    assert charts["loss"]["multiline"]["tag"] == ["^train/loss$", "^val/loss$"]
+    assert charts["loss"]["multiline"]["tag"] == ["^train/loss$", "^val/loss$", "^val/loss_(hgb|linear)$"]
 
     # the HParams table: this run's hyperparameters beside its real final metrics
     groups = request(
@@ -145,15 +147,19 @@ def test_server_shows_the_run_its_scalars_layout_and_hparams(server, finished_ru
             "allowedStatuses": STATUSES,
         },
     )["sessionGroups"]  # type: ignore[index]
-    [group] = [g for g in groups if any(s["name"] == run_name for s in g["sessions"])]
+    # the session is the run's hparams folder, named in the table after the run it belongs to
+    [group] = [g for g in groups if any(s["name"] == f"{run_name}/{SESSION_FOLDER}" for s in g["sessions"])]
+    assert group["name"] == run_name
     assert [s["status"] for s in group["sessions"]] == ["STATUS_SUCCESS"]
     assert group["hparams"]["model.optimizer.lr"] == pytest.approx(0.002)
     assert group["hparams"]["trainer.max_epochs"] == 2
     values = {m["name"]["tag"]: m["value"] for m in group["metricValues"]}
     for tag in ("test/loss", "test/acc", "test/f1"):
         assert values[tag] == pytest.approx(metrics[tag])
-    assert math.isfinite(values["val/loss"])
-    assert "hp_metric" not in values
+    assert math.isfinite(values["val/best_loss"])
+    assert values["val/best_epoch"] in (0, 1)
+    # the chosen columns only: no epoch counter, speed or step values
+    assert not {t for t in values if not (t.startswith(("val/best_", "test/")) or TAG.fullmatch(t))}
 
     # stopped by its pid, within a bounded time
     os.kill(process.pid, signal.SIGTERM)

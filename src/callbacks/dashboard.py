@@ -15,6 +15,7 @@ per epoch, so the dashboard adds no device sync per step.
 """
 
 import importlib.metadata
+import math
 import platform
 import subprocess
 import time
@@ -24,9 +25,10 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.data import extract_batch_size
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
@@ -36,6 +38,7 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.writer import FileWriter
 from typing_extensions import override
 
+from src.callbacks.baselines import MODELS, TAG
 from src.callbacks.steps import write
 from src.errors import UserInputError
 
@@ -52,6 +55,8 @@ TRAINER_HPARAMS = (
 PACKAGES = ("torch", "lightning", "torchmetrics", "tensorboard", "numpy", "scikit-learn", "jsonargparse")
 
 HParams = dict[str, bool | int | float | str]
+#: the run's sub-folder that holds its HParams session and the metrics the table shows
+SESSION_FOLDER = "hparams"
 #: what the dashboard logs itself under val/, charted in the speed section instead
 SPEED = {"epoch_time", "generalization_gap"}
 
@@ -74,7 +79,8 @@ class Dashboard(Callback):
             )
         self.histogram_every_n_epochs = histogram_every_n_epochs
         self.log_graph = log_graph
-        self._runs_written: set[str] = set()
+        self._sessions: dict[str, SummaryWriter] = {}  # the HParams writer of each run, by run folder
+        self._validations: list[tuple[int, int, dict[str, float]]] = []  # (epoch, step, values) per fit
         self._graph_written = False
         self._histogram_epoch = -1
         # host clock bookkeeping of the current epoch, in seconds
@@ -89,27 +95,47 @@ class Dashboard(Callback):
 
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # a fit writes its session once the optimizer exists (on_fit_start): its defaults are recorded too
+        if stage not in ("fit", "predict"):
+            self._start_session(trainer, pl_module)
+        self._layout_written = stage != "fit"
+
+    @override
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._validations = []
+        self._start_session(trainer, pl_module)
+
+    def _start_session(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """The HParams session, in the run's ``hparams`` sub-folder: TensorBoard's table takes as metric
+        columns every scalar of a session's folder, so the session has a folder of its own that holds only
+        the chosen metrics (:meth:`_write_session_metrics`), not the run's every curve."""
         writer = tensorboard_writer(trainer)
         # the writer's own folder, not trainer.log_dir: that one is a collective under DDP, and only
         # rank 0 gets here
-        if writer is None or stage == "predict" or writer.log_dir in self._runs_written:
+        if writer is None or writer.log_dir in self._sessions:
             return
         # fit followed by test in one process shares the run: it is written once
-        self._runs_written.add(writer.log_dir)
+        session = self._sessions[writer.log_dir] = SummaryWriter(str(Path(writer.log_dir) / SESSION_FOLDER))
         # no experiment summary: TensorBoard then takes the union of all runs' hyperparameters and
         # metrics, so runs of different configs share one HParams table
-        _add_summary(
-            writer, hparams_summary.hparams_pb(run_hparams(trainer, pl_module), trial_id=writer.log_dir)
-        )
-        self._layout_written = stage != "fit"
+        hparams = run_hparams(trainer, pl_module)
+        _add_summary(session, hparams_summary.hparams_pb(hparams, trial_id=run_name(trainer, writer)))
+        session.flush()
 
     @override
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._write_gap(trainer)
+        self._write_best(trainer)
         self._end_session(trainer, api_pb2.STATUS_SUCCESS)
 
     @override
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        session = self._session(trainer)
+        if session is not None:
+            # the test metrics, as the HParams table's columns (a number each, at the fit's last step)
+            for name, value in trainer.callback_metrics.items():
+                if name.startswith("test/") and value.numel() == 1:
+                    session.add_scalar(name, value.item(), trainer.global_step)
         self._end_session(trainer, api_pb2.STATUS_SUCCESS)
 
     @override
@@ -118,11 +144,40 @@ class Dashboard(Callback):
     ) -> None:
         self._end_session(trainer, api_pb2.STATUS_FAILURE)
 
+    @override
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # closed, but kept: a test after the fit, in the same process, adds its metrics to the same
+        # session (a closed SummaryWriter opens a new event file in its folder when written to again)
+        for session in self._sessions.values():
+            session.close()
+
+    def _session(self, trainer: L.Trainer) -> SummaryWriter | None:
+        writer = tensorboard_writer(trainer)
+        return self._sessions.get(writer.log_dir) if writer is not None else None
+
     def _end_session(self, trainer: L.Trainer, status: int) -> None:
         """The HParams table's status column: success, or failure when the run raised."""
-        writer = tensorboard_writer(trainer)
-        if writer is not None and writer.log_dir in self._runs_written:
-            _add_summary(writer, _session_end_pb(status))
+        session = self._session(trainer)
+        if session is not None:
+            _add_summary(session, _session_end_pb(status))
+            session.flush()
+
+    def _write_best(self, trainer: L.Trainer) -> None:
+        """The HParams metrics of a fit: at its best validation epoch (by the monitored value), that
+        epoch's validation values as ``val/best_<name>``, ``val/best_epoch``, and the baselines' values."""
+        session = self._session(trainer)
+        monitor, mode = monitored(trainer)
+        scored = [v for v in self._validations if math.isfinite(v[2].get(monitor, math.nan))]
+        if session is None or not scored:
+            return
+        epoch, step, values = (min if mode == "min" else max)(scored, key=lambda v: v[2][monitor])
+        for name, value in values.items():
+            if TAG.fullmatch(name):  # a baseline's, the same at every epoch
+                session.add_scalar(name, value, step)
+            elif name.startswith("val/") and name[4:] not in SPEED:
+                session.add_scalar(f"val/best_{name[4:]}", value, step)
+        session.add_scalar("val/best_epoch", epoch, step)
+        session.flush()
 
     # -- speed and the generalization gap, per epoch --------------------------------------------------
 
@@ -190,6 +245,10 @@ class Dashboard(Callback):
         if trainer.sanity_checking:
             return
         self._validated_epoch = trainer.current_epoch
+        if trainer.is_global_zero:  # the HParams metrics: this validation's values (a read per value)
+            logged = trainer.callback_metrics.items()
+            values = {n: float(v.item()) for n, v in logged if isinstance(v, torch.Tensor) and v.numel() == 1}
+            self._validations.append((trainer.current_epoch, logging_step(trainer), values))
         # the first validation of a fit has logged the metric names the layout charts
         writer = tensorboard_writer(trainer)
         if not self._layout_written and writer is not None:
@@ -252,12 +311,21 @@ class Dashboard(Callback):
 def scalars_layout(logged: Mapping[str, Any]) -> dict[str, dict[str, list[Any]]]:
     """The custom-scalars layout: each validation value's train and val curves on one chart (tags are
     regexes); ``logged`` holds what the module logged (``val/loss``, ``val/acc`` ...)."""
-    names = ["loss", *sorted({n[4:] for n in logged if n.startswith("val/") and n[4:] != "loss"} - SPEED)]
+    own = {n[4:] for n in logged if n.startswith("val/") and n[4:] != "loss" and not TAG.fullmatch(n)}
+    names = ["loss", *sorted(own - SPEED)]
 
     def chart(*tags: str) -> list[Any]:
         return ["Multiline", [f"^{tag}$" for tag in tags]]
 
-    train_vs_val = {name: chart(f"train/{name}", f"val/{name}") for name in names}
+    # the baselines' values (val/acc_hgb) on their metric's chart, flat lines to beat
+    baselines = {m[2] for n in logged if (m := TAG.fullmatch(n)) and m[1] == "val"}
+    models = "|".join(MODELS)
+    train_vs_val = {
+        name: chart(
+            f"train/{name}", f"val/{name}", *([f"val/{name}_({models})"] if name in baselines else [])
+        )
+        for name in names
+    }
     train_vs_val["generalization gap (val loss - train loss)"] = chart("val/generalization_gap")
     return {
         "train vs val": train_vs_val,
@@ -280,7 +348,7 @@ def run_hparams(trainer: L.Trainer, pl_module: L.LightningModule) -> HParams:
     From the CLI's resolved config when there is one (``model.optimizer.lr``, ``data.batch_size``,
     ``trainer.max_epochs`` …), else from the module's and the DataModule's saved hyperparameters.
     """
-    config = _cli_config(trainer)
+    config = cli_config(trainer)
     if config is not None:
         resolved = config.config.as_dict()
         tree = {key: resolved.get(key) for key in ("seed_everything", "model", "data")}
@@ -292,7 +360,38 @@ def run_hparams(trainer: L.Trainer, pl_module: L.LightningModule) -> HParams:
             "data": dict(datamodule.hparams) if datamodule is not None else {},
             "trainer": {key: getattr(trainer, key) for key in TRAINER_HPARAMS},
         }
-    return _flatten(tree)
+    flat = _flatten(tree)
+    optimizers = trainer.optimizers if trainer.state.fn == TrainerFn.FITTING else []
+    if optimizers and "model.optimizer" not in flat:
+        # the module built its optimizer itself (a default, or its own configure_optimizers): what it used
+        flat["model.optimizer"] = _qualname(optimizers[0])
+        group = optimizers[0].param_groups[0]
+        for key, value in group.items():
+            if isinstance(value, bool | int | float | str) and key != "params":
+                flat[f"model.optimizer.{key}"] = value
+    return flat
+
+
+def run_name(trainer: L.Trainer, writer: SummaryWriter) -> str:
+    """The run's name in the HParams table, ``digits/version_3``: the logger's name and version, which
+    tell two runs apart (a timestamp would not say which folder to open)."""
+    logger = next((lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)), None)
+    if logger is None:
+        return Path(writer.log_dir).name
+    version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+    return f"{logger.name}/{version}"
+
+
+def monitored(trainer: L.Trainer) -> tuple[str, str]:
+    """The value the best checkpoint is chosen by, and whether lower or higher is better (``val/loss``,
+    lower, when no checkpoint or early stopping monitors one)."""
+    checkpoint = trainer.checkpoint_callback
+    if isinstance(checkpoint, ModelCheckpoint) and checkpoint.monitor:
+        return checkpoint.monitor, checkpoint.mode
+    stopper = trainer.early_stopping_callback
+    if isinstance(stopper, EarlyStopping):
+        return stopper.monitor, stopper.mode
+    return "val/loss", "min"
 
 
 def _session_end_pb(status: int) -> summary_pb2.Summary:
@@ -370,7 +469,7 @@ def _qualname(obj: object) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
-def _cli_config(trainer: L.Trainer) -> SaveConfigCallback | None:
+def cli_config(trainer: L.Trainer) -> SaveConfigCallback | None:
     """The CLI's config saver, which holds the resolved config and its parser; None outside the CLI."""
     # Trainer.callbacks is public and documented, but Lightning assigns it in its callback connector
     # without declaring it on the class, so mypy cannot see it

@@ -1,5 +1,6 @@
 """Pictures of the validation errors for TensorBoard's Images tab, drawn off the training path."""
 
+import textwrap
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -11,7 +12,6 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from matplotlib.figure import Figure
-from sklearn.metrics import ConfusionMatrixDisplay
 from torch.utils.tensorboard import SummaryWriter
 from torchmetrics.aggregation import CatMetric
 from torchmetrics.classification import MulticlassConfusionMatrix
@@ -21,6 +21,17 @@ from src.callbacks.dashboard import logging_step, tensorboard_writer
 from src.errors import UserInputError
 
 DPI = 100
+#: the confusion matrix's side, in inches, before the cell-size bounds apply (10 classes: 0.6 in a cell)
+CONFUSION_SIDE_IN = 6.0
+MIN_CELL_IN, MAX_CELL_IN = 0.16, 1.0
+#: cells smaller than this show no text, and from this size on both the count and the rate
+MIN_TEXT_CELL_IN, BOTH_TEXT_CELL_IN = 0.2, 0.45
+#: labels longer than this are wrapped (few classes) or numbered with a legend (many)
+LABEL_CHARS = 12
+WRAP_MAX_CLASSES = 8
+#: a character's mean width in the default font, in em: label lengths are estimated, not measured
+CHAR_EM = 0.62
+TITLE_FONT = 9.0
 
 
 @dataclass
@@ -55,7 +66,8 @@ class ValidationFigures(Callback):
 
     Args:
         every_n_epochs: Draw on every n-th validation epoch (and on the first and the last).
-        image_size: Width and height of the images, in pixels.
+        image_size: Width and height of the regression's image, in pixels; the confusion matrix is
+            sized to its class count instead.
         max_points: Regression: at most this many validation rows (the first ones) in the scatter plot.
     """
 
@@ -187,30 +199,100 @@ class ValidationFigures(Callback):
 
     def _draw(self, writer: SummaryWriter, epoch: _Epoch) -> None:
         figure = self._figure()
-        ax = figure.axes[0]
+        title = f"validation, epoch {epoch.epoch}"
         if epoch.counts is not None:
             labels = epoch.labels or [str(k) for k in range(len(epoch.counts))]
-            # scikit-learn's display takes the counts as numpy (torchmetrics' own plot hands matplotlib a
-            # tensor, which numpy 2 warns about); it writes each count into its cell
-            ConfusionMatrixDisplay(epoch.counts.numpy(), display_labels=labels).plot(
-                ax=ax, colorbar=False, xticks_rotation="vertical" if len(labels) > 6 else "horizontal"
-            )
+            confusion_figure(figure, epoch.counts, labels, title)
             writer.add_text("val/confusion_counts", _markdown_table(epoch.counts, labels), epoch.step)
             tag = "val/confusion_matrix"
         else:
             assert epoch.preds is not None
             assert epoch.target is not None
+            figure.set_layout_engine("constrained")
+            ax = figure.add_subplot()
             _scatter(ax, epoch.target, epoch.preds)
+            ax.set_title(title)
             tag = "val/predicted_vs_true"
-        ax.set_title(f"validation, epoch {epoch.epoch}")
         writer.add_figure(tag, figure, epoch.step, close=False)
 
     def _figure(self) -> Figure:
         # a bare Figure, not pyplot: no global state, no display backend, safe on a thread of its own
         inches = self.image_size / DPI
-        figure = Figure(figsize=(inches, inches), dpi=DPI, layout="constrained")
-        figure.add_subplot()
-        return figure
+        return Figure(figsize=(inches, inches), dpi=DPI)
+
+
+def confusion_figure(figure: Figure, counts: torch.Tensor, labels: list[str], title: str) -> None:
+    """Draw (K, K) ``counts`` (rows true, columns predicted) into ``figure``, sized to the class count.
+
+    Each cell's colour is its row-normalized rate (the share of the true class predicted so); a non-zero
+    cell also says its count and rate when the cell is large enough to hold them. Labels longer than
+    :data:`LABEL_CHARS` are wrapped onto two lines when there are few classes, and replaced by their class
+    number with a legend beside the matrix otherwise. The layout is computed from the class count and
+    the label lengths, not by a layout engine: a constrained layout costs more than the drawing itself.
+    """
+    k = len(counts)
+    matrix = counts.double()
+    rates = (matrix / matrix.sum(dim=1, keepdim=True).clamp(min=1)).numpy()  # (K, K), rows sum to 1
+    cell = min(max(CONFUSION_SIDE_IN / k, MIN_CELL_IN), MAX_CELL_IN)  # inches
+    font = min(max(cell * 72 * 0.45, 5.0), 10.0)  # points: tick labels fit their cell
+    shown, legend = _tick_labels(labels)
+    lines = max(label.count("\n") + 1 for label in shown)
+    longest = max(len(line) for label in shown for line in label.split("\n"))
+    text_in = longest * CHAR_EM * font / 72  # the longest label line's length, in inches
+    rotate = text_in > cell * 0.9 or (lines > 1 and k > WRAP_MAX_CLASSES)
+    side = k * cell
+    left = text_in + 0.55  # tick labels, then the axis label
+    bottom = (text_in if rotate else lines * font * 1.3 / 72) + 0.55
+    heading = f"{title}\ncolour: share of the true class"
+    top = 0.65  # the two lines of the title
+    legend_font = 8.0
+    rows_per_column = max(int((side + bottom) * 72 / (legend_font * 1.35)), 1)
+    columns = -(-len(legend) // rows_per_column) if legend else 0
+    entry_in = max((len(entry) for entry in legend), default=0) * CHAR_EM * legend_font / 72
+    legend_in = columns * (entry_in + 0.2)
+    # wide enough for the title over a matrix of two or three classes
+    title_in = max(len(line) for line in heading.split("\n")) * CHAR_EM * TITLE_FONT / 72
+    width, height = (
+        max(left + side + 0.3 + legend_in, left + side / 2 + title_in / 2 + 0.2),
+        bottom + side + top,
+    )
+    figure.set_size_inches(width, height)
+    ax = figure.add_axes((left / width, bottom / height, side / width, side / height))
+    ax.imshow(rates, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest", aspect="auto")
+    ticks = list(range(k))
+    ax.set_xticks(ticks, shown, rotation=90 if rotate else 0, fontsize=font)
+    ax.set_yticks(ticks, shown, fontsize=font)
+    ax.set_xlabel("predicted class")
+    ax.set_ylabel("true class")
+    ax.set_title(heading, fontsize=TITLE_FONT)
+    _annotate(ax, counts, rates, cell)
+    if legend:
+        for column in range(columns):
+            block = legend[column * rows_per_column : (column + 1) * rows_per_column]
+            x = (left + side + 0.3 + column * legend_in / columns) / width
+            figure.text(x, 1 - top / height, "\n".join(block), va="top", ha="left", fontsize=legend_font)
+
+
+def _tick_labels(labels: list[str]) -> tuple[list[str], list[str]]:
+    """The labels as shown on the axes, and the legend lines (empty when the labels are shown whole)."""
+    if all(len(label) <= LABEL_CHARS for label in labels):
+        return labels, []
+    if len(labels) <= WRAP_MAX_CLASSES and all(len(label) <= 2 * LABEL_CHARS for label in labels):
+        return ["\n".join(textwrap.wrap(label, LABEL_CHARS)[:2]) or label for label in labels], []
+    return [str(k) for k in range(len(labels))], [f"{k}: {label}" for k, label in enumerate(labels)]
+
+
+def _annotate(ax: Any, counts: torch.Tensor, rates: Any, cell: float) -> None:
+    """Count and rate in the non-zero cells that can hold them (text in empty cells is most of the cost)."""
+    if cell < MIN_TEXT_CELL_IN:
+        return
+    both = cell >= BOTH_TEXT_CELL_IN
+    font = min(max(cell * 72 * (0.22 if both else 0.35), 5.0), 10.0)
+    for i, j in counts.nonzero().tolist():
+        rate = float(rates[i, j])
+        text = f"{int(counts[i, j])}\n{rate:.0%}" if both else f"{int(counts[i, j])}"
+        colour = "white" if rate > 0.5 else "black"
+        ax.text(j, i, text, ha="center", va="center", fontsize=font, color=colour)
 
 
 def _scatter(ax: Any, target: torch.Tensor, preds: torch.Tensor) -> None:

@@ -11,6 +11,9 @@ from typing_extensions import override
 
 from src.callbacks.steps import step_loss
 
+#: the values the bar shows by default, when logged: validation loss and the shipped tasks' main metrics
+SHOW = ("val/loss", "val/acc", "val/rmse")
+
 
 class ProgressBar(TQDMProgressBar):
     """``TQDMProgressBar`` whose refresh rate follows ``trainer.log_every_n_steps`` unless one is given,
@@ -18,7 +21,8 @@ class ProgressBar(TQDMProgressBar):
 
     At each refresh the bar shows the loss ``training_step`` returned for the batch just done (read back
     from the device then, once per refresh, for any LightningModule), and the logged values named in
-    ``show`` from ``trainer.callback_metrics`` (the latest epoch's ``val/loss`` ...). The loss is not a
+    ``show`` from ``trainer.callback_metrics`` (the latest validation's loss and main metric: ``val/acc``
+    for the classifier, ``val/rmse`` for the regressor; a name not logged is left out). The loss is not a
     ``prog_bar`` value: Lightning reads every ``prog_bar`` value back from the device after every step
     (a host sync per step on a GPU), whether the bar shows it or not.
 
@@ -47,7 +51,7 @@ class ProgressBar(TQDMProgressBar):
         super().__init__(refresh_rate=given, process_position=process_position, leave=leave)
         self._follow_logging = refresh_rate is None
         self._every_n_steps = 1
-        self.show = ["val/loss"] if show is None else list(show)
+        self.show = list(SHOW) if show is None else list(show)
         self.min_interval_s = min_interval_s
         self._refreshed_at = -math.inf
         self._loss: torch.Tensor | None = None

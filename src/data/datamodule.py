@@ -1,6 +1,7 @@
 """The DataModule: source → seeded split → preprocessing fitted on train only → tensors → loaders."""
 
 import gc
+import math
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from src.data.preprocessing import (
     fit_preprocessor,
     infer_kinds,
     label_values,
+    preprocessing_of,
 )
 from src.errors import UserInputError
 
@@ -46,19 +48,25 @@ class TensorBatches(Dataset[tuple[torch.Tensor, ...]]):
     fancy-index per tensor instead of ``batch_size`` calls to ``__getitem__`` plus a collate.
     """
 
-    def __init__(self, *tensors: torch.Tensor) -> None:
+    def __init__(self, *tensors: torch.Tensor, repeat: int = 1) -> None:
         if len({len(t) for t in tensors}) != 1:
             raise ValueError("all tensors need the same first dimension")
         self.tensors = tensors
+        #: how many times each row is in the dataset: index ``i`` is row ``i % rows``, so a shuffled epoch
+        #: holds every row ``repeat`` times (``tensors`` keeps each row once)
+        self.repeat = repeat
 
     def __len__(self) -> int:
-        return len(self.tensors[0])
+        return len(self.tensors[0]) * self.repeat
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
+        index %= len(self.tensors[0])
         return tuple(t[index] for t in self.tensors)
 
     def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, ...]:
         index = torch.as_tensor(indices)
+        if self.repeat > 1:
+            index = index % len(self.tensors[0])
         # index_select: the same rows as t[index], without advanced indexing's general path (a third of
         # the time for a batch of 256 rows of 64 floats)
         return tuple(t.index_select(0, index) for t in self.tensors)
@@ -262,9 +270,20 @@ class TabularDataModule(ResumableDataModule):
             (stratified by class for classification, seeded by ``seed``); ``fold`` is then the
             validation split and the other folds the training split. The test split is unchanged.
         fold: Which fold (0 to ``folds - 1``) is the validation split when ``folds`` is set.
+        train_on_validation: Refit: train on the training and validation rows together (the
+            preprocessing is fitted on both too), for a final model once a first run has chosen the
+            epoch count. The validation split is still evaluated, but it is no longer held out, so its
+            figures flatter the model and must not pick a checkpoint or stop the run: give
+            ``trainer.max_epochs`` and ``early_stopping: null``, keep ``last.ckpt`` (docs/data.md). The
+            test split is untouched.
         seed: Seeds the split, the folds, the synthetic data and the training shuffle.
         standardize: Scale numeric features to zero mean and unit variance (training statistics).
         batch_size: Rows per batch, per process.
+        min_batches_per_epoch: A training epoch of fewer batches repeats the training rows (each as
+            often as the others, in a fresh order) until it has at least this many: the run's budget,
+            early stopping's patience and the checks between epochs are counted in epochs, so a table
+            of one batch would otherwise get one optimizer step per epoch. ``None`` (the default): one
+            pass per epoch; 16 is what benchmarks/results/tables.md measures on tables under 500 rows.
         num_workers: Loader worker processes; 0 loads in the main process (best for in-memory data).
         drop_last: Drop the last, smaller training batch of each epoch.
     """
@@ -292,14 +311,21 @@ class TabularDataModule(ResumableDataModule):
         test_fraction: float = 0.2,
         folds: int | None = None,
         fold: int = 0,
+        train_on_validation: bool = False,
         seed: int = 42,
         standardize: bool = True,
         batch_size: int = 64,
+        min_batches_per_epoch: int | None = None,
         num_workers: int = 0,
         drop_last: bool = False,
     ) -> None:
         super().__init__(seed, batch_size, num_workers, drop_last)
         check_fractions(val_fraction, test_fraction, "rows")
+        if min_batches_per_epoch is not None and min_batches_per_epoch < 1:
+            raise UserInputError(
+                f"data.min_batches_per_epoch={min_batches_per_epoch} must be at least 1, or null for one "
+                "pass over the training rows per epoch."
+            )
         if folds is not None and not (folds >= 2 and 0 <= fold < folds):
             raise UserInputError(
                 f"data.folds={folds} and data.fold={fold} do not fit: folds must be at least 2 "
@@ -401,6 +427,8 @@ class TabularDataModule(ResumableDataModule):
                     f"into data.folds={hp.folds} folds ({err}); use fewer folds or more rows."
                 ) from err
             train, val = (rest[positions] for positions in folds[hp.fold])
+        if hp.train_on_validation:
+            train = np.concatenate([train, val])
         return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
 
     # -- what is fitted on the training rows ----------------------------------------------------------
@@ -470,6 +498,18 @@ class TabularDataModule(ResumableDataModule):
         if "train" in self._datasets:  # built: the table may have been let go of
             return self._datasets["train"].tensors[1].numpy()
         return self._targets(self.split_rows["train"])
+
+    @property
+    def task(self) -> str:
+        """``classification`` or ``regression``, as the fitted preprocessing says."""
+        return self.preprocessor.task
+
+    def encoded(self, stage: Literal["train", "val", "test"]) -> tuple[np.ndarray, np.ndarray]:
+        """One split as the net sees it: ``(N, in_features)`` float32 features after the fitted
+        preprocessing, and ``(N,)`` class ids or values. Views of the tensors the loaders batch, so a
+        model fitted on them (the baselines) sees the very rows and encoding the net does."""
+        x, y = self.dataset(stage).tensors
+        return x.numpy(), y.numpy()
 
     def class_weights(self) -> torch.Tensor:
         """Balanced class weights (``n / (k * count_c)``) from the training split."""
@@ -562,9 +602,18 @@ class TabularDataModule(ResumableDataModule):
             x = torch.from_numpy(preprocessor.transform(table.features, table.location, order))
         ends = np.cumsum([len(part) for part in rows])
         return {
-            stage: TensorBatches(x[end - len(part) : end], y[end - len(part) : end])
+            stage: TensorBatches(
+                x[end - len(part) : end], y[end - len(part) : end], repeat=self._repeat(stage, len(part))
+            )
             for stage, part, end in zip(splits, rows, ends, strict=True)
         }
+
+    def _repeat(self, stage: Stage, rows: int) -> int:
+        """How often an epoch passes over the training rows: enough for ``min_batches_per_epoch``."""
+        wanted = self.settings.min_batches_per_epoch
+        if stage != "train" or wanted is None or rows == 0:
+            return 1
+        return max(1, math.ceil(wanted * self.settings.batch_size / rows))
 
     # -- checkpoints ----------------------------------------------------------------------------------
 
@@ -585,15 +634,3 @@ class TabularDataModule(ResumableDataModule):
 
 
 assert set(BUNDLED) < set(get_args(Source))
-
-
-def preprocessing_of(checkpoint: dict[str, Any], path: str) -> Preprocessor:
-    """The fitted preprocessing a checkpoint carries (under its DataModule's entry, where Lightning puts
-    ``state_dict()``)."""
-    for value in checkpoint.values():
-        if isinstance(value, dict) and isinstance(value.get("preprocessing"), dict):
-            return Preprocessor.from_state(value["preprocessing"])
-    raise UserInputError(
-        f"checkpoint {path!r} carries no fitted preprocessing (it was not written by a run of this "
-        "project's DataModule); train a new one."
-    )

@@ -1,0 +1,905 @@
+"""Tables bigger than memory: a folder of Parquet files (or one file of many row groups), streamed.
+
+    python -m src.cli fit --config configs/digits.yaml \
+        --data.class_path=src.data.streaming.StreamingTableDataModule \
+        --data.path=rows/ --data.target_column=label --data.task=classification
+
+What :class:`~src.data.datamodule.TabularDataModule` does in memory, done a window of row groups at a
+time, read by pyarrow (docs/streaming.md):
+
+- **Split** by a hash of each row's key, the file's name (relative to ``data.path``) and the row's number
+  in it, seeded: no pass over the data decides it, a row's split never depends on other rows, and files
+  added later leave the rows of the others where they were. Shares are ``val_fraction`` and
+  ``test_fraction`` of the rows on average (not exactly, and not stratified by class).
+- **Preprocessing** fitted in one pass over the training rows (running counts, means and squared
+  deviations per numeric column, counts per category, the class labels) into the same
+  :class:`~src.data.preprocessing.Preprocessor` as the in-memory fit, carried in every checkpoint under
+  ``preprocessing``. Missing numbers take the training mean: a median needs the rows sorted, which one
+  pass in bounded memory cannot do. Column kinds come from the Parquet types.
+- **Training order**: each epoch, the row groups in a seeded order, cut into windows of
+  ``shuffle_row_groups`` groups whose training rows are shuffled together; one window is held (and the
+  next read on a thread) at a time.
+- **Processes**: the epoch's rows, in that order, are cut into one contiguous share per process (sizes
+  differing by one row at most), each cut into the same number of batches: every training row is seen
+  exactly once per epoch across all processes, and no process waits for a batch another lacks.
+- **Resume** in mid-epoch: the loader's position (the order's generator before the epoch, the batches
+  done) is saved as :class:`~src.data.datamodule.ResumableDataModule` saves it; the resumed loader
+  finds the window of its next batch from the row counts alone, without reading what it skips.
+"""
+
+import itertools
+import logging
+import math
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from lightning.pytorch.utilities import AttributeDict, rank_zero_info
+from torch.utils.data import DataLoader, IterableDataset
+from typing_extensions import override
+
+from src.checkpoints import load_checkpoint
+from src.data import sources
+from src.data.datamodule import (
+    ResumableDataModule,
+    ResumableLoader,
+    Stage,
+    TensorBatches,
+    check_fractions,
+    keep_batch,
+    preprocessing_of,
+)
+from src.data.preprocessing import (
+    CategoricalColumn,
+    Label,
+    Location,
+    NumericColumn,
+    Preprocessor,
+    Task,
+    category_strings,
+    label_values,
+    numeric_values,
+)
+from src.errors import UserInputError
+
+log = logging.getLogger(__name__)
+
+SPLITS: tuple[Stage, ...] = ("train", "val", "test")
+#: a split's code in :func:`split_codes`' result
+CODE = {stage: code for code, stage in enumerate(SPLITS)}
+
+
+# -- the files ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RowGroup:
+    """One row group of one Parquet file: the unit read at once."""
+
+    file: Path
+    name: str  #: the file's path relative to ``data.path`` (its own name for one file): what the split hashes
+    index: int  #: the row group's number in its file
+    first: int  #: the file's row number of the group's first row
+    rows: int
+
+
+def parquet_files(path: str) -> list[Path]:
+    """The Parquet files of ``path`` (a file, or a folder searched recursively), in name order."""
+    root = Path(path)
+    if root.is_file():
+        return [root]
+    if not root.is_dir():
+        raise UserInputError(f"data.path={path!r} does not exist; name a Parquet file or a folder of them.")
+    files = sorted(p for p in root.rglob("*") if p.suffix.lower() in (".parquet", ".pq") and p.is_file())
+    if not files:
+        raise UserInputError(
+            f"the folder data.path={path!r} holds no .parquet file; add some or fix the path."
+        )
+    return files
+
+
+def open_parquet(file: Path) -> pq.ParquetFile:
+    """The file with its footer read; one sentence naming it when it is missing or not Parquet."""
+    try:
+        return pq.ParquetFile(file)
+    except (OSError, pa.ArrowException) as err:
+        problem = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserInputError(
+            f"Parquet file {str(file)!r} could not be read ({problem}); fix or remove the file."
+        ) from err
+
+
+def data_columns(schema: pa.Schema) -> dict[str, str]:
+    """``{name without surrounding spaces: name as written}``, less the index a pandas frame saved."""
+    saved_index = (schema.pandas_metadata or {}).get("index_columns", [])
+    return {name.strip(): name for name in schema.names if name not in saved_index}
+
+
+def split_codes(group: RowGroup, seed: int, val_fraction: float, test_fraction: float) -> np.ndarray:
+    """``(rows,)`` int8: each row's split (0 train, 1 validation, 2 test) from a hash of its key.
+
+    The key is the file's relative name and the row's number in the file, mixed with the seed by pandas'
+    stable 64-bit hash; its top 53 bits, read as a share in [0, 1), fall below ``test_fraction`` (test),
+    below ``test_fraction + val_fraction`` (validation), or above (train).
+    """
+    salt = pd.util.hash_array(np.array([f"{seed}/{group.name}"], dtype=object))[0]
+    rows = np.arange(group.first, group.first + group.rows, dtype=np.uint64)
+    share = (pd.util.hash_array(rows ^ salt) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    codes = np.full(group.rows, CODE["train"], np.int8)
+    codes[share < test_fraction + val_fraction] = CODE["val"]
+    codes[share < test_fraction] = CODE["test"]
+    return codes
+
+
+def _read(group: RowGroup, columns: Sequence[str], file: pq.ParquetFile | None = None) -> pa.Table:
+    """Columns of one row group (names without surrounding spaces); one sentence when it cannot be read."""
+    try:
+        file = file or pq.ParquetFile(group.file)
+        written = data_columns(file.schema_arrow)
+        table = file.read_row_group(group.index, columns=[written[name] for name in columns])
+    except KeyError as err:
+        raise UserInputError(
+            f"Parquet file {str(group.file)!r} has no column {err.args[0]!r}, which the other files have; "
+            "give every file the same columns."
+        ) from err
+    except (OSError, pa.ArrowException) as err:
+        problem = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserInputError(
+            f"Parquet file {str(group.file)!r}, row group {group.index}, could not be read ({problem}); fix "
+            "or remove the file."
+        ) from err
+    return table.rename_columns(list(columns))
+
+
+def columns_of(table: pa.Table) -> Callable[[str], pd.Series]:
+    """``column_of(name)``: a column of ``table`` as pandas reads it (what ``read_file`` gives)."""
+    return lambda name: table.column(name).to_pandas()
+
+
+# -- preprocessing fitted in one pass -----------------------------------------------------------------
+
+
+class RunningMoments:
+    """Count, mean and sum of squared deviations per column, merged batch by batch (Chan et al.), NaN
+    read as missing. scikit-learn's ``StandardScaler.partial_fit`` does the same merge but turns a
+    column's statistics into NaN for good when its first batch has no value, so it is not used here."""
+
+    def __init__(self, width: int) -> None:
+        self.count = np.zeros(width)
+        self.mean = np.zeros(width)
+        self.m2 = np.zeros(width)
+
+    def update(self, values: np.ndarray) -> None:
+        """``values``: ``(N, width)`` float64, NaN where missing."""
+        seen = ~np.isnan(values)
+        count = seen.sum(axis=0).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(count > 0, np.nansum(values, axis=0) / count, 0.0)
+        m2 = np.nansum(np.where(seen, values - mean, 0.0) ** 2, axis=0)
+        total = self.count + count
+        delta = mean - self.mean
+        with np.errstate(invalid="ignore", divide="ignore"):
+            self.mean = np.where(total > 0, self.mean + delta * np.where(total > 0, count / total, 0), 0.0)
+            self.m2 = self.m2 + m2 + np.where(total > 0, delta**2 * self.count * count / total, 0.0)
+        self.count = total
+
+
+def scale_of(var: np.ndarray, mean: np.ndarray, rows: int) -> np.ndarray:
+    """The standard deviation, or 1 for a constant column: ``StandardScaler``'s rule (a variance within
+    float64 rounding of zero is zero), which it applies inside ``fit`` only."""
+    eps = np.finfo(np.float64).eps
+    constant = var <= rows * eps * var + (rows * mean * eps) ** 2
+    return np.where(constant, 1.0, np.sqrt(var))
+
+
+def infrequent(counts: dict[str, int], max_categories: int, min_frequency: int) -> set[str]:
+    """The categories ``OneHotEncoder(max_categories, min_frequency)`` folds into its "other" column, from
+    their counts: rarer than ``min_frequency``, then all but the ``max_categories - 1`` most frequent
+    (ties: the later in sorted order kept, as its stable sort does). The encoder fits on rows only."""
+    names = sorted(counts)
+    count = np.array([counts[n] for n in names])
+    rare = count < min_frequency
+    if max_categories < len(names) - rare.sum() + 1:
+        rare[np.argsort(count, kind="mergesort")[: -(max_categories - 1)]] = True
+    return {n for n, r in zip(names, rare, strict=True) if r}
+
+
+@dataclass
+class Kinds:
+    """Which columns are read as numbers and which as categories (from the Parquet types)."""
+
+    numeric: list[str]
+    categorical: list[str]
+
+
+def column_kinds(
+    schema: pa.Schema, features: list[str], categorical: Sequence[str], numeric: Sequence[str], what: str
+) -> Kinds:
+    """Numbers (integers, floats, decimals) are numeric, booleans, text and dictionaries categorical,
+    unless named otherwise. Dates and nested values are refused, as the in-memory path refuses them."""
+    kinds = Kinds([], [])
+    for name in features:
+        kind = schema.field(data_columns(schema)[name]).type
+        if pa.types.is_temporal(kind):
+            raise UserInputError(
+                f"{what}, column {name!r} holds dates or durations; turn them into numbers that mean "
+                "something (days since an event, day of week) or drop the column with data.drop_columns."
+            )
+        if pa.types.is_nested(kind):
+            raise UserInputError(
+                f"{what}, column {name!r} holds nested values (lists or records), not numbers or text; "
+                "flatten them into columns of their own, or leave it out with data.drop_columns."
+            )
+        is_number = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+        if name in categorical or (name not in numeric and not is_number):
+            kinds.categorical.append(name)
+        else:
+            kinds.numeric.append(name)
+    return kinds
+
+
+class StreamingFit:
+    """Fits a :class:`Preprocessor` batch by batch over the training rows.
+
+    Args:
+        kinds: The numeric and categorical columns.
+        task: ``classification`` or ``regression``.
+        target: The target column's name.
+        na_values: Texts that mean "missing".
+        max_distinct_values: Distinct values counted per categorical column at most; a column with more
+            is refused (it reads like an identifier; dropping it is the cure).
+        what: Names the data in a sentence.
+    """
+
+    def __init__(
+        self, kinds: Kinds, task: Task, target: str, na_values: list[str], max_distinct_values: int, what: str
+    ) -> None:
+        self.kinds, self.task, self.target, self.na_values = kinds, task, target, na_values
+        self.max_distinct, self.what = max_distinct_values, what
+        self.moments = RunningMoments(len(kinds.numeric))
+        self.counts: dict[str, dict[str, int]] = {name: {} for name in kinds.categorical}
+        self.complete = dict.fromkeys(kinds.categorical, True)  # no empty cell in the training rows
+        self.labels: set[Any] = set()
+        self.rows = 0
+
+    def update(self, column_of: Callable[[str], pd.Series], rows: int) -> None:
+        """One batch of ``rows`` training rows, each column as ``column_of(name)`` reads it."""
+        location = Location(self.what)
+        if self.kinds.numeric:
+            block = np.empty((rows, len(self.kinds.numeric)))  # (rows, numeric) float64, NaN = missing
+            for j, name in enumerate(self.kinds.numeric):
+                block[:, j] = numeric_values(column_of(name), location, self.na_values)
+            self.moments.update(block)
+        for name in self.kinds.categorical:
+            cells = column_of(name)
+            self.complete[name] &= bool(cells.notna().all())
+            counts = self.counts[name]
+            texts, found = np.unique(category_strings(cells, self.na_values).astype(str), return_counts=True)
+            for text, count in zip(texts.tolist(), found.tolist(), strict=True):
+                counts[text] = counts.get(text, 0) + count
+            if len(counts) > self.max_distinct:
+                raise UserInputError(
+                    f"{self.what}: column {name!r} has more than data.max_distinct_values="
+                    f"{self.max_distinct} distinct values in the training rows, like an identifier; drop it "
+                    "with data.drop_columns, or raise data.max_distinct_values."
+                )
+        target = column_of(self.target)
+        if self.task == "classification":
+            self.labels.update(pd.unique(target).tolist())
+        else:
+            numeric_values(target, location)  # a text among the targets: one sentence
+        self.rows += rows
+
+    def result(
+        self, max_categories: int, min_frequency: int, standardize: bool, indicator: bool
+    ) -> Preprocessor:
+        """The fitted preprocessing: what ``fit_preprocessor`` gives with ``impute_strategy: mean``."""
+        if max_categories < 2 or min_frequency < 1:
+            raise UserInputError(
+                f"data.max_categories={max_categories} must be at least 2 and "
+                f"data.min_category_frequency={min_frequency} at least 1."
+            )
+        moments, rows = self.moments, self.rows
+        # the scaler is fitted on the imputed column: its mean is the observed mean, and each filled cell
+        # adds a zero deviation, so its variance is the observed squared deviations over all rows
+        scale = scale_of(moments.m2 / max(rows, 1), moments.mean, rows)
+        numeric = [
+            NumericColumn(
+                name=name,
+                fill=float(moments.mean[j]),
+                mean=float(moments.mean[j]) if standardize else 0.0,
+                scale=float(scale[j]) if standardize else 1.0,
+                indicator=indicator and moments.count[j] < rows,
+            )
+            for j, name in enumerate(self.kinds.numeric)
+            if moments.count[j] > 0
+        ]
+        empty = [name for j, name in enumerate(self.kinds.numeric) if moments.count[j] == 0]
+        unique = [
+            name
+            for name, counts in self.counts.items()
+            if rows >= 20 and self.complete[name] and len(counts) == rows
+        ]
+        if empty:
+            rank_zero_info(
+                f"{self.what}: the column(s) {empty} have no value in the training rows and are left out."
+            )
+        if unique:
+            rank_zero_info(
+                f"{self.what}: the column(s) {unique} hold a different text in every training row (names, "
+                "IDs) and are left out; turn them into something shared between rows to use them."
+            )
+        categorical = []
+        for name, counts in self.counts.items():
+            if name in unique:
+                continue
+            rare = infrequent(counts, max_categories, min_frequency)
+            categorical.append(
+                CategoricalColumn(name, [v for v in sorted(counts) if v not in rare], other=bool(rare))
+            )
+        if not numeric and not categorical:
+            raise UserInputError(f"{self.what} has no feature column with values in the training rows.")
+        labels: list[Label] | None = None
+        if self.task == "classification":
+            classes = np.unique(label_values(pd.Series(sorted(self.labels, key=repr))))
+            labels = [int(v) if isinstance(v, np.integer) else str(v) for v in classes]
+        return Preprocessor(self.task, self.target, numeric, categorical, labels, list(self.na_values))
+
+
+# -- the rows of one split, streamed ------------------------------------------------------------------
+
+
+def share_of(total: int, rank: int, world: int) -> tuple[int, int]:
+    """``[start, end)``: process ``rank``'s contiguous share of ``total`` rows (sizes differ by 1 at most)."""
+    return total * rank // world, total * (rank + 1) // world
+
+
+def batch_count(total: int, world: int, batch_size: int, drop_last: bool) -> int:
+    """Batches per process, the same on every one: the smallest share cut into ``batch_size`` rows (the
+    last batch of a larger share takes its extra row)."""
+    smallest = total // world
+    return smallest // batch_size if drop_last else math.ceil(smallest / batch_size)
+
+
+class SplitStream(IterableDataset[tuple[torch.Tensor, ...]]):
+    """The batches of one split for one process: ``(x, y)`` tensors, ``(B, F)`` float32 and ``(B,)`` class
+    ids (int64) or values (float32). ``len()`` is the batch count, the same on every process.
+
+    Args:
+        groups: Every row group, in file and group order.
+        counts: ``(groups,)`` this split's rows with a target per group.
+        read: Reads a window of groups: the split's rows, encoded, in file order or shuffled by the
+            generator it is given.
+        stage: The split.
+        batch_size: Rows per batch.
+        shuffle_row_groups: Groups per window (training); each epoch draws the groups' order.
+        rank: This process's number.
+        world: The process count.
+        drop_last: Drop what is left over after the last full batch of the smallest share.
+    """
+
+    def __init__(
+        self,
+        groups: list[RowGroup],
+        counts: np.ndarray,
+        read: Callable[[list[int], np.random.Generator | None], tuple[torch.Tensor, torch.Tensor]],
+        stage: Stage,
+        batch_size: int,
+        shuffle_row_groups: int,
+        rank: int,
+        world: int,
+        drop_last: bool,
+    ) -> None:
+        self.groups, self.counts, self.read, self.stage = groups, counts, read, stage
+        self.batch_size, self.window = batch_size, shuffle_row_groups if stage == "train" else 1
+        self.rank, self.world, self.drop_last = rank, world, drop_last
+        self.total = int(counts.sum())
+        if self.total < world:
+            raise UserInputError(
+                f"the {stage} split has {self.total} rows with a target, fewer than the {world} processes; "
+                "use more rows or other fractions."
+            )
+        self.batches = batch_count(self.total, world, batch_size, drop_last)
+        #: the epoch's seed, drawn by the loader (training); ``None`` reads the groups in file order
+        self.epoch_seed: int | None = None
+        #: batches of the epoch to skip (a resumed epoch)
+        self.skip = 0
+
+    def __len__(self) -> int:
+        return self.batches
+
+    def windows(self) -> list[list[int]]:
+        """The epoch's windows of group numbers, in reading order."""
+        order = np.arange(len(self.groups))
+        if self.epoch_seed is not None:
+            order = np.random.default_rng(self.epoch_seed).permutation(len(self.groups))
+        return [order[i : i + self.window].tolist() for i in range(0, len(order), self.window)]
+
+    def bounds(self) -> list[tuple[int, int]]:
+        """``[start, end)`` of each of this process's batches, in positions of the epoch's rows."""
+        start, end = share_of(self.total, self.rank, self.world)
+        cuts = [start + b * self.batch_size for b in range(self.batches + 1)]
+        if not self.drop_last:
+            cuts[-1] = end
+        return list(itertools.pairwise(cuts))
+
+    def window_rows(self, number: int, groups: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One window's rows, shuffled together in training (seeded by the epoch and the window)."""
+        shuffle = None if self.epoch_seed is None else np.random.default_rng([self.epoch_seed, number])
+        return self.read(groups, shuffle)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        bounds = self.bounds()[self.skip :]
+        if not bounds:
+            return
+        windows = self.windows()
+        ends = np.cumsum([int(self.counts[w].sum()) for w in windows])
+        first, last = bounds[0][0], bounds[-1][1]
+        # the windows holding rows [first, last): none before them is read
+        wanted = [i for i in range(len(windows)) if ends[i] > first and _start(ends, i) < last]
+        pool = ThreadPoolExecutor(max_workers=1)  # the next window is read while this one trains
+        try:
+            ahead: Future | None = pool.submit(self.window_rows, wanted[0], windows[wanted[0]])
+            # the rows from held_at on, as views of the windows they came from: a batch within one window
+            # is a view, one across two a copy of its own rows only
+            held: list[tuple[torch.Tensor, torch.Tensor]] = []
+            held_rows, held_at = 0, first
+            batches = iter(bounds)
+            _, end = next(batches)
+            for k, number in enumerate(wanted):
+                assert ahead is not None
+                x, y = ahead.result()
+                ahead = (
+                    pool.submit(self.window_rows, wanted[k + 1], windows[wanted[k + 1]])
+                    if k + 1 < len(wanted)
+                    else None
+                )
+                begin = _start(ends, number)
+                x, y = x[max(first - begin, 0) :], y[max(first - begin, 0) :]
+                held.append((x, y))
+                held_rows += len(y)
+                while held_at + held_rows >= end:
+                    yield _take(held, end - held_at)
+                    held_rows, held_at = held_rows - (end - held_at), end
+                    step = next(batches, None)
+                    if step is None:
+                        return
+                    _, end = step
+        finally:
+            pool.shutdown(cancel_futures=True)
+
+
+def _take(held: list[tuple[torch.Tensor, torch.Tensor]], rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first ``rows`` rows of ``held``, taken out of it."""
+    xs, ys = [], []
+    while rows:
+        x, y = held[0]
+        take = min(rows, len(y))
+        xs.append(x[:take])
+        ys.append(y[:take])
+        if take == len(y):
+            held.pop(0)
+        else:
+            held[0] = (x[take:], y[take:])
+        rows -= take
+    return (xs[0], ys[0]) if len(xs) == 1 else (torch.cat(xs), torch.cat(ys))
+
+
+def _start(ends: np.ndarray, i: int) -> int:
+    """Where window ``i`` starts among the epoch's rows."""
+    return int(ends[i - 1]) if i > 0 else 0
+
+
+class StreamLoader(ResumableLoader):
+    """The training loader of a :class:`SplitStream`: resumable in mid-epoch as :class:`ResumableLoader`
+    is (the same state: the generator before the epoch, the batches processed), but the stream skips
+    the batches done by its row counts instead of drawing them.
+
+    Args:
+        dataset: The training split's stream.
+        generator: Draws each epoch's order.
+        pin_memory: Pin the batches (CUDA).
+    """
+
+    dataset: SplitStream
+
+    def __init__(self, dataset: SplitStream, generator: torch.Generator, pin_memory: bool) -> None:
+        # batch_size None: the stream hands over whole batches; workers none: a thread reads ahead instead
+        super().__init__(
+            dataset, batch_size=None, collate_fn=keep_batch, generator=generator, pin_memory=pin_memory
+        )
+        self.epoch_start: torch.Tensor | None = None
+        self.resume_done = 0
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # a generator
+        generator = cast(torch.Generator, self.generator)
+        if self.resume_done and self.epoch_start is not None:
+            generator.set_state(self.epoch_start)  # the interrupted epoch's order, again
+        else:
+            self.epoch_start = generator.get_state()
+        self.dataset.epoch_seed = int(torch.randint(0, 2**62, (), generator=generator))
+        self.dataset.skip, self.processed, self.resume_done = self.resume_done, self.resume_done, 0
+        yield from super().__iter__()
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch_start": self.epoch_start, "done": self.processed}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.epoch_start = state_dict["epoch_start"]
+        self.resume_done = int(state_dict["done"])
+
+
+def quiet_length_warning() -> None:
+    """Silence Lightning's warning for any IterableDataset with a length: it is about loader workers that
+    each yield every row, and a stream here refuses workers, so its length is exact. (Set when a loader is
+    built, not at import: a filter set earlier is overridden by whatever a runner sets in between.)"""
+    warnings.filterwarnings(
+        "ignore", message="Your `IterableDataset` has `__len__` defined", category=UserWarning
+    )
+
+
+# -- the DataModule -----------------------------------------------------------------------------------
+
+
+class StreamingTableDataModule(ResumableDataModule):
+    """Rows of Parquet files too many to hold in memory, streamed with the in-memory path's guarantees.
+
+    The module docstring says how rows are split, fitted, shuffled and shared between processes.
+
+    Args:
+        path: A Parquet file of many row groups, or a folder of Parquet files (searched recursively,
+            read in name order; every file with the same columns).
+        target_column: The column to predict; rows without a value are left out.
+        task: ``classification`` or ``regression``.
+        feature_columns: The columns to read as features; all but the target when left out.
+        drop_columns: Columns to leave out.
+        categorical_columns: Columns to one-hot encode even if Parquet stores numbers.
+        numeric_columns: Columns to read as numbers even if Parquet stores text.
+        na_values: Further texts that mean "missing".
+        impute_strategy: What fills a missing number: the training ``mean`` (a median is not streamable).
+        missing_indicator: Add a 0/1 column per numeric column that had missing cells in training.
+        max_categories: One-hot columns per categorical column at most (the rest share one).
+        min_category_frequency: Training values rarer than this share the "rest" column.
+        max_distinct_values: Distinct values counted per categorical column while fitting, at most; a
+            column with more is refused (an identifier, or free text).
+        predict_path: A CSV or Parquet file to predict (``predict``), read whole.
+        preprocessing_from: A checkpoint whose fitted preprocessing to use instead of fitting one;
+            the CLI sets it to ``--ckpt_path``.
+        val_fraction: Share of the rows held out for validation, on average.
+        test_fraction: Share of the rows held out for the final test, on average.
+        seed: Seeds the split and the training order.
+        standardize: Scale numeric features to zero mean and unit variance (training statistics).
+        batch_size: Rows per batch, per process.
+        shuffle_row_groups: Row groups whose training rows are shuffled together: more mixes better and
+            holds more in memory (twice this many groups at once, the next window being read ahead).
+        num_workers: 0; the stream reads its next window on a thread of its own.
+        drop_last: Drop the rows after the last full batch of the epoch.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        target_column: str,
+        task: Literal["classification", "regression"],
+        feature_columns: list[str] | None = None,
+        drop_columns: list[str] | None = None,
+        categorical_columns: list[str] | None = None,
+        numeric_columns: list[str] | None = None,
+        na_values: list[str] | None = None,
+        impute_strategy: Literal["mean"] = "mean",
+        missing_indicator: bool = False,
+        max_categories: int = 50,
+        min_category_frequency: int = 1,
+        max_distinct_values: int = 100_000,
+        predict_path: str | None = None,
+        preprocessing_from: str | None = None,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.2,
+        seed: int = 42,
+        standardize: bool = True,
+        batch_size: int = 64,
+        shuffle_row_groups: int = 4,
+        num_workers: int = 0,
+        drop_last: bool = False,
+    ) -> None:
+        super().__init__(seed, batch_size, num_workers, drop_last)
+        check_fractions(val_fraction, test_fraction, "rows")
+        if num_workers != 0:
+            raise UserInputError(
+                f"data.num_workers={num_workers}: the streaming DataModule reads on a thread of its own; "
+                "set data.num_workers to 0."
+            )
+        if shuffle_row_groups < 1:
+            raise UserInputError(f"data.shuffle_row_groups={shuffle_row_groups} must be at least 1.")
+        overlap = set(categorical_columns or []) & set(numeric_columns or [])
+        if overlap:
+            raise UserInputError(
+                f"data.categorical_columns and data.numeric_columns both name {sorted(overlap)}; pick one."
+            )
+        self.save_hyperparameters()
+        self._datasets: dict[Stage, Any] = {}
+        self._resume: dict[str, Any] | None = None
+
+    @property
+    def settings(self) -> AttributeDict:
+        """The ``__init__`` arguments, as saved by ``save_hyperparameters``."""
+        return cast(AttributeDict, self.hparams)
+
+    @property
+    def what(self) -> str:
+        """The data, as a sentence names it."""
+        path = self.settings.path
+        return f"Parquet {'file' if Path(path).is_file() else 'folder'} {path!r}"
+
+    # -- the files and the split ----------------------------------------------------------------------
+
+    @cached_property
+    def schema(self) -> pa.Schema:
+        """The first file's schema; every file must hold the columns it names."""
+        return open_parquet(self.files[0]).schema_arrow
+
+    @cached_property
+    def files(self) -> list[Path]:
+        return parquet_files(self.settings.path)
+
+    @cached_property
+    def features(self) -> list[str]:
+        """The feature columns, chosen as ``sources.select`` chooses them."""
+        hp, columns = self.settings, list(data_columns(self.schema))
+        if hp.target_column not in columns:
+            raise UserInputError(
+                f"{self.what} has no column {hp.target_column!r}; set data.target_column to one of {columns}."
+            )
+        for key, names in {
+            "data.feature_columns": hp.feature_columns or [],
+            "data.drop_columns": hp.drop_columns or [],
+        }.items():
+            unknown = [c for c in names if c not in columns]
+            if unknown:
+                raise UserInputError(f"{self.what} has no column(s) {unknown}; fix {key}.")
+        if hp.target_column in (hp.feature_columns or []):
+            raise UserInputError(
+                f"data.feature_columns lists the target {hp.target_column!r}: the model would read the "
+                "answer; remove it."
+            )
+        chosen = [
+            c
+            for c in (hp.feature_columns or columns)
+            if c != hp.target_column and c not in (hp.drop_columns or [])
+        ]
+        if not chosen:
+            raise UserInputError(f"{self.what} has no feature column besides {hp.target_column!r}.")
+        return chosen
+
+    @cached_property
+    def groups(self) -> list[RowGroup]:
+        """Every row group of every file, from the files' footers."""
+        root = Path(self.settings.path)
+        found = []
+        for file in self.files:
+            metadata = open_parquet(file).metadata
+            name = file.name if root.is_file() else file.relative_to(root).as_posix()
+            first = 0
+            for index in range(metadata.num_row_groups):
+                rows = metadata.row_group(index).num_rows
+                found.append(RowGroup(file, name, index, first, rows))
+                first += rows
+        if not any(g.rows for g in found):
+            raise UserInputError(f"{self.what} has no data rows; add rows.")
+        return found
+
+    def _codes(self, group: RowGroup) -> np.ndarray:
+        hp = self.settings
+        return split_codes(group, hp.seed, hp.val_fraction, hp.test_fraction)
+
+    def _has_target(self, group: RowGroup, file: pq.ParquetFile | None = None) -> np.ndarray | None:
+        """``(rows,)`` whether each row has a target, or ``None`` when all do (the footer's statistics say
+        so without reading the column)."""
+        file = file or open_parquet(group.file)
+        written = data_columns(file.schema_arrow)
+        if self.settings.target_column not in written:
+            raise UserInputError(
+                f"Parquet file {str(group.file)!r} has no column {self.settings.target_column!r}, which "
+                "the other files have; give every file the same columns."
+            )
+        position = file.schema_arrow.get_field_index(written[self.settings.target_column])
+        statistics = file.metadata.row_group(group.index).column(position).statistics
+        if statistics is not None and statistics.has_null_count and statistics.null_count == 0:
+            return None
+        target = _read(group, [self.settings.target_column], file).column(0)
+        return ~target.is_null(nan_is_null=True).to_numpy(zero_copy_only=False)
+
+    @cached_property
+    def counts(self) -> np.ndarray:
+        """``(groups, 3)``: rows with a target per row group and split (train, validation, test)."""
+        counts = np.zeros((len(self.groups), len(SPLITS)), np.int64)
+        files: dict[Path, pq.ParquetFile] = {}
+        for i, group in enumerate(self.groups):
+            file = files.setdefault(group.file, open_parquet(group.file))
+            codes = self._codes(group)
+            kept = self._has_target(group, file)
+            counts[i] = np.bincount(codes if kept is None else codes[kept], minlength=len(SPLITS))
+        dropped = sum(g.rows for g in self.groups) - int(counts.sum())
+        if dropped:
+            rank_zero_info(
+                f"{self.what}: {dropped} rows have no {self.settings.target_column!r} and are left out."
+            )
+        return counts
+
+    def rows_of(self, number: int, stage: Stage, columns: Sequence[str]) -> pa.Table:
+        """The columns of one row group's rows of ``stage`` with a target, in file order."""
+        group = self.groups[number]
+        keep = self._codes(group) == CODE[stage]
+        table = _read(group, columns)
+        target = table.column(self.settings.target_column) if self.settings.target_column in columns else None
+        if target is not None and target.null_count:
+            keep &= ~target.is_null(nan_is_null=True).to_numpy(zero_copy_only=False)
+        return table.filter(pa.array(keep))
+
+    # -- what is fitted on the training rows ----------------------------------------------------------
+
+    @cached_property
+    def kinds(self) -> Kinds:
+        hp = self.settings
+        unknown = [
+            c
+            for c in [*(hp.categorical_columns or []), *(hp.numeric_columns or [])]
+            if c not in self.features
+        ]
+        if unknown:
+            raise UserInputError(
+                f"{self.what} has no feature column(s) {unknown}; fix data.categorical_columns or "
+                "data.numeric_columns."
+            )
+        return column_kinds(
+            self.schema, self.features, hp.categorical_columns or [], hp.numeric_columns or [], self.what
+        )
+
+    @cached_property
+    def preprocessor(self) -> Preprocessor:
+        """The fitted preprocessing: ``preprocessing_from``'s checkpoint's, or fitted in one pass."""
+        hp = self.settings
+        if hp.preprocessing_from is not None:
+            return preprocessing_of(load_checkpoint(hp.preprocessing_from), hp.preprocessing_from)
+        fit = StreamingFit(
+            self.kinds, hp.task, hp.target_column, hp.na_values or [], hp.max_distinct_values, self.what
+        )
+        columns = [*self.features, hp.target_column]
+        for number, count in enumerate(self.counts[:, CODE["train"]]):
+            if count:
+                table = self.rows_of(number, "train", columns)
+                fit.update(columns_of(table), table.num_rows)
+        if fit.rows == 0:
+            raise UserInputError(f"{self.what} has no training rows; use more rows or other fractions.")
+        return fit.result(hp.max_categories, hp.min_category_frequency, hp.standardize, hp.missing_indicator)
+
+    @property
+    def in_features(self) -> int:
+        """Encoded feature count. Reading it fits, so bad data fails before a run starts."""
+        return len(self.preprocessor.feature_names)
+
+    @property
+    def out_features(self) -> int:
+        """Class count for classification, 1 for regression."""
+        return self.preprocessor.num_classes or 1
+
+    @property
+    def label_names(self) -> list[Label] | None:
+        """Class labels as the data writes them, in class-id order; ``None`` for regression."""
+        return self.preprocessor.labels
+
+    @property
+    def task(self) -> str:
+        return self.preprocessor.task
+
+    # -- tensors --------------------------------------------------------------------------------------
+
+    def encode_window(
+        self, numbers: list[int], stage: Stage, shuffle: np.random.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rows of ``stage`` in row groups ``numbers``, encoded: ``(N, F)`` float32 and ``(N,)``; in
+        file order, or in an order ``shuffle`` draws (the rows are put in it before they are encoded, so
+        the encoding is written once)."""
+        preprocessor, target = self.preprocessor, self.settings.target_column
+        parts = [self.rows_of(n, stage, [*preprocessor.columns, target]) for n in numbers]
+        table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        del parts
+        if shuffle is not None:
+            table = table.take(pa.array(shuffle.permutation(table.num_rows)))
+        location = Location(self.what)
+        x = preprocessor.encode(columns_of(table), table.num_rows, location)
+        labels = table.column(target).to_pandas()
+        if preprocessor.task == "classification":
+            y = preprocessor.encode_labels(labels, location)
+        else:
+            y = numeric_values(labels, location).astype(np.float32)
+        return torch.from_numpy(x), torch.from_numpy(y)
+
+    def dataset(self, stage: Stage) -> Any:
+        """A split's :class:`SplitStream` for this process, or ``predict_path``'s rows in memory."""
+        if stage == "predict":
+            path = self.settings.predict_path
+            if path is None:
+                raise UserInputError(
+                    "the streaming DataModule predicts a file: set data.predict_path to a CSV or Parquet "
+                    "file."
+                )
+            if stage not in self._datasets:
+                fmt = sources.file_format(path)
+                frame = sources.read_file(path, fmt, self.settings.na_values or [], key="data.predict_path")
+                x = self.preprocessor.transform(frame, sources.file_location(path, fmt))
+                self._datasets[stage] = TensorBatches(torch.from_numpy(x))
+            return self._datasets[stage]
+        trainer = self.trainer
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        return SplitStream(
+            self.groups,
+            self.counts[:, CODE[stage]],
+            lambda numbers, shuffle: self.encode_window(numbers, stage, shuffle),
+            stage,
+            self.settings.batch_size,
+            self.settings.shuffle_row_groups,
+            rank,
+            world,
+            self.settings.drop_last and stage == "train",
+        )
+
+    @override
+    def train_dataloader(self) -> DataLoader:
+        """The training stream, at its restored position."""
+        quiet_length_warning()
+        options = self._loader_options()
+        loader = StreamLoader(self.dataset("train"), self._shuffle, options["pin_memory"])
+        if self._resume is not None:
+            loader.load_state_dict(self._resume)
+            self._resume = None
+        self._train_loader = loader
+        return loader
+
+    def _plain_loader(self, stage: Stage) -> DataLoader:
+        quiet_length_warning()
+        return DataLoader(
+            self.dataset(stage),
+            batch_size=None,
+            collate_fn=keep_batch,
+            pin_memory=self._loader_options()["pin_memory"],
+        )
+
+    @override
+    def val_dataloader(self) -> DataLoader:
+        return self._plain_loader("val")
+
+    @override
+    def test_dataloader(self) -> DataLoader:
+        return self._plain_loader("test")
+
+    @override
+    def predict_dataloader(self) -> DataLoader:
+        return DataLoader(self.dataset("predict"), **self._loader_options())
+
+    # -- checkpoints ----------------------------------------------------------------------------------
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        """The fitted preprocessing, as plain data, and the training order's state."""
+        return {"preprocessing": self.preprocessor.state_dict(), **super().state_dict()}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """A checkpoint's preprocessing wins over one fitted anew."""
+        restored = Preprocessor.from_state(state_dict["preprocessing"])
+        if "preprocessor" not in self.__dict__ or restored != self.preprocessor:
+            self.__dict__["preprocessor"] = restored
+        super().load_state_dict(state_dict)
+        self._resume = state_dict.get("loader")

@@ -1,0 +1,406 @@
+"""The streaming DataModule keeps the in-memory path's promises: the same fitted preprocessing, a split by
+a documented hash, every training row once per epoch across processes, and a resume bit for bit."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from sklearn.preprocessing import OneHotEncoder
+from typing_extensions import override
+
+from src.checkpoints import load_checkpoint
+from src.cli import CLI, main
+from src.data.datamodule import preprocessing_of
+from src.data.preprocessing import Location, Options, fit_preprocessor
+from src.data.streaming import (
+    CODE,
+    SplitStream,
+    StreamingTableDataModule,
+    StreamLoader,
+    infrequent,
+    split_codes,
+)
+from tests.conftest import BARE, CONFIGS, QUIET, ROOT
+from tests.test_distributed import free_port, launch_env, wait_all
+from tests.test_resume import StopAt
+
+CLASS = "src.data.streaming.StreamingTableDataModule"
+
+
+def frame_of(rows: int = 600, seed: int = 0) -> pd.DataFrame:
+    """Two spiral arms' worth of signal, with the cells that make fitting interesting: missing numbers
+    (a column empty in its first rows), a constant column, text categories with rare and missing ones,
+    and ``row_id``, the row's number, which the counting tests read back from the batches."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.normal(3.0, 2.0, rows), rng.normal(0.0, 1.0, rows).astype(np.float32)
+    sparse = rng.normal(10.0, 5.0, rows)
+    sparse[:150] = np.nan
+    sparse[rng.random(rows) < 0.2] = np.nan
+    colour = rng.choice(
+        ["red", "green", "blue", "grey", "pink", " red"], rows, p=[0.4, 0.3, 0.1, 0.1, 0.05, 0.05]
+    )
+    colour = pd.Series(colour, dtype=object).where(rng.random(rows) > 0.1, None)
+    return pd.DataFrame({
+        "row_id": np.arange(rows, dtype=np.float64),
+        "a": a, "b": b, "const": 5.0, "sparse": sparse, "colour": colour,
+        "label": np.where(a - 3 + b > 0, "up", "down"),
+    })  # fmt: skip
+
+
+def write_folder(folder: Path, frame: pd.DataFrame, files: int = 3, group_rows: int = 60) -> Path:
+    """``frame`` as ``files`` Parquet files (``part-0.parquet``, ...) of row groups of ``group_rows``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, part in enumerate(np.array_split(np.arange(len(frame)), files)):
+        frame.iloc[part].reset_index(drop=True).to_parquet(
+            folder / f"part-{i}.parquet", row_group_size=group_rows
+        )
+    return folder
+
+
+def train_positions(data: StreamingTableDataModule) -> np.ndarray:
+    """Positions of the training rows in the files' concatenation (file, then row order), by the rule."""
+    codes = np.concatenate([split_codes(g, 42, 0.1, 0.2) for g in data.groups])
+    return np.flatnonzero(codes == CODE["train"])
+
+
+# -- the fitted preprocessing ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"task": "classification", "missing_indicator": True, "max_categories": 4},
+        {"task": "regression", "standardize": False, "min_category_frequency": 30, "drop_columns": ["label"]},
+    ],
+    ids=["classification", "regression"],
+)
+def test_the_one_pass_fit_equals_the_in_memory_fit(tmp_path: Path, settings: dict) -> None:
+    frame = frame_of()
+    target = "label" if settings["task"] == "classification" else "a"
+    data = StreamingTableDataModule(
+        str(write_folder(tmp_path / "rows", frame)), target, batch_size=16, **settings
+    )
+    streamed = data.preprocessor
+    features = [c for c in frame.columns if c not in (target, "label")]
+    numeric = [c for c in features if c != "colour"]
+    train = train_positions(data)
+    options = {k: v for k, v in settings.items() if k not in ("task", "drop_columns")}
+    reference = fit_preprocessor(
+        frame[features], train, (numeric, ["colour"], {}), settings["task"], target,
+        frame[target].iloc[train], Options(impute_strategy="mean", **options), Location("the rows"),
+    )  # fmt: skip
+    assert streamed.categorical == reference.categorical  # the same categories, "other" column, order
+    assert streamed.labels == reference.labels
+    assert [c.name for c in streamed.numeric] == [c.name for c in reference.numeric]
+    for ours, theirs in zip(streamed.numeric, reference.numeric, strict=True):
+        assert ours.indicator == theirs.indicator, ours.name
+        for field in ("fill", "mean", "scale"):
+            assert getattr(ours, field) == pytest.approx(getattr(theirs, field), rel=1e-12, abs=1e-12), (
+                ours.name
+            )
+    assert streamed.feature_names == reference.feature_names
+    # the fit saw more than one batch per column, a column without values in its first ones included
+    assert len(data.groups) == 12
+    assert streamed.numeric[-1].name == "sparse"
+
+
+@pytest.mark.parametrize("max_categories", [2, 3, 4, 10])
+@pytest.mark.parametrize("min_frequency", [1, 3, 5])
+def test_the_rare_categories_from_counts_are_the_one_hot_encoders(
+    max_categories: int, min_frequency: int
+) -> None:
+    counts = {"a": 5, "b": 3, "c": 5, "d": 1, "e": 3, "f": 7}  # ties on purpose
+    values = np.array([[name] for name, n in counts.items() for _ in range(n)], dtype=object)
+    encoder = OneHotEncoder(
+        handle_unknown="infrequent_if_exist", max_categories=max_categories, min_frequency=min_frequency
+    ).fit(values)
+    rare = encoder.infrequent_categories_[0]
+    assert infrequent(counts, max_categories, min_frequency) == (
+        set(rare.tolist()) if rare is not None else set()
+    )
+
+
+# -- the split ------------------------------------------------------------------------------------------
+
+
+def test_the_split_is_the_hash_rule_and_stays_put_when_files_are_added(tmp_path: Path) -> None:
+    frame = frame_of(3000)
+    folder = write_folder(tmp_path / "rows", frame, files=2, group_rows=500)
+    before = StreamingTableDataModule(str(folder), "label", "classification")
+    shares = before.counts.sum(axis=0) / 3000
+    np.testing.assert_allclose(shares, [0.7, 0.1, 0.2], atol=0.02)  # the fractions, on average
+    codes = {(g.name, g.index): split_codes(g, 42, 0.1, 0.2) for g in before.groups}
+    frame_of(500, seed=1).to_parquet(folder / "part-2.parquet")  # appended later
+    after = StreamingTableDataModule(str(folder), "label", "classification")
+    for group in after.groups:
+        if group.name != "part-2.parquet":
+            np.testing.assert_array_equal(split_codes(group, 42, 0.1, 0.2), codes[group.name, group.index])
+    assert len(after.groups) == len(before.groups) + 1
+    # another seed, another split
+    assert not np.array_equal(split_codes(before.groups[0], 7, 0.1, 0.2), codes["part-0.parquet", 0])
+
+
+# -- the rows of an epoch -------------------------------------------------------------------------------
+
+
+def stream_ids(
+    data: StreamingTableDataModule, rank: int, world: int, seed: int, skip: int = 0
+) -> list[list[int]]:
+    """The ``row_id`` of each row of each batch that process ``rank`` of ``world`` gets (unstandardized)."""
+    hp = data.settings
+    stream = SplitStream(
+        data.groups, data.counts[:, CODE["train"]],
+        lambda numbers, shuffle: data.encode_window(numbers, "train", shuffle), "train", hp.batch_size,
+        hp.shuffle_row_groups, rank, world, hp.drop_last,
+    )  # fmt: skip
+    stream.epoch_seed, stream.skip = seed, skip
+    column = data.preprocessor.feature_names.index("row_id")
+    return [x[:, column].long().tolist() for x, _ in stream]
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_every_training_row_once_per_epoch_in_equal_batch_counts(
+    tmp_path: Path, world: int, drop_last: bool
+) -> None:
+    data = StreamingTableDataModule(
+        str(write_folder(tmp_path / "rows", frame_of())), "label", "classification",
+        standardize=False, batch_size=32, shuffle_row_groups=3, drop_last=drop_last,
+    )  # fmt: skip
+    train = train_positions(data)
+    per_rank = [stream_ids(data, rank, world, seed=1234) for rank in range(world)]
+    assert len({len(batches) for batches in per_rank}) == 1  # no process waits for a batch
+    seen = [i for batches in per_rank for batch in batches for i in batch]
+    if drop_last:
+        assert all(len(batch) == 32 for batches in per_rank for batch in batches)
+        assert set(seen) <= set(train.tolist())
+        assert len(seen) == len(set(seen))
+        assert len(train) - len(seen) < world * 32
+    else:
+        assert sorted(seen) == train.tolist()  # each training row exactly once
+    # the rows are shuffled, across row groups, and the next epoch's order is another
+    first = [i for batch in stream_ids(data, 0, 1, seed=1234) for i in batch]
+    assert first != sorted(first)
+    assert first != [i for batch in stream_ids(data, 0, 1, seed=99) for i in batch]
+
+
+def test_a_skipped_epoch_goes_on_with_the_same_batches(tmp_path: Path) -> None:
+    data = StreamingTableDataModule(
+        str(write_folder(tmp_path / "rows", frame_of())),
+        "label",
+        "classification",
+        standardize=False,
+        batch_size=16,
+    )
+    whole = stream_ids(data, 0, 1, seed=5)
+    for skip in (1, 7, len(whole) - 1):
+        assert stream_ids(data, 0, 1, seed=5, skip=skip) == whole[skip:]
+
+
+# -- through the CLI ------------------------------------------------------------------------------------
+
+
+def config(folder: Path, **data: object) -> str:
+    """A run's YAML: spiral.yaml's model, the streaming DataModule on ``folder``."""
+    spiral = yaml.safe_load((CONFIGS / "spiral.yaml").read_text())
+    settings = {
+        "path": str(folder),
+        "target_column": "label",
+        "task": "classification",
+        "batch_size": 32,
+        **data,
+    }
+    return yaml.safe_dump({"model": spiral["model"], "data": {"class_path": CLASS, "init_args": settings}})
+
+
+EPOCHS = 3
+
+
+def build(folder: Path, *extra: str) -> CLI:
+    words = [
+        "--config", config(folder, shuffle_row_groups=2), f"--trainer.max_epochs={EPOCHS}",
+        "--model.init_args.net.init_args.dropout=0.2", "--trainer.limit_val_batches=2", *extra, *QUIET,
+    ]  # fmt: skip
+    return main(words, run=False)
+
+
+def test_resumed_in_the_middle_of_an_epoch_equals_uninterrupted(workdir: Path) -> None:
+    folder = write_folder(workdir / "rows", frame_of())
+    uninterrupted = build(folder)
+    uninterrupted.trainer.fit(uninterrupted.model, datamodule=uninterrupted.datamodule)
+    batches = uninterrupted.trainer.num_training_batches
+    assert batches > 8
+    assert uninterrupted.trainer.global_step == EPOCHS * batches
+
+    first = build(folder)
+    step = batches + 5  # after the fifth batch of epoch 1
+    first.trainer.callbacks.extend(
+        [StopAt(step), ModelCheckpoint(dirpath=workdir / "mid", filename="mid", every_n_train_steps=step)]
+    )
+    first.trainer.fit(first.model, datamodule=first.datamodule)
+    middle = workdir / "mid" / "mid.ckpt"
+    checkpoint = torch.load(middle, weights_only=True)
+    assert isinstance(first.trainer.train_dataloader, StreamLoader)
+    assert checkpoint["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]["done"] == 5
+    # the fitted preprocessing rides in the checkpoint, as the in-memory path's does
+    assert preprocessing_of(checkpoint, str(middle)) == first.datamodule.preprocessor
+
+    resumed = build(folder)
+    resumed.trainer.callbacks.append(
+        ModelCheckpoint(dirpath=workdir / "again", filename="again", every_n_train_steps=step)
+    )
+    resumed.trainer.fit(resumed.model, datamodule=resumed.datamodule, ckpt_path=str(middle))
+    assert resumed.trainer.global_step == uninterrupted.trainer.global_step
+    torch.testing.assert_close(resumed.model.state_dict(), uninterrupted.model.state_dict(), rtol=0, atol=0)
+    for key in ("train/loss", "val/loss"):
+        torch.testing.assert_close(
+            resumed.trainer.callback_metrics[key], uninterrupted.trainer.callback_metrics[key], rtol=0, atol=0
+        )
+
+
+@pytest.mark.slow
+def test_killed_with_sigkill_mid_epoch_then_resumed_equals_uninterrupted(workdir: Path) -> None:
+    """``kill -9`` of a streaming run that saves every step, then ``--ckpt_path last.ckpt``: the same
+    weights as a run never stopped, bit for bit."""
+    folder = write_folder(workdir / "rows", frame_of())
+    uninterrupted = build(folder, "--trainer.logger=false")
+    uninterrupted.trainer.fit(uninterrupted.model, datamodule=uninterrupted.datamodule)
+    total = uninterrupted.trainer.global_step
+    saves = workdir / "saves"
+    words = [
+        sys.executable, "-m", "src.cli", "fit", "--config", config(folder, shuffle_row_groups=2),
+        f"--trainer.max_epochs={EPOCHS}", "--model.init_args.net.init_args.dropout=0.2",
+        "--trainer.limit_val_batches=2", "--trainer.logger=false", *QUIET,
+        "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+        f"--trainer.callbacks.dirpath={saves}", "--trainer.callbacks.filename=last",
+        "--trainer.callbacks.every_n_train_steps=1", "--trainer.callbacks.enable_version_counter=false",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    last = saves / "last.ckpt"
+    process = subprocess.Popen(words, cwd=workdir, env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (last.exists() and load_checkpoint(last)["global_step"] >= 5) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    killed_at = load_checkpoint(last)["global_step"]
+    assert 5 <= killed_at < total  # killed in the middle of the run, a checkpoint whole
+    resumed = subprocess.run([*words, "--ckpt_path", str(last)], cwd=workdir, env=env, capture_output=True)
+    assert resumed.returncode == 0, resumed.stderr.decode()[-2000:]
+    final = load_checkpoint(last)
+    assert final["global_step"] == total
+    torch.testing.assert_close(final["state_dict"], uninterrupted.model.state_dict(), rtol=0, atol=0)
+
+
+class RowIds(Callback):
+    """Each process saves the ``row_id`` of every training row it steps on, per epoch.
+
+    Args:
+        folder: Where ``rank<N>.pt`` goes.
+    """
+
+    def __init__(self, folder: str) -> None:
+        self.folder = Path(folder)
+        self.seen: dict[int, list[int]] = {}
+
+    @override
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: tuple, batch_idx: int
+    ) -> None:
+        self.seen.setdefault(trainer.current_epoch, []).extend(batch[0][:, 0].long().tolist())
+
+    @override
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        torch.save(
+            {"seen": self.seen, "world_size": trainer.world_size},
+            self.folder / f"rank{trainer.global_rank}.pt",
+        )
+
+
+def assert_each_training_row_once(folder: Path, report: Path, world: int, epochs: int) -> None:
+    data = StreamingTableDataModule(str(folder), "label", "classification")
+    train = train_positions(data).tolist()
+    ranks = [torch.load(report / f"rank{r}.pt", weights_only=True) for r in range(world)]
+    assert all(r["world_size"] == world for r in ranks)
+    for epoch in range(epochs):
+        shares = [r["seen"][epoch] for r in ranks]
+        assert all(shares)  # every process trained
+        assert sorted(i for share in shares for i in share) == train, f"epoch {epoch}"
+
+
+TINY_RUN = [
+    *BARE,
+    "--trainer.logger=false",
+    "--trainer.enable_checkpointing=false",
+    "--trainer.num_sanity_val_steps=0",
+]
+
+
+def test_ddp_two_processes_see_every_training_row_once_per_epoch(workdir: Path) -> None:
+    folder = write_folder(workdir / "rows", frame_of())
+    run = main(
+        [
+            "--config", config(folder, standardize=False), "--config", str(CONFIGS / "trainer" / "ddp.yaml"),
+            "--trainer.strategy=ddp_fork", "--trainer.max_epochs=2", *TINY_RUN, *QUIET,
+        ],
+        run=False,
+    )  # fmt: skip
+    run.trainer.callbacks.append(RowIds(str(workdir)))
+    run.trainer.fit(run.model, datamodule=run.datamodule)
+    assert_each_training_row_once(folder, workdir, world=2, epochs=2)
+
+
+@pytest.mark.slow
+def test_two_nodes_of_two_processes_with_torchrun_see_every_training_row_once(tmp_path: Path) -> None:
+    """``torchrun --nnodes=2 --nproc_per_node=2`` twice on this machine, as two machines would run it."""
+    folder = write_folder(tmp_path / "rows", frame_of(1200))
+    (tmp_path / "run.yaml").write_text(config(folder, standardize=False))
+    port, env = free_port(), launch_env()
+    launches, logs = [], []
+    for node in (0, 1):
+        command = [
+            str(Path(sys.executable).parent / "torchrun"),
+            "--nnodes=2", f"--node_rank={node}", "--nproc_per_node=2",
+            "--master_addr=127.0.0.1", f"--master_port={port}",
+            "-m", "src.cli", "fit", "--config", str(tmp_path / "run.yaml"),
+            "--config", str(CONFIGS / "trainer" / "ddp.yaml"), "--trainer.devices=2", "--trainer.num_nodes=2",
+            "--trainer.max_epochs=2", *TINY_RUN, *QUIET,
+            "--trainer.callbacks+=tests.test_streaming.RowIds", f"--trainer.callbacks.folder={tmp_path}",
+        ]  # fmt: skip
+        logs.append((tmp_path / f"node{node}.txt").open("w"))
+        launches.append(
+            subprocess.Popen(command, cwd=tmp_path, env=env, stdout=logs[-1], stderr=subprocess.STDOUT)
+        )
+    try:
+        codes = wait_all(launches, timeout=300)
+    finally:
+        for log in logs:
+            log.close()
+    assert codes == [0, 0], "\n\n".join((tmp_path / f"node{n}.txt").read_text() for n in (0, 1))
+    assert_each_training_row_once(folder, tmp_path, world=4, epochs=2)
+
+
+# -- bad input ------------------------------------------------------------------------------------------
+
+
+def test_a_missing_or_corrupt_file_is_one_sentence_naming_it(cli, workdir: Path, capsys) -> None:
+    folder = write_folder(workdir / "rows", frame_of())
+    for words in (["--data.init_args.path=nowhere"], []):
+        if not words:
+            (folder / "part-1.parquet").write_bytes(b"not parquet at all")
+        with pytest.raises(SystemExit) as exit_:
+            cli("fit", "--config", config(folder), *words, "--trainer.max_epochs=1")
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        assert ("'nowhere' does not exist" if words else "part-1.parquet' could not be read") in err
