@@ -219,6 +219,10 @@ class CLI(LightningCLI):
         if self.subcommand is None:  # main(run=False): the classes alone, no subcommand to check
             return
         config = self.config[self.subcommand]
+        if self.subcommand != "fit":
+            # an evaluation restores the checkpoint callbacks' state, which only a fit acts on: the notice
+            # that their folder changed (the checkpoint was moved, or is evaluated from elsewhere) is no news
+            warnings.filterwarnings("ignore", message="The dirpath has changed from")
         for option in ("output", "overwrite"):
             if config.get(option) and self.subcommand != "predict":
                 raise UserInputError(f"--{option} belongs to predict, not to {self.subcommand}.")

@@ -3,6 +3,7 @@
 import logging
 import shutil
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -258,3 +259,20 @@ def test_the_cli_does_not_import_a_class_a_checkpoint_names(
         "project that is not imported on a checkpoint's word" in capsys.readouterr().err
     )
     assert "planted_module_for_the_cli" not in sys.modules
+
+
+def test_predicting_a_moved_checkpoint_under_the_trainer_says_nothing_of_its_old_folder(
+    trained, tmp_path: Path, monkeypatch
+) -> None:
+    """The checkpoint callbacks' state is restored in any evaluation, and Lightning says their folder moved;
+    only a fit acts on that state."""
+    run, _, frame = trained
+    moved = tmp_path / "model.ckpt"
+    shutil.copy(Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt", moved)
+    frame.drop(columns="label").head(8).to_csv(tmp_path / "new.csv", index=False)
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        main(["predict", "--ckpt_path", str(moved), "--data.predict_path=new.csv", "--output=o.csv", *QUIET])
+    assert (tmp_path / "o.csv").is_file()
+    assert not [w for w in caught if "dirpath has changed" in str(w.message)]
