@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from src import fast_predict
 from src.cli import main
 from src.errors import UserInputError
-from tests.conftest import QUIET, ROOT
+from tests.conftest import PLANTED, QUIET, ROOT
 
 CKPT = "--ckpt_path"
 
@@ -95,8 +96,6 @@ def test_other_words_go_to_the_full_cli(messy, extra: list[str], tmp_path: Path)
 
 
 def test_other_checkpoints_go_to_the_full_cli(messy_trained) -> None:
-    import torch
-
     checkpoint = torch.load(messy_trained.checkpoint, weights_only=True)
     assert fast_predict.task_of(checkpoint) == "classification"
     yours = {**checkpoint, "hyper_parameters": {**checkpoint["hyper_parameters"], "_class_path": "my.Task"}}
@@ -146,3 +145,23 @@ def test_the_command_predicts_without_importing_lightning(messy, tmp_path: Path)
     assert bad.returncode == 2
     assert bad.stderr.strip().startswith("error: --output=")
     assert "an input of this run" in bad.stderr
+
+
+@pytest.mark.parametrize("where", ["net", "optimizer"])
+def test_a_checkpoint_naming_code_of_elsewhere_is_refused_before_anything_is_imported(
+    messy_trained, planted: Path, workdir: Path, where: str
+) -> None:
+    """The net this path imports, or any name it never uses: refused unread, as the full CLI refuses it."""
+    checkpoint = torch.load(messy_trained.checkpoint, weights_only=True)
+    hparams = checkpoint["hyper_parameters"]
+    if where == "net":
+        hparams["net"] = {"class_path": f"{PLANTED}.Optimizer", "init_args": {}}
+    else:
+        checkpoint["config"]["model"]["init_args"]["optimizer"] = {"class_path": f"{PLANTED}.Optimizer"}
+    torch.save(checkpoint, workdir / "theirs.ckpt")
+    rows = workdir / "rows.csv"
+    messy_trained.raw_rows("val").to_csv(rows, index=False)
+    with pytest.raises(UserInputError, match=f"names '{PLANTED}.Optimizer'.*code outside this project"):
+        fast(CKPT, str(workdir / "theirs.ckpt"), f"--data.predict_path={rows}", "--output=out.csv")
+    assert not planted.exists()
+    assert not (workdir / "out.csv").exists()

@@ -17,12 +17,14 @@ import pandas as pd
 import pytest
 
 import src.checkpoints
+import src.fast_predict
 import src.files
 import src.loop
 import tests.test_accumulation_clipping as accumulation_clipping
 import tests.test_any_module as any_module
 import tests.test_best_checkpoint as best_checkpoint
 import tests.test_checkpointing as checkpointing
+import tests.test_fast_predict as fast_predict_tests
 import tests.test_loop as loop
 import tests.test_parity as parity
 import tests.test_predict as predict
@@ -404,3 +406,37 @@ def test_resume_catches_a_datamodule_that_keeps_the_loaders_position_to_itself(
     )
     with pytest.raises(AssertionError):
         resume.test_resumed_in_the_middle_of_an_epoch_equals_uninterrupted(workdir, resume.COSINE)
+
+
+# -- predict without Lightning ------------------------------------------------------------------------
+
+
+def test_fast_predict_catches_regression_values_left_in_standardized_units(
+    regression_checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mutate(
+        monkeypatch,
+        src.fast_predict,
+        "outputs_of",
+        'output.squeeze(-1) * state["target_std"] + state["target_mean"]',
+        "output.squeeze(-1)",
+    )
+    with pytest.raises(AssertionError):
+        fast_predict_tests.test_regression_file_is_the_trainers_byte_for_byte(regression_checkpoint, tmp_path)
+
+
+def test_fast_predict_catches_a_checkpoint_let_through_unchecked(
+    messy_trained, planted: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the net it imports checked: a name it never uses, which the full CLI would refuse, gets by."""
+    mutate(
+        monkeypatch,
+        src.fast_predict,
+        "predict",
+        "check_names(checkpoint, ckpt_path, set(), import_trusted=False)",
+        "pass",
+    )
+    with pytest.raises((AssertionError, pytest.fail.Exception)):
+        fast_predict_tests.test_a_checkpoint_naming_code_of_elsewhere_is_refused_before_anything_is_imported(
+            messy_trained, planted, workdir, "optimizer"
+        )
