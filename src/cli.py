@@ -468,9 +468,11 @@ def quiet_dependencies() -> None:
         "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
     )
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_WithoutAdvertising())
-    # the shipped model_summary section replaces Lightning's default one, as meant: no news to anyone
+    # the shipped model_summary section replaces Lightning's default one, as meant; a scheduler that spans
+    # the run has Lightning count the steps from the loader: neither is news to anyone
+    said = ("Trainer already configured with model summary", "Loading `train_dataloader` to estimate number")
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
-        lambda record: not record.getMessage().startswith("Trainer already configured with model summary")
+        lambda record: not record.getMessage().startswith(said)
     )
     # an epoch shorter than log_every_n_steps still logs: StepValues counts optimizer steps across epochs
     warnings.filterwarnings(

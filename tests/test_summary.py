@@ -4,6 +4,7 @@ The summary is held to what a run really did: a plain LightningModule of the use
 validation loss, so the best epoch, the reason the fit ended and the advice are known in advance.
 """
 
+import logging
 import re
 import warnings
 from pathlib import Path
@@ -206,3 +207,11 @@ def test_no_log_interval_warning_on_a_short_dataset(workdir: Path) -> None:
         warnings.simplefilter("always")
         main([*DIGITS, "--trainer.enable_progress_bar=false"])
     assert not [w for w in seen if "logging interval" in str(w.message)]
+
+
+def test_no_line_about_counting_the_steps_of_a_schedule_that_spans_the_run(workdir: Path, caplog) -> None:
+    # configs/digits.yaml's schedule spans the run, so Lightning counts its steps from the loader and says so
+    with caplog.at_level(logging.INFO):
+        main([*DIGITS, "--trainer.enable_progress_bar=false"])
+    assert "GPU available" in caplog.text  # Lightning's own lines are captured here ...
+    assert not [r for r in caplog.records if "estimate number of stepping batches" in r.getMessage()]
