@@ -85,6 +85,7 @@ generate: $(STAMP) ## continue PROMPT with the language model of CKPT=... (confi
 
 bench: $(STAMP) ## training speed side by side, make train's time, epoch time and memory by rows, the dashboard's cost, predict, the server and the exports (benchmarks/results/)
 	$(PY) -m benchmarks.train_speed --rounds 7 --write
+	$(PY) -m benchmarks.fit_overhead --rounds 3 --write   # make train's whole fit, its cost split by callback
 	$(PY) -m benchmarks.make_train --write
 	$(PY) -m benchmarks.scaling --write
 	$(PY) -m benchmarks.dashboard_overhead

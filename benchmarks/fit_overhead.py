@@ -3,6 +3,7 @@
     .venv/bin/python -m benchmarks.fit_overhead                     # 30 epochs, 2 rounds
     .venv/bin/python -m benchmarks.fit_overhead --rounds 3 --write  # and save results/fit_overhead.md
     .venv/bin/python -m benchmarks.fit_overhead --profile           # where one shipped fit's time goes
+    .venv/bin/python -m benchmarks.fit_overhead --only "no baselines" "all off"   # bare, shipped, these
 
 On small data a fit is mostly what happens around the training steps: validation, checkpoints, figures,
 logging, once per epoch. This measures that whole: the wall-clock time of one ``trainer.fit`` call,
@@ -302,9 +303,10 @@ class Results:
         return len(self.runs["bare"])
 
 
-def measure(rounds: int, epochs: int, progress: bool = True) -> Results:
-    """Every variant once per round, interleaved, after an unmeasured warm-up round."""
-    chosen = variants()
+def measure(rounds: int, epochs: int, progress: bool = True, only: list[str] | None = None) -> Results:
+    """Every variant (or those whose key ``only`` names) once per round, interleaved, after an unmeasured
+    warm-up round; ``bare`` and ``shipped`` always run."""
+    chosen = [v for v in variants() if not only or v.key in {"bare", "shipped", *only}]
     runs: dict[str, list[Run]] = {variant.key: [] for variant in chosen}
     with tempfile.TemporaryDirectory(prefix="fit-overhead-") as tmp:
         root = Path(tmp)
@@ -378,6 +380,8 @@ def table(results: Results) -> str:
     )
     offs = [v.key for v in results.variants if v.key.startswith("no ")]
     total = sum(shipped - results.best(key) for key in offs)
+    if "all off" not in results.runs:
+        return "\n".join(lines)
     lines.append(
         f"- the single sections' savings add up to {total:.2f} s; all off at once saves "
         f"{shipped - results.best('all off'):.2f} s (the rest, all off vs bare: "
@@ -487,6 +491,12 @@ def parse_arguments() -> argparse.Namespace:
         "--profile", action="store_true", help="instead of the table, profile one shipped fit with cProfile"
     )
     parser.add_argument("--top", type=int, default=25, help="entries the profile lists (default 25)")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="VARIANT",
+        help='run only these variants beside bare and shipped, by key ("no baselines", "all off")',
+    )
     return parser.parse_args()
 
 
@@ -496,7 +506,7 @@ if __name__ == "__main__":
     if options.profile:
         print(profile(options.epochs, options.top))
     else:
-        results = measure(options.rounds, options.epochs)
+        results = measure(options.rounds, options.epochs, only=options.only)
         text = report.header("The whole fit on small data: shipped, bare, each callback section off")
         text += "\n\n" + table(results)
         print("\n" + text)

@@ -120,10 +120,10 @@ def written(*paths: Path) -> Iterator[list[Path]]:
         yield temporary
         for temp in temporary:
             _sync(temp)
+        # no fsync of the folder after the renames: it would make a rename itself durable, not a file
+        # whole; after a power loss each name holds its old file or its new one, both whole (or is absent)
         for temp, path in zip(temporary, paths, strict=True):
             os.replace(temp, path)
-        for folder in {path.parent for path in paths}:
-            _sync(folder)  # the renames themselves reach the disk
     finally:
         for temp in temporary:
             temp.unlink(missing_ok=True)
