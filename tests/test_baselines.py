@@ -15,7 +15,7 @@ from sklearn.metrics import accuracy_score, f1_score, log_loss, r2_score, root_m
 from threadpoolctl import threadpool_limits
 
 from src.callbacks import Baselines
-from src.callbacks.baselines import TAG
+from src.callbacks.baselines import TAG, boosting_schedule
 from src.cli import main
 from src.data import TabularDataModule
 from tests.conftest import BARE, CONFIGS, QUIET
@@ -88,6 +88,48 @@ def test_regression_baselines_score_in_the_tasks_units_and_loss(workdir: Path) -
     with threadpool_limits(1):
         hgb = HistGradientBoostingRegressor(max_iter=100, random_state=0).fit(x, y)
     assert float(metrics["val/mae_hgb"]) == pytest.approx(np.abs(hgb.predict(x_val) - y_val).mean(), rel=1e-5)
+
+
+def test_many_classes_boost_fewer_larger_steps_and_score_as_that_model_by_hand(workdir: Path) -> None:
+    run = fit()  # digits: 10 classes
+    data, metrics = run.datamodule, run.trainer.callback_metrics
+    assert data.out_features == 10
+    x, y = data.encoded("train")
+    x_val, y_val = data.encoded("val")
+    # 300 trees in 30 iterations of 10, each step 100 / 30 times scikit-learn's 0.1
+    with threadpool_limits(1):
+        hgb = HistGradientBoostingClassifier(max_iter=30, learning_rate=1 / 3, random_state=0).fit(x, y)
+    assert float(metrics["val/acc_hgb"]) == pytest.approx(accuracy_score(y_val, hgb.predict(x_val)))
+    assert float(metrics["val/loss_hgb"]) == pytest.approx(
+        log_loss(y_val, hgb.predict_proba(x_val), labels=list(range(10))), rel=1e-5
+    )
+
+
+def test_a_big_table_fits_them_on_a_seeded_sample_and_scores_every_validation_row(workdir: Path) -> None:
+    run = fit("--model=src.models.Regressor", "--data.source=friedman", "--data.num_samples=600",
+              "--baselines.max_rows=100", "--baselines.seed=3")  # fmt: skip
+    data, metrics = run.datamodule, run.trainer.callback_metrics
+    x, y = data.encoded("train")
+    x_val, y_val = data.encoded("val")
+    assert len(x) > 100
+    kept = np.sort(np.random.default_rng(3).choice(len(x), 100, replace=False))
+    ridge = Ridge().fit(x[kept], y[kept])
+    assert float(metrics["val/rmse_linear"]) == pytest.approx(
+        root_mean_squared_error(y_val, ridge.predict(x_val)), rel=1e-5
+    )
+    everything = Ridge().fit(x, y)  # and not the model of every row, which scores otherwise
+    assert float(metrics["val/rmse_linear"]) != pytest.approx(
+        root_mean_squared_error(y_val, everything.predict(x_val)), rel=1e-5
+    )
+
+
+def test_the_boosting_schedule_keeps_scikit_learns_for_few_classes_and_a_given_max_iter() -> None:
+    assert boosting_schedule("regression", 1, None) == (100, 0.1)
+    assert boosting_schedule("classification", 2, None) == (100, 0.1)  # binary: one tree per iteration
+    assert boosting_schedule("classification", 3, None) == (100, 0.1)
+    assert boosting_schedule("classification", 10, None) == (30, pytest.approx(1 / 3))
+    assert boosting_schedule("classification", 100, None) == (20, pytest.approx(0.5))  # MIN_ITER
+    assert boosting_schedule("classification", 10, 100) == (100, 0.1)  # as asked, at scikit-learn's rate
 
 
 def test_checkpoints_carry_the_figures_as_plain_floats(workdir: Path) -> None:
