@@ -44,6 +44,7 @@ from typing_extensions import override
 
 from benchmarks import report
 from benchmarks.child import run_python
+from src.callbacks.baselines import MODELS, tag
 
 #: the issue's acceptance: mean ratio to the better baseline, and no table below this
 MEAN_RATIO, WORST_RATIO = 1.0, 0.95
@@ -192,7 +193,7 @@ def summary(table: Table, run: dict[str, Any]) -> dict[str, float]:
     """One run's figures: net, hgb, linear (main test metric), ratio to the better baseline, seconds."""
     metric, m = MAIN[table.task], run["metrics"]
     net = m[f"test/{metric}"]
-    theirs = {name: m.get(f"baseline/{name}/test_{metric}", float("nan")) for name in ("hgb", "linear")}
+    theirs = {name: m.get(tag("test", metric, name), float("nan")) for name in MODELS}
     pick = max if table.task == "classification" else min
     best = pick(theirs.values())
     ratio = net / best if table.task == "classification" else best / net

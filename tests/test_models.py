@@ -17,6 +17,7 @@ from src.cli import main
 from src.errors import UserInputError
 from src.models import BaseTask, Classifier, ManualClassifier, Regressor
 from src.nets import MLP
+from src.nets.mlp import PeriodicEmbedding
 from tests.conftest import CONFIGS
 
 
@@ -37,6 +38,39 @@ def test_mlp_registers_every_layer_and_shapes() -> None:
         MLP(5, 1, activation="swish")
     with pytest.raises(ValueError, match=re.escape("MLP dropout=1.0 must lie in [0, 1).")):
         MLP(5, 1, dropout=1.0)
+
+
+def test_the_periodic_embedding_is_the_papers_formula_and_feeds_the_mlp() -> None:
+    torch.manual_seed(0)
+    net = MLP(3, 2, hidden_sizes=[8], periodic_frequencies=4, periodic_dim=5, periodic_scale=0.1)
+    embedding = net.body[0]
+    assert isinstance(embedding, PeriodicEmbedding)
+    x = torch.randn(6, 3)
+    # feature by feature: ReLU(W [cos(2π c_f x_f), sin(2π c_f x_f)] + b), concatenated in feature order
+    expected = torch.cat(
+        [
+            torch.relu(
+                embedding.linear(
+                    torch.cat(
+                        [
+                            torch.cos(2 * torch.pi * x[:, [f]] * embedding.frequencies[f]),
+                            torch.sin(2 * torch.pi * x[:, [f]] * embedding.frequencies[f]),
+                        ],
+                        dim=1,
+                    )
+                )
+            )
+            for f in range(3)
+        ],
+        dim=1,
+    )
+    torch.testing.assert_close(embedding(x), expected)
+    assert net.body[1].in_features == 3 * 5  # the first hidden layer reads every feature's embedding
+    assert net(x).shape == (6, 2)
+    assert embedding.frequencies.requires_grad  # trained, not fixed
+    assert not any(isinstance(m, PeriodicEmbedding) for m in MLP(3, 2).modules())  # off by default
+    with pytest.raises(ValueError, match=re.escape("MLP periodic_frequencies=-1, periodic_dim=16")):
+        MLP(3, 2, periodic_frequencies=-1)
 
 
 # -- the net is injected: any nn.Module built from the data's widths ------------------------------------
@@ -181,6 +215,9 @@ def test_a_net_named_in_yaml_is_saved_as_its_config(workdir: Path) -> None:
             "activation": "tanh",
             "dropout": 0.0,
             "batch_norm": False,
+            "periodic_frequencies": 0,
+            "periodic_dim": 16,
+            "periodic_scale": 0.1,
             "activation_checkpointing": False,
         },
     }

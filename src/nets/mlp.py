@@ -1,5 +1,6 @@
 """A multi-layer perceptron in plain PyTorch."""
 
+import math
 from collections.abc import Sequence
 from typing import Literal, get_args
 
@@ -18,8 +19,34 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
 assert set(ACTIVATIONS) == set(get_args(Activation))
 
 
+class PeriodicEmbedding(nn.Module):
+    """Each feature as ``ReLU(Linear([cos(2π c x), sin(2π c x)]))`` with trained frequencies ``c``: the
+    "PLR (lite)" numeric embedding of Gorishniy et al., *On Embeddings for Numerical Features in Tabular
+    Deep Learning* (2022), which lets an MLP draw the sharp, local shapes trees draw.
+
+    Args:
+        in_features: Width of the input ``F``.
+        frequencies: Frequencies ``k`` per feature.
+        dim: Width ``d`` of each feature's embedding; the output is ``(B, F * d)``.
+        scale: Standard deviation of the frequencies' initial normal draw (in units of the input, which
+            is standardized): larger is more local.
+    """
+
+    def __init__(self, in_features: int, frequencies: int, dim: int, scale: float) -> None:
+        super().__init__()
+        self.frequencies = nn.Parameter(torch.randn(in_features, frequencies) * scale)  # (F, k)
+        self.linear = nn.Linear(2 * frequencies, dim)  # shared by all features ("lite")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, F) → (B, F * d)."""
+        angles = 2 * math.pi * x.unsqueeze(-1) * self.frequencies  # (B, F, k)
+        periodic = torch.cat([angles.cos(), angles.sin()], dim=-1)  # (B, F, 2k)
+        return torch.relu(self.linear(periodic)).flatten(1)
+
+
 class MLP(nn.Module):
-    """Linear → [BatchNorm] → activation → [Dropout], once per hidden size, then a linear head.
+    """[PeriodicEmbedding], then Linear → [BatchNorm] → activation → [Dropout] once per hidden size, then a
+    linear head.
 
     Args:
         in_features: Width of the input.
@@ -28,6 +55,10 @@ class MLP(nn.Module):
         activation: One of ``relu``, ``gelu``, ``silu``, ``tanh``, ``leaky_relu``.
         dropout: Drop probability after each hidden activation; 0 disables it.
         batch_norm: Put a ``BatchNorm1d`` after each hidden linear layer.
+        periodic_frequencies: Embed each input feature with :class:`PeriodicEmbedding` of this many
+            frequencies before the first layer; 0 feeds the input as it is.
+        periodic_dim: Width of each feature's periodic embedding.
+        periodic_scale: Initial spread of the periodic embedding's frequencies.
         activation_checkpointing: While gradients are being recorded, keep only each hidden block's input
             and recompute the block in backward: less memory for one more forward per block. The last
             block runs normally, since backward needs its activations at once.
@@ -41,6 +72,9 @@ class MLP(nn.Module):
         activation: Activation = "relu",
         dropout: float = 0.0,
         batch_norm: bool = False,
+        periodic_frequencies: int = 0,
+        periodic_dim: int = 16,
+        periodic_scale: float = 0.1,
         activation_checkpointing: bool = False,
     ) -> None:
         super().__init__()
@@ -53,8 +87,17 @@ class MLP(nn.Module):
             raise ValueError(f"MLP dropout={dropout} must lie in [0, 1).")
         if any(size < 1 for size in hidden_sizes):
             raise ValueError(f"MLP hidden_sizes={list(hidden_sizes)}: every width must be at least 1.")
+        if periodic_frequencies < 0 or periodic_dim < 1 or periodic_scale <= 0:
+            raise ValueError(
+                f"MLP periodic_frequencies={periodic_frequencies}, periodic_dim={periodic_dim} and "
+                f"periodic_scale={periodic_scale}: the frequencies must be 0 (off) or more, the width at "
+                "least 1 and the scale above 0."
+            )
         layers: list[nn.Module] = []
         width = in_features
+        if periodic_frequencies:
+            layers.append(PeriodicEmbedding(in_features, periodic_frequencies, periodic_dim, periodic_scale))
+            width = in_features * periodic_dim
         for hidden in hidden_sizes:
             # bias is redundant right before BatchNorm, which subtracts the mean anyway
             layers.append(nn.Linear(width, hidden, bias=not batch_norm))
