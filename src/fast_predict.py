@@ -27,10 +27,10 @@ from torch import nn
 
 from src.checkpoints import check_names, load_checkpoint, resolve
 from src.data import sources
-from src.data.preprocessing import Preprocessor
+from src.data.preprocessing import preprocessing_of
 from src.errors import UserInputError
 from src.files import check_output, written
-from src.predict import prediction_frame
+from src.predict import beside_the_run, prediction_frame
 
 DEFAULTS = Path(__file__).resolve().parent.parent / "configs" / "defaults.yaml"
 #: the words this path takes, each once at most; anything else goes to the full CLI
@@ -139,11 +139,8 @@ def predict(words: list[str]) -> bool:
     overwrite = given.get("--overwrite", "false").lower() == "true"
     if output is not None:  # as the full CLI: refused before anything is read
         check_output(output, [path, ckpt_path, str(DEFAULTS)], overwrite)
-    if not Path(path).is_file():
-        raise UserInputError(
-            f"data.predict_path={path!r} does not exist; name the CSV or Parquet file to predict."
-        )
-    preprocessor = Preprocessor.from_state(checkpoint["TabularDataModule"]["preprocessing"])
+    sources.check_predict_path(path)
+    preprocessor = preprocessing_of(checkpoint, ckpt_path)
     fmt = sources.file_format(path)
     frame = sources.read_file(path, fmt, data.get("na_values") or [], key="data.predict_path")
     x = torch.from_numpy(preprocessor.transform(frame, sources.file_location(path, fmt)))
@@ -155,10 +152,10 @@ def predict(words: list[str]) -> bool:
     finally:
         torch.set_num_threads(before)
     rows = prediction_frame(outputs, preprocessor.labels, pd.Index(frame.index.to_numpy(), name="row"))
-    if output is None:  # the prediction writer's default: predictions.csv in the checkpoint's run folder
-        folder = Path(ckpt_path).resolve().parent
-        target = (folder.parent if folder.name == "checkpoints" else folder) / "predictions.csv"
-        checked = check_output(target, [ckpt_path, path], overwrite, "predict's default output")
+    if output is None:  # the prediction writer's default
+        checked = check_output(
+            beside_the_run(ckpt_path), [ckpt_path, path], overwrite, "predict's default output"
+        )
     else:
         checked = check_output(output, [ckpt_path, path], overwrite)
     with written(checked) as (partial,):

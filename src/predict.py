@@ -28,6 +28,13 @@ if TYPE_CHECKING:  # the tasks import Lightning; prediction_frame and a table's 
     from src.models import BaseTask
 
 
+def beside_the_run(ckpt_path: str | Path) -> Path:
+    """Where ``predict`` writes when given no ``--output``: ``predictions.csv`` in the run folder of the
+    checkpoint (``<run>/checkpoints/x.ckpt`` → ``<run>/predictions.csv``), else beside the checkpoint."""
+    folder = Path(ckpt_path).resolve().parent
+    return (folder.parent if folder.name == "checkpoints" else folder) / "predictions.csv"
+
+
 def prediction_frame(
     outputs: dict[str, torch.Tensor], labels: Sequence[Any] | None, index: Sequence[Any] | pd.Index
 ) -> pd.DataFrame:

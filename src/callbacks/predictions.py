@@ -11,7 +11,7 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from typing_extensions import override
 
 from src.files import check_output, written
-from src.predict import prediction_frame
+from src.predict import beside_the_run, prediction_frame
 
 
 class PredictionWriter(BasePredictionWriter):
@@ -43,9 +43,7 @@ class PredictionWriter(BasePredictionWriter):
         if self.output_path is not None:
             path = Path(self.output_path)
         elif trainer.ckpt_path and Path(trainer.ckpt_path).is_file():
-            # beside the run the checkpoint belongs to: <run>/checkpoints/x.ckpt → <run>/predictions.csv
-            folder = Path(trainer.ckpt_path).resolve().parent
-            path = (folder.parent if folder.name == "checkpoints" else folder) / "predictions.csv"
+            path = beside_the_run(trainer.ckpt_path)
         else:
             path = Path(trainer.log_dir or trainer.default_root_dir) / "predictions.csv"
         if trainer.world_size > 1:

@@ -340,10 +340,8 @@ class TabularDataModule(ResumableDataModule):
             )
         if source not in BUNDLED and (path is None or target_column is None or task is None):
             raise UserInputError(f"data.source={source} needs data.path, data.target_column and data.task.")
-        if predict_path is not None and not Path(predict_path).is_file():
-            raise UserInputError(
-                f"data.predict_path={predict_path!r} does not exist; name the CSV or Parquet file to predict."
-            )
+        if predict_path is not None:
+            sources.check_predict_path(predict_path)
         overlap = set(categorical_columns or []) & set(numeric_columns or [])
         if overlap:
             raise UserInputError(

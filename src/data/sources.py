@@ -96,6 +96,14 @@ def penguins() -> Table:
 # -- your file ----------------------------------------------------------------------------------------
 
 
+def check_predict_path(path: str) -> None:
+    """``data.predict_path`` names a file, or one sentence says it does not."""
+    if not Path(path).is_file():
+        raise UserInputError(
+            f"data.predict_path={path!r} does not exist; name the CSV or Parquet file to predict."
+        )
+
+
 def file_format(path: str | Path) -> FileFormat:
     """``csv`` or ``parquet`` from the file's suffix."""
     suffix = Path(path).suffix.lower()
