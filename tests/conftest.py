@@ -38,6 +38,9 @@ QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=
 #: every shipped callback's section switched off (configs/trainer/bare.yaml): for tests of the loop itself,
 #: where checkpoints, figures and dashboards play no part and only cost time
 BARE = ["--config", str(CONFIGS / "trainer" / "bare.yaml")]
+#: one pass over the training rows per epoch, for tests that count steps on tables of fewer than 16 batches
+#: (the shipped data.min_batches_per_epoch repeats their rows)
+ONE_PASS = ["--data.min_batches_per_epoch=null"]
 
 
 @pytest.fixture

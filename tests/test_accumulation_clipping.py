@@ -9,12 +9,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from typing_extensions import override
 
 from src.cli import CLI, main
-from tests.conftest import BARE, CONFIGS, QUIET
+from tests.conftest import BARE, CONFIGS, ONE_PASS, QUIET
 
 TRAINER = CONFIGS / "trainer"
 # spiral's net: Linear/tanh only, no dropout or BatchNorm, so the loss of a batch is a plain mean
 # the callbacks of defaults.yaml (figures, dashboards) play no part here and only cost time
-SPIRAL = ["--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=600", *BARE]
+SPIRAL = ["--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=600", *ONE_PASS, *BARE]
 
 
 def build(*args: str) -> CLI:

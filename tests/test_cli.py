@@ -20,7 +20,7 @@ from src.models import Classifier, Regressor
 from src.nets import MLP
 from src.profilers import NoProfiler
 from src.speedups import BATCH_HOOKS
-from tests.conftest import BARE, CONFIGS, QUIET, ROOT
+from tests.conftest import BARE, CONFIGS, ONE_PASS, QUIET, ROOT
 
 EXPERIMENTS = sorted(p for p in CONFIGS.glob("*.yaml") if p.name != "defaults.yaml")
 FRAGMENTS = sorted((CONFIGS / "trainer").glob("*.yaml"))
@@ -171,7 +171,7 @@ def test_later_config_wins(cli, workdir: Path) -> None:
     assert [m.p for m in run.model.net.modules() if isinstance(m, torch.nn.Dropout)] == [0.4, 0.4]
 
 
-SMALL = ["--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300"]
+SMALL = ["--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", *ONE_PASS]
 
 
 def callback_types(*words: str) -> list[str]:

@@ -84,7 +84,7 @@ def test_class_weights_and_target_stats_come_from_the_training_split() -> None:
 
 
 def test_loader_batches_by_indexing_not_per_sample() -> None:
-    dm = make(source="spiral", num_samples=300, batch_size=32)
+    dm = make(source="spiral", num_samples=300, batch_size=32, min_batches_per_epoch=None)
     with mock.patch.object(TensorBatches, "__getitem__", side_effect=AssertionError("per-sample path")):
         batches = list(dm.train_dataloader())
     x, y = batches[0]

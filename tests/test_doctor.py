@@ -47,12 +47,14 @@ def _seeded() -> None:
 
 
 def spiral(**settings: Any) -> TabularDataModule:
-    return TabularDataModule(source="spiral", num_samples=300, batch_size=32, **settings)
+    return TabularDataModule(
+        source="spiral", num_samples=300, batch_size=32, min_batches_per_epoch=None, **settings
+    )
 
 
 def mlp(**settings: Any) -> partial[MLP]:
     """The shipped net as a task's net factory: ``mlp()(in_features, out_features)``."""
-    return partial(MLP, hidden_sizes=[64, 64], **settings)
+    return partial(MLP, hidden_sizes=[64, 64], **{"periodic_frequencies": 0, **settings})
 
 
 def classifier(cls: type[Classifier] = Classifier, **settings: Any) -> Classifier:
@@ -183,11 +185,11 @@ class BroadcastingLoss(Regressor):
 
 
 def test_a_model_that_cannot_overfit_one_batch() -> None:
-    data = TabularDataModule(source="friedman", num_samples=300, batch_size=32)
+    data = TabularDataModule(source="friedman", num_samples=300, batch_size=32, min_batches_per_epoch=None)
     settings = {
         "in_features": 10,
         "out_features": 1,
-        "net": partial(MLP, hidden_sizes=[32]),
+        "net": partial(MLP, hidden_sizes=[32], periodic_frequencies=0),
         "optimizer": ADAM,
     }
     found = doctor(BroadcastingLoss(**settings), data)
@@ -232,11 +234,11 @@ def test_clipping_on_every_step() -> None:
 # the NaN loss that follows reaches the task's metrics, and torchmetrics says so
 @pytest.mark.filterwarnings("ignore:Encountered `nan` values:UserWarning")
 def test_a_gradient_norm_that_explodes() -> None:
-    data = TabularDataModule(source="friedman", num_samples=300, batch_size=32)
+    data = TabularDataModule(source="friedman", num_samples=300, batch_size=32, min_batches_per_epoch=None)
     model = Regressor(
         in_features=10,
         out_features=1,
-        net=partial(MLP, hidden_sizes=[32]),
+        net=partial(MLP, hidden_sizes=[32], periodic_frequencies=0),
         optimizer=partial(torch.optim.SGD, lr=3.0),
     )
     assert "grad-norm-exploding" in doctor(model, data, gradient_clip_val=None)
@@ -315,7 +317,9 @@ class FunctionalDropout(MLP):
             id="train-in-validation_step",
         ),
         pytest.param(
-            lambda: classifier(net=partial(FunctionalDropout, hidden_sizes=[64, 64], dropout=0.2)),
+            lambda: classifier(
+                net=partial(FunctionalDropout, hidden_sizes=[64, 64], dropout=0.2, periodic_frequencies=0)
+            ),
             "gave different outputs",
             id="functional-dropout",
         ),
@@ -404,7 +408,7 @@ def on_file(path: Path, **settings: Any) -> dict[str, Finding]:
     model = Classifier(
         in_features=data.in_features,
         out_features=data.out_features,
-        net=partial(MLP, hidden_sizes=[32]),
+        net=partial(MLP, hidden_sizes=[32], periodic_frequencies=0),
         optimizer=ADAM,
         **settings,
     )

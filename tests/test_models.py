@@ -27,12 +27,12 @@ def mlp(*hidden_sizes: int, **kwargs: Any) -> functools.partial[MLP]:
 
 
 def test_mlp_registers_every_layer_and_shapes() -> None:
-    net = MLP(5, 3, hidden_sizes=[8, 4], dropout=0.1, batch_norm=True)
+    net = MLP(5, 3, hidden_sizes=[8, 4], dropout=0.1, batch_norm=True, periodic_frequencies=0)
     # 5*8 (no bias before BatchNorm) + 2*8 BN, 8*4 + 2*4 BN, head 4*3+3
     assert sum(p.numel() for p in net.parameters()) == 40 + 16 + 32 + 8 + 15
     assert net(torch.randn(7, 5)).shape == (7, 3)
     assert sum(isinstance(m, torch.nn.Dropout) for m in net.modules()) == 2
-    assert MLP(5, 1, hidden_sizes=[]).head.in_features == 5
+    assert MLP(5, 1, hidden_sizes=[], periodic_frequencies=0).head.in_features == 5
     # plain PyTorch: ValueErrors naming the net, which a task turns into a sentence about its option
     with pytest.raises(ValueError, match=re.escape("MLP activation='swish' is unknown")):
         MLP(5, 1, activation="swish")
@@ -68,7 +68,12 @@ def test_the_periodic_embedding_is_the_papers_formula_and_feeds_the_mlp() -> Non
     assert net.body[1].in_features == 3 * 5  # the first hidden layer reads every feature's embedding
     assert net(x).shape == (6, 2)
     assert embedding.frequencies.requires_grad  # trained, not fixed
-    assert not any(isinstance(m, PeriodicEmbedding) for m in MLP(3, 2).modules())  # off by default
+    # on by default, with 8 frequencies and embeddings 16 wide (benchmarks/results/tables.md); 0: off
+    default = MLP(3, 2)
+    assert isinstance(default.body[0], PeriodicEmbedding)
+    assert default.body[0].frequencies.shape == (3, 8)
+    assert default.body[1].in_features == 3 * 16
+    assert not any(isinstance(m, PeriodicEmbedding) for m in MLP(3, 2, periodic_frequencies=0).modules())
     with pytest.raises(ValueError, match=re.escape("MLP periodic_frequencies=-1, periodic_dim=16")):
         MLP(3, 2, periodic_frequencies=-1)
 
@@ -91,7 +96,7 @@ def test_the_net_is_built_by_the_factory_from_the_datas_widths() -> None:
     # no net given: src.nets.MLP with its own defaults
     default = Classifier(in_features=4, out_features=3).net
     assert isinstance(default, MLP)
-    assert [m.out_features for m in default.modules() if isinstance(m, nn.Linear)] == [128, 64, 3]
+    assert [m.out_features for m in default.modules() if isinstance(m, nn.Linear)] == [16, 128, 64, 3]
 
 
 def test_a_bad_net_argument_is_one_sentence_naming_the_option() -> None:
@@ -215,7 +220,7 @@ def test_a_net_named_in_yaml_is_saved_as_its_config(workdir: Path) -> None:
             "activation": "tanh",
             "dropout": 0.0,
             "batch_norm": False,
-            "periodic_frequencies": 0,
+            "periodic_frequencies": 8,
             "periodic_dim": 16,
             "periodic_scale": 0.1,
             "activation_checkpointing": False,
@@ -223,7 +228,7 @@ def test_a_net_named_in_yaml_is_saved_as_its_config(workdir: Path) -> None:
     }
     assert is_primitive(hparams)
     assert isinstance(run.model.net, MLP)
-    assert [m.out_features for m in run.model.net.modules() if isinstance(m, nn.Linear)] == [64, 64, 3]
+    assert [m.out_features for m in run.model.net.modules() if isinstance(m, nn.Linear)] == [16, 64, 64, 3]
 
 
 # -- the subclasses declare their own arguments; BaseTask's pass through **kwargs -----------------------

@@ -76,7 +76,9 @@ CASES = {
 
 
 def data() -> TabularDataModule:
-    return TabularDataModule(source="spiral", num_samples=600, batch_size=64, seed=0)
+    return TabularDataModule(
+        source="spiral", num_samples=600, batch_size=64, seed=0, min_batches_per_epoch=None
+    )
 
 
 def net(case: Case) -> partial[MLP]:

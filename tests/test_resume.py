@@ -13,11 +13,12 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from src.callbacks import Preemption, RandomState
 from src.cli import CLI, main
 from src.data.datamodule import ResumableLoader
-from tests.conftest import CONFIGS, QUIET
+from tests.conftest import CONFIGS, ONE_PASS, QUIET
 
 EPOCHS, BATCHES = 4, 9  # spiral: 1050 training rows in batches of 128
 ARGS = [
-    "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=1500", f"--trainer.max_epochs={EPOCHS}",
+    "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=1500", *ONE_PASS,
+    f"--trainer.max_epochs={EPOCHS}",
     "--model.init_args.net.init_args.dropout=0.2", "--model.init_args.scheduler=null",
     "--trainer.limit_val_batches=2",
 ]  # fmt: skip

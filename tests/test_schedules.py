@@ -23,12 +23,12 @@ from typing_extensions import override
 
 from src.cli import CLI, main
 from src.errors import UserInputError
-from tests.conftest import BARE, CONFIGS, QUIET, plant_val_loss
+from tests.conftest import BARE, CONFIGS, ONE_PASS, QUIET, plant_val_loss
 
 TRAINER = CONFIGS / "trainer"
 LR, EPOCHS, BATCHES = 0.01, 4, 3
 SPIRAL = [
-    "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", "--data.batch_size=32",
+    "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", "--data.batch_size=32", *ONE_PASS,
     "--model.init_args.optimizer=torch.optim.Adam", f"--model.init_args.optimizer.init_args.lr={LR}",
     f"--trainer.max_epochs={EPOCHS}", f"--trainer.limit_train_batches={BATCHES}",
     "--trainer.num_sanity_val_steps=0", *BARE,  # only the schedule matters here
@@ -98,7 +98,7 @@ def test_a_longer_run_stretches_digits_cosine_to_its_last_epoch(workdir: Path) -
     run = main(
         [
             "--config", str(CONFIGS / "digits.yaml"), f"--trainer.max_epochs={epochs}",
-            "--data.batch_size=2048",  # one small step per epoch
+            "--data.batch_size=2048", *ONE_PASS,  # one small step per epoch
             "--model.init_args.net.init_args.hidden_sizes=[8]",
             "--trainer.limit_val_batches=0", *BARE,
             "--trainer.logger=false", "--trainer.enable_checkpointing=false", *QUIET,

@@ -100,7 +100,7 @@ class Probe(Callback):
 
 
 def data() -> TabularDataModule:
-    return TabularDataModule(source="spiral", num_samples=600, batch_size=ROWS)
+    return TabularDataModule(source="spiral", num_samples=600, batch_size=ROWS, min_batches_per_epoch=None)
 
 
 def fit(
@@ -134,7 +134,9 @@ def scalars(events: EventAccumulator, tag: str) -> dict[int, float]:
 def model(cls: type[BaseTask] = Classifier, **hparams: Any) -> BaseTask:
     torch.manual_seed(0)  # the same initial weights in every run: the preconditions below hold in each
     sgd = functools.partial(torch.optim.SGD, lr=LR)  # a constant learning rate to compare with
-    net = functools.partial(MLP, hidden_sizes=[16])
+    net = functools.partial(
+        MLP, hidden_sizes=[16], periodic_frequencies=0
+    )  # the norms the preconditions hold for
     return cls(in_features=2, out_features=3, **{"net": net, "optimizer": sgd, **hparams})
 
 

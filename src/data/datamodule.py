@@ -282,8 +282,9 @@ class TabularDataModule(ResumableDataModule):
         min_batches_per_epoch: A training epoch of fewer batches repeats the training rows (each as
             often as the others, in a fresh order) until it has at least this many: the run's budget,
             early stopping's patience and the checks between epochs are counted in epochs, so a table
-            of one batch would otherwise get one optimizer step per epoch. ``None`` (the default): one
-            pass per epoch; 16 is what benchmarks/results/tables.md measures on tables under 500 rows.
+            of one batch would otherwise get one optimizer step per epoch. 16 (the default) is what
+            benchmarks/results/tables.md measures on tables under 500 rows; ``None``: one pass per epoch.
+            A table of 16 batches or more is not affected.
         num_workers: Loader worker processes; 0 loads in the main process (best for in-memory data).
         drop_last: Drop the last, smaller training batch of each epoch.
     """
@@ -315,7 +316,7 @@ class TabularDataModule(ResumableDataModule):
         seed: int = 42,
         standardize: bool = True,
         batch_size: int = 64,
-        min_batches_per_epoch: int | None = None,
+        min_batches_per_epoch: int | None = 16,
         num_workers: int = 0,
         drop_last: bool = False,
     ) -> None:
