@@ -230,8 +230,8 @@ def table_text(runs: dict[str, list[dict[str, Any]]], extra: list[str]) -> str:
         epochs = statistics.median(r["epochs"] for r in rows)
         capped = sum(bool(r["capped"]) for r in rows)
         ratios.append(mean["ratio"])
-        for name in MODELS:
-            alone[name].append(statistics.mean(float(r[f"{name}_ratio"]) for r in rows))
+        for model in MODELS:
+            alone[model].append(statistics.mean(float(r[f"{model}_ratio"]) for r in rows))
         if found[0]["rows"] < 1000:
             small_net_seconds += [r["net_s"] + r["baselines_s"] for r in rows]
         lines.append(
@@ -248,7 +248,7 @@ def table_text(runs: dict[str, list[dict[str, Any]]], extra: list[str]) -> str:
     )
     lines.append(
         "- each baseline against the same bar (the better of the two on each table's test rows), mean "
-        "ratio: " + ", ".join(f"{name} {statistics.mean(values):.3f}" for name, values in alone.items())
+        "ratio: " + ", ".join(f"{model} {statistics.mean(values):.3f}" for model, values in alone.items())
     )
     if small_net_seconds:
         lines.append(
