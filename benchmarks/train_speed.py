@@ -4,9 +4,10 @@
     .venv/bin/python -m benchmarks.train_speed --rounds 5 --write # and save benchmarks/results/train_speed.md
     .venv/bin/python -m benchmarks.train_speed --profile bare template   # where each one's step time goes
 
-The setup: an MLP 64 → 256 → 256 → 10 (:class:`src.nets.MLP`, ReLU, no dropout) on ``--rows`` seeded
-synthetic rows (64 standard-normal features, 10 classes from a random linear teacher), batches of 256,
-``AdamW(lr=1e-3)``, gradient norm clipped at 1.0, on the CPU with ``--threads`` torch threads. Every
+The setup: an MLP 64 → 256 → 256 → 10 (:class:`src.nets.MLP`, ReLU, no dropout or periodic embedding) on
+``--rows`` seeded synthetic rows (64 standard-normal features, 10 classes from a random linear teacher),
+batches of 256, ``AdamW(lr=1e-3)``, gradient norm clipped at 1.0, on the CPU with ``--threads`` torch
+threads. Every
 variant starts from the same weights and takes the same number of optimizer steps (``--steps``, by
 default and at most one epoch of full batches, ``rows // 256``), as one epoch: the Lightning variants are
 given ``max_epochs=1`` and ``limit_train_batches=steps``. The variants:
@@ -122,7 +123,7 @@ class Setup:
     def net(self) -> MLP:
         """The MLP every variant starts from: seeded, so all start with the same weights."""
         torch.manual_seed(self.seed)
-        return MLP(self.features, self.classes, hidden_sizes=self.hidden_sizes)
+        return MLP(self.features, self.classes, hidden_sizes=self.hidden_sizes, periodic_frequencies=0)
 
 
 @dataclass
@@ -363,7 +364,7 @@ def run_template(setup: Setup, data: Data) -> Run:
     model = Classifier(
         in_features=datamodule.in_features,  # reads, splits and scales the file now, outside the clock
         out_features=datamodule.out_features,
-        net=partial(MLP, hidden_sizes=list(setup.hidden_sizes)),
+        net=partial(MLP, hidden_sizes=list(setup.hidden_sizes), periodic_frequencies=0),
         optimizer=partial(torch.optim.AdamW, lr=setup.lr),
     )
     model.net.load_state_dict(setup.net().state_dict())
@@ -377,6 +378,7 @@ def cli_words(setup: Setup, data: Data) -> list[str]:
         "--model=src.models.Classifier",
         "--model.init_args.net=src.nets.MLP",
         f"--model.init_args.net.init_args.hidden_sizes=[{', '.join(map(str, setup.hidden_sizes))}]",
+        "--model.init_args.net.init_args.periodic_frequencies=0",  # the plain MLP of every variant
         "--model.init_args.optimizer=torch.optim.AdamW",
         f"--model.init_args.optimizer.init_args.lr={setup.lr}",
         "--data.source=parquet",

@@ -74,6 +74,10 @@ def test_the_periodic_embedding_is_the_papers_formula_and_feeds_the_mlp() -> Non
     assert default.body[0].frequencies.shape == (3, 8)
     assert default.body[1].in_features == 3 * 16
     assert not any(isinstance(m, PeriodicEmbedding) for m in MLP(3, 2, periodic_frequencies=0).modules())
+    # up to 128 input columns; a wider input goes in as it is, unless the limit is lifted
+    assert isinstance(MLP(128, 2).body[0], PeriodicEmbedding)
+    assert MLP(129, 2).body[0].in_features == 129
+    assert isinstance(MLP(129, 2, periodic_max_features=None).body[0], PeriodicEmbedding)
     with pytest.raises(ValueError, match=re.escape("MLP periodic_frequencies=-1, periodic_dim=16")):
         MLP(3, 2, periodic_frequencies=-1)
 
@@ -223,6 +227,7 @@ def test_a_net_named_in_yaml_is_saved_as_its_config(workdir: Path) -> None:
             "periodic_frequencies": 8,
             "periodic_dim": 16,
             "periodic_scale": 0.1,
+            "periodic_max_features": 128,
             "activation_checkpointing": False,
         },
     }
