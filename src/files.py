@@ -77,7 +77,7 @@ def check_output(
             raise UserInputError(f"{named} is {str(given)!r}, an input of this run; name another file.")
     if target.is_symlink():  # a rename would replace the link itself, wherever it pointed
         raise UserInputError(f"{named} is a symbolic link; name the file itself.")
-    if target.is_dir():
+    if target.is_dir() or str(path).endswith(("/", os.sep)):  # Path() drops a trailing slash
         raise UserInputError(f"{named} is a folder; name the file to write inside it.")
     if target.exists() and not target.is_file():
         raise UserInputError(f"{named} is not a regular file (a device, pipe or socket); name a file.")

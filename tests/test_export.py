@@ -226,6 +226,10 @@ def test_the_export_refuses_a_graph_that_differs_from_the_checkpoint(
             ["--ckpt_path", "{ckpt}", "--output", "."],
             "error: --output='.' is a folder; name the file to write inside it.",
         ),
+        (  # a folder that does not exist yet: not a file named "new-folder"
+            ["--ckpt_path", "{ckpt}", "--output", "new-folder/"],
+            "error: --output='new-folder/' is a folder; name the file to write inside it.",
+        ),
         (
             ["--format", "onnx"],
             "error: the following arguments are required: --ckpt_path; see python -m src.apps.export --help.",

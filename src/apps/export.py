@@ -553,7 +553,7 @@ def export(
     prepared = image_export(ckpt_path) if carries_images(ckpt_path) else table_export(ckpt_path)
     option = "--output" if output is not None else "the default output beside the checkpoint"
     graph_path = Path(output) if output is not None else Path(ckpt_path).with_suffix(SUFFIXES[fmt])
-    check_output(graph_path, [ckpt_path], overwrite, option)
+    check_output(output if output is not None else graph_path, [ckpt_path], overwrite, option)
     sidecar_path = graph_path.with_name(graph_path.name + ".json")
     check_output(sidecar_path, [ckpt_path], overwrite, f"the sidecar of {option}")
 
