@@ -25,12 +25,10 @@ from pathlib import Path
 os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
 if __name__ == "__main__":
-    # predict on a table's checkpoint needs neither the Trainer nor Lightning, whose import takes longer
-    # than the rest: src/fast_predict.py answers it before Lightning is imported, or hands it back
-    from src.fast_predict import main as predict_without_lightning
+    # before Lightning is imported here: predict on a table's checkpoint needs neither it nor the Trainer
+    from src import console
 
-    if predict_without_lightning(sys.argv[1:]):
-        sys.exit(0)
+    sys.exit(console())
 
 from typing import Any
 
@@ -523,10 +521,3 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
         raise SystemExit(2) from err
 
 
-def console() -> None:
-    """The ``lightning-template`` command (pyproject.toml's script): :func:`main` on the shell's words."""
-    main()
-
-
-if __name__ == "__main__":
-    main()

@@ -118,13 +118,20 @@ def test_bad_input_gets_the_full_clis_sentence(messy, tmp_path: Path) -> None:
     assert not (tmp_path / "o.csv").exists()
 
 
-def test_the_command_predicts_without_importing_lightning(messy, tmp_path: Path) -> None:
-    """``python -m src.cli predict`` as a user types it: the file, and no Lightning module loaded."""
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "runpy.run_module('src.cli', run_name='__main__', alter_sys=True)",  # python -m src.cli
+        "from src import console; sys.exit(console())",  # lightning-template, as pip writes its script
+    ],
+)
+def test_the_command_predicts_without_importing_lightning(messy, tmp_path: Path, entry: str) -> None:
+    """``predict`` as a user types it: the file, and no Lightning module loaded."""
     ckpt, rows = messy
     probe = (
         "import atexit, runpy, sys\n"
         "atexit.register(lambda: print('lightning loaded:', 'lightning' in sys.modules))\n"
-        "runpy.run_module('src.cli', run_name='__main__', alter_sys=True)\n"
+        f"{entry}\n"
     )
     out = tmp_path / "cmd.csv"
     words = ["predict", CKPT, str(ckpt), "--data.predict_path", str(rows), "--output", str(out)]
