@@ -519,5 +519,3 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
             raise
         print(f"error: {sentence}", file=sys.stderr)
         raise SystemExit(2) from err
-
-
