@@ -28,7 +28,8 @@ if __name__ == "__main__":
     # before Lightning is imported here: predict on a table's checkpoint needs neither it nor the Trainer
     from src import console
 
-    sys.exit(console())
+    console()
+    sys.exit(0)
 
 from typing import Any
 

@@ -122,7 +122,7 @@ def test_bad_input_gets_the_full_clis_sentence(messy, tmp_path: Path) -> None:
     "entry",
     [
         "runpy.run_module('src.cli', run_name='__main__', alter_sys=True)",  # python -m src.cli
-        "from src import console; sys.exit(console())",  # lightning-template, as pip writes its script
+        "from src import console; sys.exit(console())",  # lightning-template: pip's script, word for word
     ],
 )
 def test_the_command_predicts_without_importing_lightning(messy, tmp_path: Path, entry: str) -> None:
