@@ -30,6 +30,7 @@ from src.data import sources
 from src.data.preprocessing import preprocessing_of
 from src.errors import UserInputError
 from src.files import check_output, written
+from src.nets import DEFAULT_NET
 from src.predict import beside_the_run, prediction_frame
 
 DEFAULTS = Path(__file__).resolve().parent.parent / "configs" / "defaults.yaml"
@@ -82,7 +83,7 @@ def task_of(checkpoint: dict[str, Any]) -> str | None:
 def net_of(checkpoint: dict[str, Any], path: str) -> nn.Module:
     """The task's net, rebuilt from its config (as the task's ``__init__`` builds it) and its weights."""
     hparams = checkpoint["hyper_parameters"]
-    spec = hparams.get("net") or {"class_path": "src.nets.MLP"}
+    spec = hparams.get("net") or DEFAULT_NET
     net_class = resolve(spec["class_path"])  # a trusted name (check_names), or one of an imported class
     if not isinstance(net_class, type):
         raise UserInputError(

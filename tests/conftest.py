@@ -114,7 +114,8 @@ def fit_in(folder: Path, *words: str) -> CLI:
 @pytest.fixture(scope="session")
 def messy_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     """One short fit on a messy CSV (text, yes/no words, booleans, empty cells, "?", named classes),
-    shared by the tests of what comes after training: export and serving."""
+    shared by the tests of what comes after training: export and serving. No net named: the default one
+    (src.nets.DEFAULT_NET, an ensemble with a periodic embedding) is what they export and serve."""
     from tests.test_preprocessing import messy_frame
 
     folder = tmp_path_factory.mktemp("messy-trained")
@@ -123,7 +124,7 @@ def messy_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     run = fit_in(
         folder, "--config", str(CONFIGS / "digits.yaml"), "--data.source=csv", "--data.path=train.csv",
         "--data.target_column=label", "--data.task=classification", "--data.max_categories=4",
-        "--data.missing_indicator=true",
+        "--data.missing_indicator=true", "--model.init_args.net=null",
     )  # fmt: skip
     return Trained(run, frame, Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt")
 

@@ -97,10 +97,35 @@ def test_the_net_is_built_by_the_factory_from_the_datas_widths() -> None:
     assert isinstance(model.net, nn.Linear)
     x = torch.randn(5, 4)
     torch.testing.assert_close(model(x), model.net(x))  # forward is the net's, nothing added
-    # no net given: src.nets.MLP with its own defaults
+    # no net given: src.nets.DEFAULT_NET, an ensemble of 8 MLPs sharing two hidden layers of 128
     default = Classifier(in_features=4, out_features=3).net
     assert isinstance(default, MLP)
-    assert [m.out_features for m in default.modules() if isinstance(m, nn.Linear)] == [16, 128, 64, 3]
+    assert default.ensemble_size == 8
+    assert [m.out_features for m in default.modules() if isinstance(m, nn.Linear)] == [16, 128, 128]
+    assert default.heads_weight.shape == (8, 128, 3)
+
+
+def test_an_ensemble_trains_each_member_on_every_row_and_predicts_their_mean() -> None:
+    torch.manual_seed(0)
+    net = MLP(5, 3, hidden_sizes=[8], ensemble_size=4, periodic_frequencies=0)
+    x, y = torch.randn(6, 5), torch.tensor([0, 1, 2, 0, 1, 2])
+    # member i: its own signs on the input, the shared hidden layer, its own head
+    members = [
+        net.body(x * net.signs[i]) @ net.heads_weight[i] + net.heads_bias[i] for i in range(4)
+    ]  # each (6, 3)
+    torch.testing.assert_close(net(x), torch.stack(members, dim=1))  # training: (B, k, out)
+    net.eval()
+    torch.testing.assert_close(net(x), torch.stack(members).mean(0))  # evaluation: their mean
+    net.train()
+    # the task's training loss is the mean of the members' own losses, not the loss of their mean
+    task = Classifier(in_features=5, out_features=3, net=lambda i, o: net)
+    loss = task.training_step((x, y), 0)
+    torch.testing.assert_close(loss, torch.stack([F.cross_entropy(m, y) for m in members]).mean())
+    assert not torch.allclose(loss, F.cross_entropy(torch.stack(members).mean(0), y))
+    regressor = Regressor(in_features=5, out_features=1, net=functools.partial(MLP, ensemble_size=3))
+    assert regressor.training_step((x, torch.randn(6)), 0).dim() == 0
+    with pytest.raises(ValueError, match=re.escape("MLP ensemble_size=0 must be at least 1")):
+        MLP(5, 3, ensemble_size=0)
 
 
 def test_a_bad_net_argument_is_one_sentence_naming_the_option() -> None:
@@ -228,6 +253,7 @@ def test_a_net_named_in_yaml_is_saved_as_its_config(workdir: Path) -> None:
             "periodic_dim": 16,
             "periodic_scale": 0.1,
             "periodic_max_features": 128,
+            "ensemble_size": 1,
             "activation_checkpointing": False,
         },
     }

@@ -26,6 +26,7 @@ import tests.test_best_checkpoint as best_checkpoint
 import tests.test_checkpointing as checkpointing
 import tests.test_fast_predict as fast_predict_tests
 import tests.test_loop as loop
+import tests.test_models as models
 import tests.test_parity as parity
 import tests.test_predict as predict
 import tests.test_resume as resume
@@ -440,3 +441,17 @@ def test_fast_predict_catches_a_checkpoint_let_through_unchecked(
         fast_predict_tests.test_a_checkpoint_naming_code_of_elsewhere_is_refused_before_anything_is_imported(
             messy_trained, planted, workdir, "optimizer"
         )
+
+
+def test_the_ensemble_test_catches_a_task_that_trains_the_members_mean(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mutate(
+        monkeypatch,
+        BaseTask,
+        "_shared_step",
+        "if output.dim() == target.dim() + 2:",
+        "if output.dim() == target.dim() + 2:\n        output = output.mean(dim=1, keepdim=True)",
+    )
+    with pytest.raises(AssertionError, match="not close"):
+        models.test_an_ensemble_trains_each_member_on_every_row_and_predicts_their_mean()

@@ -18,7 +18,7 @@ from typing_extensions import override
 
 from src.checkpoints import check_names, load_checkpoint
 from src.errors import UserInputError
-from src.nets import MLP
+from src.nets import DEFAULT_NET, MLP
 
 Stage = Literal["fit", "val", "test"]
 #: each stage's prefix in the logged names (``train/loss``, ``val/acc``); the metrics live under the
@@ -44,7 +44,7 @@ class BaseTask(L.LightningModule, ABC):
         out_features: Output width (class count, or 1 for regression); linked from the DataModule.
         net: Builds the net from ``(in_features, out_features)``: in YAML the ``class_path`` of any
             ``nn.Module`` taking those two widths first, its other arguments as ``init_args``. ``None``
-            means ``src.nets.MLP`` with its defaults.
+            means :data:`src.nets.DEFAULT_NET` (an ensemble of MLPs for tables).
         optimizer: Builds the optimizer from the parameters; chosen in YAML (``class_path`` + ``init_args``).
             ``None`` means ``AdamW(lr=1e-3)``. (No class default here on purpose: the parser would carry a
             default class's ``init_args``, say AdamW's ``weight_decay``, over to the class a config names.)
@@ -80,8 +80,9 @@ class BaseTask(L.LightningModule, ABC):
         self.check_shapes()
         self.optimizer = optimizer
         self.scheduler = scheduler
+        build: NetFactory = net or functools.partial(MLP, **DEFAULT_NET["init_args"])
         try:
-            self.net = (net or MLP)(in_features, out_features)
+            self.net = build(in_features, out_features)
         except (ValueError, TypeError) as err:  # a bad argument of the net, as one sentence
             raise UserInputError(f"model.init_args.net: {err}") from err
         if compile_net:
@@ -162,7 +163,14 @@ class BaseTask(L.LightningModule, ABC):
         """
         x, target = batch
         output = self(x)  # (B, K) raw logits or (B, 1) values
-        loss = self.loss(output, target)
+        if output.dim() == target.dim() + 2:
+            # (B, k, K): an ensemble's k predictions of each row (src.nets.MLP in training), each member
+            # trained on every row: the mean of the members' losses; the metrics see the members' mean
+            members = output.shape[1]
+            loss = self.loss(output.flatten(0, 1), target.repeat_interleave(members, dim=0))
+            output = output.mean(dim=1)
+        else:
+            loss = self.loss(output, target)
         preds, metric_target = self.metric_inputs(output.detach(), target)
         epoch_loss, metrics = self._metrics_of(stage)
         # detached: a tensor that keeps its graph keeps every activation of the step alive

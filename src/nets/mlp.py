@@ -48,6 +48,13 @@ class MLP(nn.Module):
     """[PeriodicEmbedding], then Linear → [BatchNorm] → activation → [Dropout] once per hidden size, then a
     linear head.
 
+    With ``ensemble_size`` k above 1 it is k nets in one, after "TabM-mini" (Gorishniy et al., *TabM:
+    Advancing Tabular Deep Learning with Parameter-Efficient Ensembling*, 2024): each member multiplies the
+    (embedded) input by its own fixed ±1 signs, shares the hidden layers, and has its own head. In training
+    the output is ``(B, k, out_features)``, one prediction per member, and each member is trained on every
+    row (:class:`src.models.BaseTask` averages the members' losses); in evaluation it is the members' mean,
+    ``(B, out_features)``, so predicting and exporting see a plain net.
+
     Args:
         in_features: Width of the input.
         out_features: Width of the output (class count for logits, target count for regression).
@@ -64,6 +71,7 @@ class MLP(nn.Module):
             columns, say) goes in as it is, since the embedding makes the first layer ``periodic_dim``
             times as wide: a step of 64 rows costs 6 times a plain one at 64 columns, 36 times at 1,024
             (one thread). ``None``: no limit.
+        ensemble_size: Members of the ensemble above; 1 is a plain MLP.
         activation_checkpointing: While gradients are being recorded, keep only each hidden block's input
             and recompute the block in backward: less memory for one more forward per block. The last
             block runs normally, since backward needs its activations at once.
@@ -81,6 +89,7 @@ class MLP(nn.Module):
         periodic_dim: int = 16,
         periodic_scale: float = 0.1,
         periodic_max_features: int | None = 128,
+        ensemble_size: int = 1,
         activation_checkpointing: bool = False,
     ) -> None:
         super().__init__()
@@ -99,6 +108,10 @@ class MLP(nn.Module):
                 f"periodic_scale={periodic_scale}: the frequencies must be 0 (off) or more, the width at "
                 "least 1 and the scale above 0."
             )
+        if ensemble_size < 1 or (ensemble_size > 1 and activation_checkpointing):
+            raise ValueError(
+                f"MLP ensemble_size={ensemble_size} must be at least 1, and 1 with activation_checkpointing."
+            )
         layers: list[nn.Module] = []
         width = in_features
         if periodic_frequencies and (periodic_max_features is None or in_features <= periodic_max_features):
@@ -115,12 +128,24 @@ class MLP(nn.Module):
             width = hidden
         # nn.Sequential, not a Python list: a list would hide the layers from .parameters() and .to()
         self.body = nn.Sequential(*layers)
-        self.head = nn.Linear(width, out_features)
         self.activation_checkpointing = activation_checkpointing
         self.num_blocks = len(hidden_sizes)
+        self.ensemble_size = ensemble_size
+        if ensemble_size == 1:
+            self.head = nn.Linear(width, out_features)
+            return
+        self.embedded = len(self.body) > 0 and isinstance(self.body[0], PeriodicEmbedding)
+        first = in_features * periodic_dim if self.embedded else in_features
+        # each member's signs on the first layer's input, drawn once and trained from there
+        self.signs = nn.Parameter(torch.randint(0, 2, (ensemble_size, first)).float() * 2 - 1)  # (k, W)
+        self.heads_weight = nn.Parameter(torch.randn(ensemble_size, width, out_features) / math.sqrt(width))
+        self.heads_bias = nn.Parameter(torch.zeros(ensemble_size, out_features))  # (k, out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, in_features) → (B, out_features); raw outputs, no softmax."""
+        """(B, in_features) → (B, out_features); raw outputs, no softmax. An ensemble in training:
+        (B, ensemble_size, out_features)."""
+        if self.ensemble_size > 1:
+            return self._ensemble(x)
         if self.activation_checkpointing and self.num_blocks > 1 and torch.is_grad_enabled():
             # one segment per hidden block; non-reentrant, so it works with inputs that need no grad
             # and restores the RNG state for dropout when it recomputes
@@ -128,3 +153,11 @@ class MLP(nn.Module):
         else:
             hidden = self.body(x)
         return self.head(hidden)
+
+    def _ensemble(self, x: torch.Tensor) -> torch.Tensor:
+        k, start = self.ensemble_size, int(self.embedded)
+        h = self.body[0](x) if self.embedded else x  # (B, W)
+        h = (h.unsqueeze(1) * self.signs).flatten(0, 1)  # (B * k, W): each row once per member
+        h = self.body[start:](h).unflatten(0, (-1, k))  # (B, k, H), the hidden layers shared
+        out = torch.einsum("bkh,kho->bko", h, self.heads_weight) + self.heads_bias  # (B, k, out)
+        return out if self.training else out.mean(dim=1)
