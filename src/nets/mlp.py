@@ -49,11 +49,11 @@ class MLP(nn.Module):
     linear head.
 
     With ``ensemble_size`` k above 1 it is k nets in one, after "TabM-mini" (Gorishniy et al., *TabM:
-    Advancing Tabular Deep Learning with Parameter-Efficient Ensembling*, 2024): each member multiplies the
-    (embedded) input by its own fixed ±1 signs, shares the hidden layers, and has its own head. In training
-    the output is ``(B, k, out_features)``, one prediction per member, and each member is trained on every
-    row (:class:`src.models.BaseTask` averages the members' losses); in evaluation it is the members' mean,
-    ``(B, out_features)``, so predicting and exporting see a plain net.
+    Advancing Tabular Deep Learning with Parameter-Efficient Ensembling*, 2024): each member multiplies
+    the (embedded) input by its own signs (drawn ±1, then trained), shares the hidden layers, and has its
+    own head. In training the output is ``(B, k, out_features)``, one prediction per member, and each
+    member is trained on every row (:class:`src.models.BaseTask` averages the members' losses); in
+    evaluation it is the members' mean, ``(B, out_features)``, so predicting and exporting see a plain net.
 
     Args:
         in_features: Width of the input.
@@ -117,6 +117,7 @@ class MLP(nn.Module):
         if periodic_frequencies and (periodic_max_features is None or in_features <= periodic_max_features):
             layers.append(PeriodicEmbedding(in_features, periodic_frequencies, periodic_dim, periodic_scale))
             width = in_features * periodic_dim
+        first = width  # what the first hidden layer reads
         for hidden in hidden_sizes:
             # bias is redundant right before BatchNorm, which subtracts the mean anyway
             layers.append(nn.Linear(width, hidden, bias=not batch_norm))
@@ -135,7 +136,6 @@ class MLP(nn.Module):
             self.head = nn.Linear(width, out_features)
             return
         self.embedded = len(self.body) > 0 and isinstance(self.body[0], PeriodicEmbedding)
-        first = in_features * periodic_dim if self.embedded else in_features
         # each member's signs on the first layer's input, drawn once and trained from there
         self.signs = nn.Parameter(torch.randint(0, 2, (ensemble_size, first)).float() * 2 - 1)  # (k, W)
         self.heads_weight = nn.Parameter(torch.randn(ensemble_size, width, out_features) / math.sqrt(width))
