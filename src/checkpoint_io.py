@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities.rank_zero import rank_zero_debug
 from typing_extensions import override
 
 from src.checkpoints import read_data
@@ -24,8 +25,18 @@ from src.files import written
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """:class:`TorchCheckpointIO` whose local saves are atomic on every filesystem layout, and whose
-    loads never run code (see module)."""
+    """:class:`TorchCheckpointIO` whose local saves are atomic on every filesystem layout, whose loads never
+    run code (see module), and which removes only the checkpoints this process wrote.
+
+    The last rule is what makes a resume safe: a resumed ModelCheckpoint restores the list of files its
+    earlier run kept and deletes them as better ones come, files another process wrote (a run resumed
+    from an older checkpoint would delete the newer ones for good). Such files are left where they are.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: every local checkpoint this process saved, resolved
+        self.written: set[Path] = set()
 
     @override
     def save_checkpoint(
@@ -38,6 +49,15 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise TypeError(f"{type(self).__name__} takes no storage_options.")
         with written(Path(path)) as (temporary,), temporary.open("wb") as file:
             torch.save(checkpoint, file)
+        self.written.add(Path(path).resolve())
+
+    @override
+    def remove_checkpoint(self, path: str | Path) -> None:
+        if "://" in str(path) or Path(path).resolve() in self.written:
+            super().remove_checkpoint(path)
+            self.written.discard(Path(path).resolve())
+        else:
+            rank_zero_debug(f"{path} was written by another process; it is kept.")
 
     @override
     def load_checkpoint(

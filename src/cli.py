@@ -35,6 +35,7 @@ from typing import Any
 
 import lightning as L
 import yaml
+from jsonargparse import Namespace
 from lightning.pytorch.callbacks import (
     BasePredictionWriter,
     Callback,
@@ -49,6 +50,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
+from src import runs
 from src.callbacks import (
     Baselines,
     CpuThreads,
@@ -64,7 +66,7 @@ from src.callbacks.dashboard import environment_text, tensorboard_writer
 from src.checkpoints import DOTTED, check_names, load_checkpoint, resolve
 from src.cli_errors import Parser, check_config_files, check_log_folder, user_error
 from src.data import TabularDataModule
-from src.errors import UserInputError
+from src.errors import UserInputError, notice
 from src.files import check_output
 from src.speedups import Speedups
 
@@ -114,6 +116,11 @@ class SaveConfig(SaveConfigCallback):
     new_version: bool = False
 
     @functools.cached_property
+    def lock(self) -> runs.RunLock:
+        """Held on the run folder while a fit writes into it."""
+        return runs.RunLock()
+
+    @functools.cached_property
     def config_text(self) -> str:
         """The run's resolved config as YAML; dumped once, since it does not change while the run lasts
         (a dump takes about 0.2 s, and checkpoints are saved every epoch)."""
@@ -139,6 +146,39 @@ class SaveConfig(SaveConfigCallback):
         if stage != "predict" and trainer.logger is not None:
             super().setup(trainer, pl_module, stage)
 
+    def refusal(self, folder: Path) -> str | None:
+        """Why this fit may not write into the run folder ``folder``, or ``None``; the first process then
+        holds the folder's lock until the fit ends."""
+        held = runs.checkpoints_in(folder)
+        resumed = self.config.get("ckpt_path")
+        if resumed == "last":  # Lightning's name for the run folder's own last.ckpt (check_last found it)
+            resumed = str(folder / "checkpoints" / "last.ckpt")
+        inside = resumed is not None and runs.run_of(resumed) == folder.resolve()
+        if held and not inside and not self.config.get("overwrite"):
+            return (
+                f"{folder} holds the checkpoints of an earlier run ({', '.join(p.name for p in held[:3])}); "
+                f"resume it with --ckpt_path {folder / 'checkpoints' / 'last.ckpt'}, name another "
+                "trainer.logger.init_args.version, or pass --overwrite true to write over it."
+            )
+        further = runs.replaced_by_resuming(resumed, folder) if inside else None
+        if further is not None and not self.config.get("overwrite"):
+            return (
+                f"--ckpt_path {resumed} is an earlier state of the run in {folder}, whose {further.name} got "
+                "further; resuming there would replace it. Leave trainer.logger.init_args.version out (the "
+                "resumed fit then writes a new version), or pass --overwrite true."
+            )
+        if runs.first_process() and not self.lock.acquire(folder):
+            return (
+                f"another process is writing into {folder}; wait for it to end, or name another "
+                "trainer.logger.init_args.version."
+            )
+        return None
+
+    @override
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self.lock.release()
+
     @override
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # Lightning's hook for saving the config elsewhere (global rank 0, once per run): TensorBoard's
@@ -158,6 +198,7 @@ class SaveConfig(SaveConfigCallback):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
+        self.lock.release()
         # a run that failed before its first optimizer step (or an evaluation that failed) leaves no
         # folder behind: nothing in it is worth keeping, and a pile of empty version_N folders hides the
         # runs that matter. Only the logger's folder this very run created is removed, never one that
@@ -210,21 +251,30 @@ class CLI(LightningCLI):
             "--overwrite",
             type=bool,
             default=False,
-            help="Let predict replace an existing file at its output path (never one of the run's inputs).",
+            help="predict: replace an existing file at --output (never one of the run's inputs); fit: write "
+            "into a run folder that holds another run's checkpoints.",
         )
 
     @override
     def before_instantiate_classes(self) -> None:
         if self.subcommand is None:  # main(run=False): the classes alone, no subcommand to check
             return
+        if self.parsed_model is not None:
+            # LightningCLI re-applies the checkpoint's hyperparameters after parsing, over what the user
+            # typed; the model as parsed (the checkpoint's settings below the user's) is what runs
+            self.config[self.subcommand]["model"] = self.parsed_model
         config = self.config[self.subcommand]
+        if isinstance(self.resumed_settings, dict):
+            dumped = yaml.safe_load(self.parser.dump(self.config, skip_none=False))[self.subcommand]
+            check_resumable(self.resumed_settings.get("model"), dumped.get("model"), config["ckpt_path"])
         if self.subcommand != "fit":
             # an evaluation restores the checkpoint callbacks' state, which only a fit acts on: the notice
             # that their folder changed (the checkpoint was moved, or is evaluated from elsewhere) is no news
             warnings.filterwarnings("ignore", message="The dirpath has changed from")
-        for option in ("output", "overwrite"):
-            if config.get(option) and self.subcommand != "predict":
-                raise UserInputError(f"--{option} belongs to predict, not to {self.subcommand}.")
+        if config.get("output") and self.subcommand != "predict":
+            raise UserInputError(f"--output belongs to predict, not to {self.subcommand}.")
+        if config.get("overwrite") and self.subcommand not in ("fit", "predict"):
+            raise UserInputError(f"--overwrite belongs to fit and predict, not to {self.subcommand}.")
         if config.get("output") is not None:
             data = (config.get("data") or {}).get("init_args") or {}
             inputs = [data.get("path"), data.get("predict_path"), data.get("preprocessing_from")]
@@ -297,6 +347,11 @@ class CLI(LightningCLI):
             config = self.config[self.subcommand] if self.subcommand else self.config
             named = config["trainer"]["logger"]["init_args"].get("version")
             saver.new_version = named is None or not (base / str(named)).exists()
+            if self.subcommand == "fit" and config.get("ckpt_path") == "last":
+                check_last(base, named)
+        for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
+            if isinstance(callback, Preemption):
+                callback.command = self.typed
         optimizer = getattr(self.model, "optimizer", None)  # the shipped tasks' injected one
         if callable(optimizer):
             # built once on the real parameters now, so that a bad argument (a negative learning rate)
@@ -313,6 +368,14 @@ class CLI(LightningCLI):
                 callback.output_path = config.get("output") or callback.output_path
                 callback.overwrite = bool(config.get("overwrite")) or callback.overwrite
 
+    def before_fit(self) -> None:
+        # before the Trainer starts the fit, whose setup already writes into the run folder
+        saver = next((c for c in self.trainer.callbacks if isinstance(c, SaveConfig)), None)  # type: ignore[attr-defined]
+        if saver is not None and self.trainer.logger is not None and self.trainer.log_dir is not None:
+            refusal = saver.refusal(Path(self.trainer.log_dir))
+            if refusal is not None:
+                raise UserInputError(refusal)
+
     def after_predict(self) -> None:
         for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
             if isinstance(callback, PredictionWriter) and callback.written is not None:
@@ -320,15 +383,69 @@ class CLI(LightningCLI):
 
     @override
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        super().parse_arguments(parser, args)
-        # LightningCLI next applies a checkpoint's hyperparameters, importing every class they name; a
-        # ckpt_path from a config file reaches it without passing with_checkpoint_settings, so its names
-        # are checked here, after parsing and before anything the checkpoint names is imported
-        config = self.config.get(self.config.get("subcommand") or "", self.config)
-        ckpt_path = config.get("ckpt_path") if hasattr(config, "get") else None
-        if ckpt_path and ("://" in str(ckpt_path) or Path(ckpt_path).is_file()):  # a URL: one sentence
-            words = sys.argv[1:] if args is None else [str(word) for word in args]
-            check_names(load_checkpoint(ckpt_path), ckpt_path, user_named(words))
+        """Parse the words; with a checkpoint file as ``--ckpt_path``, over the settings the checkpoint
+        carries (:func:`carried_settings`): what the user typed wins, the checkpoint fills in what they did
+        not say, the defaults the rest. Then place the run's logging (:meth:`place_logging`)."""
+        words = [str(word) for word in (sys.argv[1:] if args is None else args)]
+        check_config_files(words)
+        #: the words as typed, for advice that repeats the command
+        self.typed = words
+        subcommand = next((word for word in words if word in SUBCOMMANDS), None)
+        ckpt_path = option_value(words, "--ckpt_path")
+        if ckpt_path is None:  # none typed: one may still come from a config file
+            super().parse_arguments(parser, args)
+            found = self.config.get(f"{subcommand}.ckpt_path") if subcommand else None
+            ckpt_path = str(found) if found is not None else None
+        if subcommand is not None and ckpt_path is not None and is_checkpoint_file(ckpt_path):
+            # one sentence for a URL, a missing, broken or unsafe file; and nothing the checkpoint names is
+            # imported while it is parsed unless it is trusted or the user named it
+            checkpoint = load_checkpoint(ckpt_path)
+            check_names(checkpoint, ckpt_path, user_named(words))
+            self.resumed_settings = checkpoint.get("config") if subcommand == "fit" else None
+            layer = carried_settings(checkpoint.get("config"), ckpt_path)
+            at = words.index(subcommand) + 1
+            self.config = parser.parse_args([*words[:at], "--config", yaml.safe_dump(layer), *words[at:]])
+            self.place_logging(subcommand, ckpt_path, words)
+        elif not hasattr(self, "config"):
+            super().parse_arguments(parser, args)
+        self.parsed_model = self.config.get(f"{subcommand}.model") if subcommand else None
+
+    def place_logging(self, subcommand: str, ckpt_path: str, words: list[str]) -> None:
+        """Where a run given a checkpoint logs, unless the user said (any ``--trainer.logger`` word): ``fit``
+        resumes into the checkpoint's own run folder (unless a version is named, or that run got further
+        than the checkpoint: then into a new version, leaving the run as it was); ``validate`` and ``test``
+        log inside that run folder; ``predict`` logs nothing."""
+        if any(word.startswith("--trainer.logger") for word in words):
+            return
+        config = self.config[subcommand]
+        if subcommand == "predict":
+            config["trainer"]["logger"] = False  # no run folder for a prediction
+            return
+        logger = config.get("trainer.logger")
+        run = runs.run_of(ckpt_path)
+        tensorboard = isinstance(logger, Namespace) and str(logger.get("class_path")).endswith(
+            "TensorBoardLogger"
+        )
+        if run is None or not tensorboard or not (run / "config.yaml").is_file():
+            return
+        if subcommand == "fit":
+            if logger.get("init_args.version") is not None:
+                return  # the user named the folder: SaveConfig.refusal checks it
+            if (further := runs.replaced_by_resuming(ckpt_path, run)) is not None:
+                notice(
+                    f"{ckpt_path} is an earlier state of the run in {run}, whose {further.name} got further: "
+                    "this fit writes a new version and leaves that run as it is."
+                )
+                return
+            version = run.name
+        else:
+            version = f"{run.name}/{subcommand}-{Path(ckpt_path).stem}"
+        logger["init_args"]["save_dir"] = str(run.parent.parent)
+        logger["init_args"]["name"] = run.parent.name
+        logger["init_args"]["version"] = version
+
+    #: the settings a checkpoint that ``fit`` resumes from carries
+    resumed_settings: Any = None
 
     def after_fit(self) -> None:
         if not self.config_init[self.subcommand].get("test_after_fit"):
@@ -342,7 +459,49 @@ class CLI(LightningCLI):
         self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
 
 
-def _value(words: list[str], key: str) -> str | None:
+#: what a resumed fit restores from the checkpoint instead of building it from the settings
+RESTORED = ("optimizer", "scheduler", "scheduler_interval")
+
+
+def check_resumable(saved: Any, now: Any, ckpt_path: str) -> None:
+    """Refuse a resumed fit whose optimizer or scheduler settings differ from those the checkpoint was
+    trained with: their state comes back from the checkpoint, and a changed setting would be dropped."""
+    if not isinstance(saved, dict) or not isinstance(now, dict):
+        return
+    for key in RESTORED:
+        before = (saved.get("init_args") or {}).get(key)
+        after = (now.get("init_args") or {}).get(key)
+        for where, old, new in differences(before, after, f"model.init_args.{key}"):
+            raise UserInputError(
+                f"{where}={new!r} differs from {old!r}, which --ckpt_path {ckpt_path} was trained with; "
+                "a resumed fit restores its optimizer and schedule as saved, so leave the setting out to "
+                "resume, or start a new fit."
+            )
+
+
+def differences(old: Any, new: Any, where: str) -> list[tuple[str, Any, Any]]:
+    """``(key, old value, new value)`` for each setting that differs between two nested configs; a
+    changed class is one difference (its own arguments are then a new class's)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        if old.get("class_path") != new.get("class_path"):
+            return [(f"{where}.class_path", old.get("class_path"), new.get("class_path"))]
+        keys = [key for key in new if key in old and key != "class_path"]
+        return [found for key in keys for found in differences(old[key], new[key], f"{where}.{key}")]
+    return [] if old == new else [(where, old, new)]
+
+
+def check_last(base: Path, version: Any) -> None:
+    """``--ckpt_path last`` resumes from ``last.ckpt`` of the named run folder under ``base``
+    (``<save_dir>/<name>``); one sentence, with the path to give instead, when there is none."""
+    if version is not None and (base / str(version) / "checkpoints" / "last.ckpt").is_file():
+        return
+    found = sorted(base.glob("*/checkpoints/last.ckpt"), key=lambda path: path.stat().st_mtime)
+    where = f"{base / str(version) / 'checkpoints'}" if version is not None else f"a new version of {base}"
+    hint = f"--ckpt_path {found[-1]}" if found else "the path of the checkpoint to resume from"
+    raise UserInputError(f"--ckpt_path last finds no last.ckpt in {where}; give {hint}.")
+
+
+def option_value(words: list[str], key: str) -> str | None:
     """The value given to ``--key`` as ``--key value`` or ``--key=value``, the last one winning."""
     found = None
     for i, word in enumerate(words):
@@ -353,56 +512,29 @@ def _value(words: list[str], key: str) -> str | None:
     return found
 
 
-def with_checkpoint_settings(words: list[str]) -> list[str]:
-    """The words, completed from ``--ckpt_path``'s checkpoint when it is a file.
-
-    The data reuses the checkpoint's fitted preprocessing (``--data.preprocessing_from``), and
-    ``validate``/``test``/``predict`` without any ``--config`` or ``--model`` take the run's own model and
-    data settings from the checkpoint, as a first ``--config`` that later words override.
-    """
-    if not words or words[0] not in SUBCOMMANDS:
-        return words
-    ckpt_path = _value(words, "--ckpt_path")
-    if ckpt_path is None or ckpt_path in ("last", "best", "hpc", "registry"):
-        return words
-    # one sentence for a URL (Lightning would load it with weights_only=False), a missing, broken or
-    # unsafe file; what passes is then loaded by Lightning as data only
-    checkpoint = load_checkpoint(ckpt_path)
-    # what the checkpoint names is imported when its settings are parsed: not on the checkpoint's word
-    check_names(checkpoint, ckpt_path, user_named(words))
-    extra: list[str] = []
-    configured = any(w in ("--config", "-c") or w.startswith(("--config=", "--model")) for w in words)
-    if words[0] != "fit" and not configured and "config" in checkpoint:
-        extra = ["--config", yaml.safe_dump(carried_settings(checkpoint["config"]))]
-    if _value(words, "--data.preprocessing_from") is None and _takes_preprocessing_from(checkpoint):
-        words = [*words, f"--data.preprocessing_from={ckpt_path}"]
-    if words[0] == "predict" and not any(w.startswith("--trainer.logger") for w in words):
-        words = [*words, "--trainer.logger=false"]  # predict logs nothing: no run folder for it
-    elif words[0] != "fit" and not any(w.startswith("--trainer.logger") for w in words):
-        words = [*words, *_log_with_the_run(words[0], Path(ckpt_path), checkpoint)]
-    return [words[0], *extra, *words[1:]]
+def is_checkpoint_file(ckpt_path: str) -> bool:
+    """Whether ``--ckpt_path`` names a file (or something refused in one sentence as one: a URL, a folder,
+    a missing file) rather than Lightning's ``last``, ``best``, ``hpc`` or ``registry``."""
+    return ckpt_path not in ("last", "best", "hpc") and not ckpt_path.startswith("registry")
 
 
-def _takes_preprocessing_from(checkpoint: dict[str, Any]) -> bool:
-    """Whether the DataModule class the checkpoint's run used (the table's, for a checkpoint that names
-    none) reads its fitted state from a checkpoint: the shipped ones do, a DataModule of yours may not."""
-    data = (checkpoint.get("config") or {}).get("data") or {}
-    class_path = data.get("class_path") if isinstance(data, dict) else None
-    found = resolve(class_path) if isinstance(class_path, str) else TabularDataModule
-    return isinstance(found, type) and "preprocessing_from" in inspect.signature(found).parameters
-
-
-def carried_settings(config: Any) -> dict[str, Any]:
+def carried_settings(config: Any, ckpt_path: str) -> dict[str, Any]:
     """What of a checkpoint's carried config a later run takes: what :class:`SaveConfig` writes there (the
     model, the data, the seed) and the logger's run name, and nothing else a file from elsewhere could add
-    (callbacks, an output path, a logger writing to a folder of its choosing)."""
-    if not isinstance(config, dict):
-        return {}
-    taken = {key: config[key] for key in CARRIED if key in config}
+    (callbacks, an output path, a logger writing to a folder of its choosing); the data reads the
+    checkpoint's fitted preprocessing when its DataModule takes one (``preprocessing_from``)."""
+    config = config if isinstance(config, dict) else {}
+    taken = {key: copy.deepcopy(config[key]) for key in CARRIED if key in config}
     logger = (config.get("trainer") or {}).get("logger") if isinstance(config.get("trainer"), dict) else None
     name = (logger.get("init_args") or {}).get("name") if isinstance(logger, dict) else None
     if isinstance(name, str):
         taken["trainer"] = {"logger": {"init_args": {"name": name}}}
+    data = taken.setdefault("data", {})
+    for key in PER_INVOCATION:
+        (data.get("init_args") or {}).pop(key, None)
+    found = resolve(data["class_path"]) if isinstance(data.get("class_path"), str) else TabularDataModule
+    if isinstance(found, type) and "preprocessing_from" in inspect.signature(found).parameters:
+        data.setdefault("init_args", {})["preprocessing_from"] = ckpt_path
     return taken
 
 
@@ -433,26 +565,6 @@ def user_named(words: list[str]) -> set[str]:
     return {name for text in texts for name in DOTTED.findall(text)}
 
 
-def _log_with_the_run(subcommand: str, ckpt_path: Path, checkpoint: dict[str, Any]) -> list[str]:
-    """Logger words that put an evaluation of ``<save_dir>/<name>/<version>/checkpoints/x.ckpt`` into a
-    folder inside that run, ``<version>/<subcommand>-x``, beside its training curves: TensorBoard shows
-    it as a run of its own, and repeating it adds no ``version_N``."""
-    run = ckpt_path.resolve().parent.parent
-    logger = checkpoint.get("config", {}).get("trainer", {}).get("logger")
-    tensorboard = isinstance(logger, dict) and str(logger.get("class_path", "")).endswith("TensorBoardLogger")
-    if (
-        ckpt_path.resolve().parent.name != "checkpoints"
-        or not (run / "config.yaml").is_file()
-        or not tensorboard
-    ):
-        return []
-    return [
-        f"--trainer.logger.init_args.save_dir={run.parent.parent}",
-        f"--trainer.logger.init_args.name={run.parent.name}",
-        f"--trainer.logger.init_args.version={run.name}/{subcommand}-{ckpt_path.stem}",
-    ]
-
-
 class _WithoutAdvertising(logging.Filter):
     """Lightning logs a tip for a cloud service it sells on every run; it says nothing about the run."""
 
@@ -473,6 +585,9 @@ def quiet_dependencies() -> None:
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
         lambda record: not record.getMessage().startswith(said)
     )
+    # a fit writes into a run folder holding checkpoints only when it resumes from it or was told to
+    # (SaveConfig.refusal): Lightning's warning about it is never news
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
     # an epoch shorter than log_every_n_steps still logs: StepValues counts optimizer steps across epochs
     warnings.filterwarnings(
         "ignore", message=r"The number of training batches \(\d+\) is smaller than the logging interval"
@@ -486,13 +601,6 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
     """
     quiet_dependencies()
     try:
-        if run:
-            if args is None:
-                # completed in place, so that processes Lightning launches (DDP) read the same words
-                sys.argv[1:] = with_checkpoint_settings(sys.argv[1:])
-            else:
-                args = with_checkpoint_settings(list(args))
-            check_config_files(sys.argv[1:] if args is None else args)
         return CLI(
             model_class=L.LightningModule,  # any: the shipped tasks, or yours as it is
             subclass_mode_model=True,

@@ -194,7 +194,7 @@ SHIPPED = [
     "NonFiniteGuard",
     "CpuThreads",
     "SaveConfig",
-    "TopKCheckpoint",
+    "ModelCheckpoint",
     "ModelCheckpoint",
 ]  # fmt: skip  (Lightning moves the checkpoint callbacks last, in their order: the best, then last.ckpt;
 #   the progress bar section is left out by QUIET's enable_progress_bar=false, the model summary here)
@@ -244,7 +244,7 @@ def test_enable_checkpointing_false_leaves_out_the_checkpoint_sections(cli, work
     assert not list(workdir.rglob("*.ckpt"))
     names = [type(c).__name__ for c in run.trainer.callbacks]
     # nor is predict's writer called at every step of fit
-    kept = [n for n in SHIPPED if n not in ("TopKCheckpoint", "ModelCheckpoint", "PredictionWriter")]
+    kept = [n for n in SHIPPED if n not in ("ModelCheckpoint", "PredictionWriter")]
     assert kept == [n for n in names if n in SHIPPED]
 
 
@@ -278,7 +278,7 @@ def test_the_trainer_calls_shipped_callbacks_only_at_the_batch_hooks_they_act_at
     assert callable(by_type["StepValues"].on_before_optimizer_step)
     assert callable(by_type["StepValues"].on_train_batch_end)
     assert callable(by_type["ProgressBar"].on_train_batch_end)
-    assert callable(by_type["TopKCheckpoint"].on_train_batch_end)
+    assert callable(by_type["ModelCheckpoint"].on_train_batch_end)
     for name in ("EarlyStopping", "RandomState", "Preemption", "CpuThreads", "SaveConfig", "ModelSummary"):
         assert all(getattr(by_type[name], hook) is None for hook in BATCH_HOOKS[:6]), name
     doctor = by_type["Doctor"]  # the user's own: untouched

@@ -1,7 +1,6 @@
 """Callbacks for what the Trainer does not ship."""
 
 from src.callbacks.baselines import Baselines
-from src.callbacks.checkpoint import TopKCheckpoint
 from src.callbacks.dashboard import Dashboard
 from src.callbacks.figures import ValidationFigures
 from src.callbacks.guard import NonFiniteGuard
@@ -24,6 +23,5 @@ __all__ = [
     "RandomState",
     "RunSummary",
     "StepValues",
-    "TopKCheckpoint",
     "ValidationFigures",
 ]

@@ -1,6 +1,7 @@
 """Resuming a run: the random generators' state in each checkpoint, and a checkpoint when SIGTERM stops it."""
 
 import random
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -65,13 +66,16 @@ class Preemption(Callback):
 
     Lightning notices SIGTERM at the end of the current training step and stops there; this callback
     then writes ``last.ckpt`` (where the checkpoint callback without a monitor keeps it) with everything
-    a resume needs, mid-epoch included, and says so. ``--ckpt_path last`` with the same config goes on
-    from that very step. With ``trainer.enable_checkpointing=false`` it writes nothing, and says so. On
-    SLURM, Lightning's own SIGUSR1 handling saves and requeues instead.
+    a resume needs, mid-epoch included, and says with which command to go on from that very step: the
+    run's own words (:attr:`command`, which the CLI sets) with ``--ckpt_path`` naming the saved file.
+    With ``trainer.enable_checkpointing=false`` it writes nothing, and says so. On SLURM, Lightning's own
+    SIGUSR1 handling saves and requeues instead.
     """
 
     def __init__(self) -> None:
         self.saved: Path | None = None
+        #: the words that started the run (``fit --config ...``), repeated in the advice to resume
+        self.command: list[str] | None = None
 
     @override
     def on_exception(
@@ -97,6 +101,19 @@ class Preemption(Callback):
         trainer.save_checkpoint(path)
         self.saved = path
         rank_zero_info(
-            f"Stopped by SIGTERM after step {trainer.global_step}; saved {path}. Resume with the same config "
-            "and --ckpt_path last."
+            f"Stopped by SIGTERM after step {trainer.global_step}; saved {path}. {self.advice(path)}"
         )
+
+    def advice(self, path: Path) -> str:
+        """How to go on from ``path``: the run's own command with ``--ckpt_path`` naming it."""
+        if self.command is None:
+            return f"Resume with the same command and --ckpt_path {shlex.quote(str(path))}."
+        words, skip = [], False
+        for word in self.command:  # any earlier --ckpt_path goes: the saved file replaces it
+            if skip or word.startswith("--ckpt_path="):
+                skip = False
+                continue
+            skip = word == "--ckpt_path"
+            if not skip:
+                words.append(word)
+        return f"Resume with: python -m src.cli {shlex.join([*words, '--ckpt_path', str(path)])}"

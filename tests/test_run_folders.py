@@ -1,0 +1,203 @@
+"""A run folder is the user's record: no fit writes over another run's checkpoints, no resume deletes or
+replaces a checkpoint it did not write, two fits never share a folder, settings typed beside
+``--ckpt_path`` take effect or are refused in one sentence, and the advice after a stop works as printed."""
+
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from src.cli import CLI, main
+from tests.conftest import CONFIGS, ONE_PASS, QUIET
+
+SPIRAL = [
+    "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", *ONE_PASS,
+    "--trainer.limit_val_batches=1", "--baselines=null", "--validation_figures=null",
+]  # fmt: skip
+#: the best checkpoint is the first validation's (the lowest step), so the run's last.ckpt gets further
+FIRST_IS_BEST = ["--best_checkpoint.init_args.monitor=step", "--best_checkpoint.init_args.mode=min"]
+
+
+def fit(*words: str) -> CLI:
+    return main(["fit", *SPIRAL, *words, *QUIET])
+
+
+def refused(capsys: pytest.CaptureFixture[str], run: Callable[[], object]) -> str:
+    """The one sentence a refused command printed (exit status 2)."""
+    with pytest.raises(SystemExit) as exit_:
+        run()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def contents(folder: Path) -> dict[str, bytes]:
+    """Every file of a folder, by its path inside it."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_fit_never_writes_over_a_run_that_holds_checkpoints(workdir: Path, capsys) -> None:
+    first = fit("--trainer.max_epochs=2", "--trainer.logger.init_args.version=r1")
+    run = Path(first.trainer.log_dir)
+    before = contents(run)
+    assert "checkpoints/last.ckpt" in before
+    assert "config.yaml" in before
+    # the resume command with --ckpt_path forgotten
+    sentence = refused(capsys, lambda: fit("--trainer.max_epochs=3", "--trainer.logger.init_args.version=r1"))
+    assert str(run) in sentence
+    assert "--ckpt_path" in sentence
+    assert "--overwrite true" in sentence
+    assert contents(run) == before
+    # told to, it writes over it
+    again = fit("--trainer.max_epochs=1", "--trainer.logger.init_args.version=r1", "--overwrite=true")
+    assert again.trainer.state.finished
+    assert Path(again.trainer.log_dir) == run
+
+
+def test_resuming_from_an_earlier_checkpoint_leaves_the_run_as_it_was(workdir: Path, capsys) -> None:
+    first = fit("--trainer.max_epochs=3", "--trainer.logger.init_args.version=r1", *FIRST_IS_BEST)
+    run = Path(first.trainer.log_dir)
+    best = Path(first.trainer.checkpoint_callback.best_model_path)
+    assert torch.load(best, weights_only=True)["global_step"] < first.trainer.global_step
+    before = contents(run)
+    # into the same named version: it would replace last.ckpt, which got further
+    sentence = refused(
+        capsys,
+        lambda: fit("--trainer.max_epochs=4", "--trainer.logger.init_args.version=r1", f"--ckpt_path={best}"),
+    )
+    assert str(best) in sentence
+    assert "last.ckpt" in sentence
+    assert contents(run) == before
+    # with no version named, the resumed fit writes a new one, and the run keeps every file
+    resumed = fit("--trainer.max_epochs=4", f"--ckpt_path={best}", *FIRST_IS_BEST)
+    assert resumed.trainer.state.finished
+    assert Path(resumed.trainer.log_dir).parent == run.parent
+    assert Path(resumed.trainer.log_dir) != run
+    assert contents(run) == before
+
+
+def test_resuming_from_the_newest_checkpoint_continues_in_the_run_and_deletes_none_of_its_files(
+    workdir: Path,
+) -> None:
+    every_epoch_is_best = ["--best_checkpoint.init_args.monitor=step", "--best_checkpoint.init_args.mode=max"]
+    first = fit("--trainer.max_epochs=2", *every_epoch_is_best)
+    run = Path(first.trainer.log_dir)
+    last = run / "checkpoints" / "last.ckpt"
+    kept = {p.name: p.read_bytes() for p in (run / "checkpoints").glob("best-*.ckpt")}
+    assert len(kept) == 1
+    # each resumed epoch is a new best, which would displace the best file of the earlier process
+    resumed = fit("--trainer.max_epochs=4", f"--ckpt_path={last}", *every_epoch_is_best)
+    assert Path(resumed.trainer.log_dir).resolve() == run.resolve()  # the same run, no new version
+    assert sorted(p.name for p in run.parent.iterdir()) == [run.name]
+    assert resumed.trainer.global_step == 2 * first.trainer.global_step
+    # the earlier process's best checkpoint is still there, whole, beside the new best
+    for name, data in kept.items():
+        assert (run / "checkpoints" / name).read_bytes() == data
+    assert Path(resumed.trainer.checkpoint_callback.best_model_path).name not in kept
+
+
+def test_two_fits_never_share_a_run_folder(workdir: Path, capsys) -> None:
+    folder = workdir / "logs" / "spiral" / "r1"
+    folder.mkdir(parents=True)
+    holder = subprocess.Popen(  # another process, holding the run folder's lock while it lives
+        [sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        sentence = refused(
+            capsys, lambda: fit("--trainer.max_epochs=1", "--trainer.logger.init_args.version=r1")
+        )
+        assert "another process is writing into logs/spiral/r1" in sentence
+        assert not list(folder.rglob("*"))
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    # once it is gone, the folder is free
+    assert fit("--trainer.max_epochs=1", "--trainer.logger.init_args.version=r1").trainer.state.finished
+
+
+HOLD = """
+import fcntl, os, sys, time
+descriptor = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.flock(descriptor, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_the_advice_after_sigterm_is_a_command_that_resumes_the_run(workdir: Path, caplog) -> None:
+    typed = ["fit", *SPIRAL, "--trainer.max_epochs=3", *QUIET]
+    stop = ["--trainer.callbacks+=tests.test_resume.SigtermAt", "--trainer.callbacks.step=3"]
+    with pytest.raises(SystemExit) as exit_:
+        main([*typed, *stop])
+    assert exit_.value.code == 128 + signal.SIGTERM
+    advice = next(r.getMessage() for r in caplog.records if "Resume with: " in r.getMessage())
+    words = shlex.split(advice.split("Resume with: ", 1)[1])
+    assert words[:3] == ["python", "-m", "src.cli"]
+    saved = Path(words[-1])
+    run = saved.parent.parent
+    resumed = main(words[3:])  # exactly as printed (the planted SIGTERM is behind this step already)
+    assert Path(resumed.trainer.log_dir).resolve() == run.resolve()  # the same run, not a new version
+    assert sorted(p.name for p in run.parent.iterdir()) == [run.name]
+    whole = main([*typed, "--trainer.logger.init_args.name=whole"])
+    assert resumed.trainer.global_step == whole.trainer.global_step
+    for (name, a), b in zip(
+        resumed.model.state_dict().items(), whole.model.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+
+
+def test_ckpt_path_last_without_a_named_run_says_which_file_to_give(workdir: Path, capsys) -> None:
+    first = fit("--trainer.max_epochs=1")
+    last = Path(first.trainer.log_dir) / "checkpoints" / "last.ckpt"
+    sentence = refused(capsys, lambda: fit("--trainer.max_epochs=2", "--ckpt_path=last"))
+    assert f"--ckpt_path {last}" in sentence
+    # nothing was started: no new version folder
+    assert sorted(p.name for p in last.parent.parent.parent.iterdir()) == ["version_0"]
+
+
+def test_settings_typed_beside_ckpt_path_take_effect(workdir: Path) -> None:
+    first = fit("--trainer.max_epochs=1")
+    last = str(Path(first.trainer.log_dir) / "checkpoints" / "last.ckpt")
+    plain = main(["validate", f"--ckpt_path={last}", *QUIET])
+    smoothed = main(["validate", f"--ckpt_path={last}", "--model.init_args.label_smoothing=0.5", *QUIET])
+    assert smoothed.model.hparams["label_smoothing"] == 0.5
+    loss = [run.trainer.callback_metrics["val/loss"].item() for run in (plain, smoothed)]
+    assert loss[0] != pytest.approx(loss[1])
+    # the checkpoint's own settings fill in what was not typed: its net, not the default one
+    assert type(smoothed.model.net) is type(first.model.net)
+    assert smoothed.model.hparams["net"] == first.model.hparams["net"]
+
+
+def test_settings_the_checkpoint_cannot_take_are_refused(workdir: Path, capsys) -> None:
+    first = fit("--trainer.max_epochs=1")
+    last = str(Path(first.trainer.log_dir) / "checkpoints" / "last.ckpt")
+    shape = refused(
+        capsys,
+        lambda: fit(
+            "--trainer.max_epochs=2",
+            f"--ckpt_path={last}",
+            "--model.init_args.net.init_args.hidden_sizes=[8]",
+        ),
+    )
+    assert "does not fit" in shape
+    rate = refused(
+        capsys,
+        lambda: fit(
+            "--trainer.max_epochs=2", f"--ckpt_path={last}", "--model.init_args.optimizer.init_args.lr=0.5"
+        ),
+    )
+    assert "lr" in rate
+    assert "0.5" in rate
+    # evaluations take the same settings freely: they restore no optimizer
+    assert main(["validate", f"--ckpt_path={last}", "--model.init_args.optimizer.init_args.lr=0.5", *QUIET])
