@@ -351,7 +351,7 @@ def test_the_loss_is_the_cross_entropy_per_character_and_perplexity_its_exp() ->
         [F.cross_entropy(output[b, t], y[b, t]) for b in range(5) for t in range(7)]
     ).mean()
     torch.testing.assert_close(model.loss(output, y), expected)
-    metrics = model.metrics["val"]
+    metrics = model.val_metrics
     metrics.update(*model.metric_inputs(output.detach(), y))
     values = metrics.compute()
     torch.testing.assert_close(values["val/perplexity"], expected.exp(), rtol=1e-5, atol=0)

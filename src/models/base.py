@@ -1,36 +1,40 @@
-"""The base task: an injected net, one shared step for train/val/test, injected optimizer and scheduler."""
+"""The base task: an injected net, one shared step for train/val/test, injected optimizer and scheduler.
+
+Each step is the tutorial's: the net's output, the loss, the stage's torchmetrics objects updated, and
+``self.log`` of them (Lightning computes each over the epoch, reduced across processes, then resets it).
+A subclass says what differs: the loss, the metrics, and what ``predict_step`` returns.
+"""
 
 import functools
 import math
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import IO, Any, Literal, Self, cast
+from typing import IO, Any, Literal, Self
 
 import lightning as L
 import torch
-from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 from torchmetrics import MeanMetric, MetricCollection
 from typing_extensions import override
 
 from src.checkpoints import check_names, load_checkpoint
-from src.errors import UserInputError
-from src.nets import DEFAULT_NET, MLP
+from src.errors import UserInputError, notice
+from src.models.schedules import spanned_by
+from src.nets import DEFAULT_NET, MLP, Ensemble
 
-Stage = Literal["fit", "val", "test"]
-#: each stage's prefix in the logged names (``train/loss``, ``val/acc``); the metrics live under the
-#: stage's name, since ``train`` is taken by ``nn.Module.train``
-PREFIX: dict[Stage, str] = {"fit": "train", "val": "val", "test": "test"}
 #: builds the net from the data's widths: ``net(in_features, out_features)``; in YAML, the ``class_path`` of
 #: any ``nn.Module`` whose first two arguments are those widths, with its other arguments as ``init_args``
 NetFactory = Callable[[int, int], nn.Module]
+#: builds the optimizer from the parameters (LightningCLI's ``OptimizerCallable``)
+OptimizerCallable = Callable[[Iterable[Any]], Optimizer]
+#: builds the scheduler from the optimizer (LightningCLI's ``LRSchedulerCallable``)
+LRSchedulerCallable = Callable[[Optimizer], LRScheduler | ReduceLROnPlateau]
 DEFAULT_OPTIMIZER = functools.partial(torch.optim.AdamW, lr=1e-3)
-#: init arguments by which a scheduler spans the whole run: OneCycleLR's and WarmupCosine's
-#: ``total_steps``, CosineAnnealingLR's ``T_max``
-SPANS_THE_RUN = ("total_steps", "T_max")
 
 
 class BaseTask(L.LightningModule, ABC):
@@ -88,15 +92,15 @@ class BaseTask(L.LightningModule, ABC):
         if compile_net:
             # in place: the state_dict keeps its keys, so checkpoints load with or without compiling
             self.net.compile()
-        # one collection per stage, cloned with a prefix (`train/acc`, `val/acc` ...), and the stage's
-        # epoch loss as a metric: averaged over rows, reduced across processes once per epoch.
-        # nan_strategy="ignore": a step whose loss is NaN (NonFiniteGuard skips it) is left out of the
-        # epoch's mean instead of warning on every such step.
+        # the metrics of each stage, logged as `train/acc`, `val/acc` ...; and its loss as a mean over rows,
+        # which leaves out a step whose loss is not finite (NonFiniteGuard skips that step)
         metrics = self.build_metrics()
-        self.metrics = nn.ModuleDict(
-            {stage: metrics.clone(prefix=f"{name}/") for stage, name in PREFIX.items()}
-        )
-        self.losses = nn.ModuleDict({stage: MeanMetric(nan_strategy="ignore") for stage in PREFIX})
+        self.train_metrics = metrics.clone(prefix="train/")
+        self.val_metrics = metrics.clone(prefix="val/")
+        self.test_metrics = metrics.clone(prefix="test/")
+        self.train_loss = MeanMetric(nan_strategy="ignore")
+        self.val_loss = MeanMetric(nan_strategy="ignore")
+        self.test_loss = MeanMetric(nan_strategy="ignore")
 
     @classmethod
     def load_from_checkpoint(  # type: ignore[override]
@@ -155,88 +159,57 @@ class BaseTask(L.LightningModule, ABC):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
-    def _shared_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: Stage) -> dict[str, torch.Tensor]:
-        """The batch's ``loss`` (with its graph) and the detached ``preds`` and ``target`` the metrics see.
-
-        The stage's loss and metric objects take the batch in on the device, with no host sync; their
-        epoch values are logged once, when the epoch ends (:meth:`_log_epoch`).
-        """
-        x, target = batch
-        output = self(x)  # (B, K) raw logits or (B, 1) values
-        if output.dim() == target.dim() + 2:
-            # (B, k, K): an ensemble's k predictions of each row (src.nets.MLP in training), each member
-            # trained on every row: the mean of the members' losses; the metrics see the members' mean
-            members = output.shape[1]
-            loss = self.loss(output.flatten(0, 1), target.repeat_interleave(members, dim=0))
-            output = output.mean(dim=1)
-        else:
-            loss = self.loss(output, target)
-        preds, metric_target = self.metric_inputs(output.detach(), target)
-        epoch_loss, metrics = self._metrics_of(stage)
-        # detached: a tensor that keeps its graph keeps every activation of the step alive
-        epoch_loss.update(loss.detach(), weight=len(target))
-        metrics.update(preds, metric_target)
-        return {"loss": loss, "preds": preds, "target": metric_target}
-
     @override
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        # the step's loss reaches TensorBoard through the StepValues callback, which reads it from here
-        return self._shared_step(batch, "fit")["loss"]
+        return self._shared_step(batch, self.train_loss, self.train_metrics)["loss"]
 
     @override
     def validation_step(
         self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int
     ) -> dict[str, torch.Tensor]:
-        # Lightning has already called model.eval() and entered torch.inference_mode() here; the returned
-        # preds and target reach callbacks' on_validation_batch_end (ValidationFigures)
-        return self._shared_step(batch, "val")
+        # returned: callbacks' on_validation_batch_end gets the preds and target (ValidationFigures)
+        return self._shared_step(batch, self.val_loss, self.val_metrics)
 
     @override
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._shared_step(batch, "test")
+        self._shared_step(batch, self.test_loss, self.test_metrics)
 
-    @override
-    def on_train_epoch_end(self) -> None:
-        self._log_epoch("fit")
-
-    @override
-    def on_validation_epoch_end(self) -> None:
-        self._log_epoch("val")
-
-    @override
-    def on_test_epoch_end(self) -> None:
-        self._log_epoch("test")
-
-    def _log_epoch(self, stage: Stage) -> None:
-        """Log the epoch's ``<prefix>/loss`` and metrics: the metric objects themselves, which Lightning
-        computes (reduced over processes by torchmetrics) and resets once the hook returns. An epoch in
-        which every batch was skipped logs nothing rather than a metric of no rows."""
-        loss, metrics = self._metrics_of(stage)
-        if loss.update_called:
-            self.log(f"{PREFIX[stage]}/loss", loss)
-            self.log_dict(metrics)
-
-    # Each epoch starts from empty metrics, also after one cut short by an exception (a later fit of the
-    # same module would otherwise add to them).
+    # Lightning resets the logged metrics when an epoch ends; one cut short by an exception leaves its
+    # updates in them, which the next fit of this module would count: each epoch starts from empty ones
     @override
     def on_train_epoch_start(self) -> None:
-        self._reset("fit")
+        self.train_loss.reset()
+        self.train_metrics.reset()
 
     @override
     def on_validation_epoch_start(self) -> None:
-        self._reset("val")
+        self.val_loss.reset()
+        self.val_metrics.reset()
 
     @override
     def on_test_epoch_start(self) -> None:
-        self._reset("test")
+        self.test_loss.reset()
+        self.test_metrics.reset()
 
-    def _reset(self, stage: Stage) -> None:
-        for metric in self._metrics_of(stage):
-            metric.reset()
-
-    def _metrics_of(self, stage: Stage) -> tuple[MeanMetric, MetricCollection]:
-        """The stage's epoch loss and its metrics (prefixed ``train/``, ``val/``, ``test/``)."""
-        return cast(MeanMetric, self.losses[stage]), cast(MetricCollection, self.metrics[stage])
+    def _shared_step(
+        self, batch: tuple[torch.Tensor, torch.Tensor], loss_mean: MeanMetric, metrics: MetricCollection
+    ) -> dict[str, torch.Tensor]:
+        """The batch's ``loss`` (with its graph), and the detached ``preds`` and ``target`` of the metrics."""
+        x, target = batch
+        output = self(x)  # (B, K) raw logits or (B, 1) values
+        members = self.net.ensemble_size if isinstance(self.net, Ensemble) and self.training else 1
+        if members > 1:
+            # (B, k, K): the ensemble's members, each trained on every row; the metrics see their mean
+            loss = self.loss(output.flatten(0, 1), target.repeat_interleave(members, dim=0))
+            output = output.mean(dim=1)
+        else:
+            loss = self.loss(output, target)
+        preds, metric_target = self.metric_inputs(output.detach(), target)
+        loss_mean.update(loss.detach(), weight=len(target))  # detached: a graph would keep the activations
+        metrics.update(preds, metric_target)
+        self.log(f"{metrics.prefix}loss", loss_mean, on_step=False, on_epoch=True)
+        self.log_dict(metrics, on_step=False, on_epoch=True)
+        return {"loss": loss, "preds": preds, "target": metric_target}
 
     @override
     def configure_model(self) -> None:
@@ -255,86 +228,56 @@ class BaseTask(L.LightningModule, ABC):
 
     @override
     def configure_optimizers(self) -> Any:
-        # called by the Trainer after the model reached its device and dtype, so the optimizer holds
-        # the parameters that will really be trained
+        # called by the Trainer once the model is on its device and dtype: the optimizer holds the
+        # parameters that will really be trained
         optimizer = (self.optimizer or DEFAULT_OPTIMIZER)(self.parameters())
         if self.scheduler is None:
             return optimizer
-        scheduler = self._call_scheduler(optimizer)
-        config = {"scheduler": scheduler, "interval": self.hparams["scheduler_interval"], "frequency": 1}
-        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        interval = self.hparams["scheduler_interval"]
+        spans = spanned_by(self.scheduler)  # left out of the config: the run's length fills it in
+        scheduler = self.scheduler(optimizer, **({spans: self.run_length(spans)} if spans else {}))
+        self._check_length(scheduler)
+        config = {"scheduler": scheduler, "interval": interval}
+        if isinstance(scheduler, ReduceLROnPlateau):
             config["monitor"] = self.hparams["scheduler_monitor"]
         return {"optimizer": optimizer, "lr_scheduler": config}
 
-    def total_optimizer_steps(self) -> int:
-        """Optimizer steps in the whole run, for schedules that span it (the Trainer's estimate)."""
+    def run_length(self, argument: str = "T_max") -> int:
+        """The run's length in the steps of the schedule's ``argument``: ``total_steps`` counts optimizer
+        steps; ``T_max`` counts the scheduler's own steps, optimizer steps or epochs as
+        ``scheduler_interval`` says (epochs: ``trainer.max_epochs``, fewer when ``max_steps`` ends the run
+        first). From the Trainer's ``estimated_stepping_batches``."""
+        interval = self.hparams["scheduler_interval"]
+        if argument == "total_steps" and interval != "step":
+            raise UserInputError(
+                "a scheduler that counts total_steps (OneCycleLR, WarmupCosine) steps per optimizer step: "
+                "set model.init_args.scheduler_interval: step."
+            )
         steps = self.trainer.estimated_stepping_batches
-        if steps == float("inf"):
+        if math.isinf(steps):
             raise UserInputError(
                 "a schedule that spans the run needs the run's length: set trainer.max_epochs or "
                 "trainer.max_steps."
             )
-        return int(steps)
-
-    def total_epochs(self) -> int:
-        """Epochs in the whole run, for epoch schedules that span it: ``trainer.max_epochs``, or fewer
-        when ``trainer.max_steps`` ends the run first."""
-        trainer = self.trainer
-        if trainer.max_epochs is None or trainer.max_epochs < 0:
-            raise UserInputError(
-                "an epoch schedule that spans the run needs trainer.max_epochs; set it, or step the "
-                "schedule per optimizer step (model.init_args.scheduler_interval: step)."
-            )
-        steps = self.total_optimizer_steps()  # also makes the Trainer count the training batches
-        epochs = max(trainer.max_epochs, 1)
-        if trainer.max_steps != -1:
-            per_epoch = math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches)
-            epochs = min(epochs, math.ceil(steps / per_epoch))
-        return epochs
-
-    def _run_length(self, name: str) -> tuple[int, str]:
-        """The run's length in the unit a scheduler's ``name`` argument counts."""
-        interval = self.hparams["scheduler_interval"]
-        if name == "total_steps" and interval != "step":
-            raise UserInputError(
-                "a scheduler that counts total_steps (OneCycleLR, WarmupCosine) steps per optimizer "
-                "step: set model.init_args.scheduler_interval: step."
-            )
         if interval == "step":
-            return self.total_optimizer_steps(), "optimizer steps"
-        return self.total_epochs(), "epochs"
+            return int(steps)
+        per_epoch = math.ceil(self.trainer.num_training_batches / self.trainer.accumulate_grad_batches)
+        return math.ceil(steps / max(per_epoch, 1))
 
-    def _call_scheduler(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
-        """Build the scheduler; one that spans the run (:data:`SPANS_THE_RUN`) is given the run's length.
-
-        Left out of the config, the length is filled in: ``total_steps`` in optimizer steps; ``T_max`` in
-        the scheduler's own steps, epochs or optimizer steps as ``scheduler_interval`` says. Written in
-        the config, it must equal the run's length: a value typed beside ``trainer.max_epochs`` drifts
-        when that changes, and the schedule then restarts or stops short without a word, so a
-        disagreeing value is refused. (The CLI builds a ``functools.partial`` that binds every init
-        argument, unset ones as ``None``: its public ``keywords`` say which were left out.)
-        """
-        factory = self.scheduler
-        assert factory is not None
-        bound = factory.keywords if isinstance(factory, functools.partial) else {}
-        if bound.get("epochs") is not None:
-            return factory(optimizer)  # OneCycleLR given epochs and steps_per_epoch counts them itself
-        for name in SPANS_THE_RUN:
-            if name in bound and bound[name] is None:
-                return factory(optimizer, **{name: self._run_length(name)[0]})
-        scheduler = factory(optimizer)
-        for name in SPANS_THE_RUN:
-            given = getattr(scheduler, name, None)  # torch's schedulers keep them as public attributes
-            if not isinstance(given, int):
+    def _check_length(self, scheduler: Any) -> None:
+        """A length typed in the config (``T_max``, ``total_steps``) that is not the run's: said in one line,
+        since the schedule then restarts or stops short as the run goes on."""
+        for argument in ("total_steps", "T_max"):
+            given = getattr(scheduler, argument, None)  # torch's schedulers keep them as public attributes
+            if not isinstance(given, int) or given == (length := self.run_length(argument)):
                 continue
-            length, unit = self._run_length(name)
-            if given != length:
-                raise UserInputError(
-                    f"model.init_args.scheduler.init_args.{name}={given}, but this run is {length} {unit} "
-                    f"long, so the schedule would {'end before' if given < length else 'not be done when'} "
-                    f"the run ends; leave {name} out and the run's length is filled in."
-                )
-        return scheduler
+            steps = argument == "total_steps" or self.hparams["scheduler_interval"] == "step"
+            notice(
+                f"model.init_args.scheduler.init_args.{argument}={given}, but this run is {length} "
+                f"{'optimizer steps' if steps else 'epochs'} long, so the schedule "
+                f"{'ends before' if given < length else 'is not done when'} the run ends; leave {argument} "
+                "out and the run's length is filled in."
+            )
 
 
 def _subclasses(cls: type) -> list[type]:

@@ -84,10 +84,12 @@ class ManualClassifier(Classifier):
         )
 
     @override
-    def total_optimizer_steps(self) -> int:
+    def run_length(self, argument: str = "T_max") -> int:
         # the Trainer's estimate counts batches here: its own accumulate_grad_batches is 1 under manual
         # optimization, while this module steps once per group of k
-        super().total_optimizer_steps()  # makes the Trainer count the training batches
+        length = super().run_length(argument)  # also makes the Trainer count the training batches
+        if self.hparams["scheduler_interval"] != "step":
+            return length
         k = self.hparams["accumulate_grad_batches"]
         steps = math.ceil(self.trainer.num_training_batches / k) * max(self.trainer.max_epochs or 1, 1)
         return min(steps, self.trainer.max_steps) if self.trainer.max_steps != -1 else steps
@@ -103,7 +105,6 @@ class ManualClassifier(Classifier):
 
     @override
     def on_train_epoch_end(self) -> None:
-        super().on_train_epoch_end()
         scheduler = self.lr_schedulers()
         if isinstance(scheduler, ReduceLROnPlateau):
             # after validation: it watches this epoch's validation metric

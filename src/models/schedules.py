@@ -1,9 +1,27 @@
 """Learning-rate schedules that YAML cannot compose or size by itself, built from torch's own schedulers."""
 
+import functools
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
 
 from src.errors import UserInputError
+
+#: arguments by which a scheduler spans the whole run: OneCycleLR's and WarmupCosine's ``total_steps``,
+#: CosineAnnealingLR's (and Cosine's) ``T_max``
+SPANS_THE_RUN = ("total_steps", "T_max")
+
+
+def spanned_by(factory: Callable[..., Any]) -> str | None:
+    """The argument by which a scheduler spans the run when the config left it out (the task then gives it
+    the run's length), else ``None``. The CLI builds a ``functools.partial`` binding every init argument,
+    unset ones as ``None``: its public ``keywords`` say which were left out."""
+    bound = factory.keywords if isinstance(factory, functools.partial) else {}
+    if bound.get("epochs") is not None:
+        return None  # OneCycleLR given epochs and steps_per_epoch counts them itself
+    return next((name for name in SPANS_THE_RUN if name in bound and bound[name] is None), None)
 
 
 class WarmupCosine(SequentialLR):

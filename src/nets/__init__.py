@@ -1,8 +1,18 @@
 """Plain `nn.Module`s that know nothing of Lightning: lift them out and use them anywhere."""
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from src.nets.mlp import MLP
+
+
+@runtime_checkable
+class Ensemble(Protocol):
+    """A net of several members in one (:class:`MLP` with ``ensemble_size``): while training it returns
+    each member's output, ``(B, ensemble_size, ...)``, so that each member is trained on every row (the
+    task averages their losses); in evaluation it returns their mean, ``(B, ...)``, as any net would."""
+
+    ensemble_size: int
+
 
 #: the net of a task given none (``model.init_args.net`` left out), as a config: an ensemble of 8 MLPs
 #: sharing two hidden layers of 128, each input embedded periodically; on the tables benchmark it is level
@@ -12,4 +22,4 @@ DEFAULT_NET: dict[str, Any] = {
     "init_args": {"hidden_sizes": [128, 128], "ensemble_size": 8},
 }
 
-__all__ = ["DEFAULT_NET", "MLP"]
+__all__ = ["DEFAULT_NET", "MLP", "Ensemble"]
