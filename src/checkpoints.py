@@ -6,21 +6,29 @@
   it carries, before anything it names is imported: a ``class_path`` (or ``_class_path``,
   ``_instantiator``) anywhere, any other text that reads as an importable dotted name, which
   jsonargparse would import for a parameter typed as a class or a callable, and the same inside a text
-  that jsonargparse would read as YAML or as the path of a YAML file.
+  that jsonargparse would read as YAML or as the path of a YAML file. Trusted: this project's own code
+  (``src`` and any module whose file lies in the project's folder, such as a net or LightningModule of
+  yours beside ``src/``), the library classes configs use, and what the user names.
+- :func:`load_model` is the one way every entry point rebuilds a checkpoint's model: read, checked,
+  its class found, loaded on the CPU.
 """
 
 import importlib
 import importlib.util
 import re
 import sys
+import sysconfig
 from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import yaml
 
 from src.errors import UserInputError
+
+if TYPE_CHECKING:  # Lightning is imported when a model is loaded, not when a checkpoint is read
+    from lightning import LightningModule
 
 #: keys whose text value is a class or function to import
 CLASS_KEYS = ("class_path", "_class_path", "_instantiator")
@@ -36,6 +44,9 @@ TRUSTED_PREFIXES = (
 #: functions (not classes) a checkpoint may name: the one Lightning's saving records
 TRUSTED_FUNCTIONS = ("lightning.pytorch.cli.instantiate_module",)
 DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+#: the project's folder: a module whose file lies in it is the user's own code (``src`` itself, a
+#: ``my_model.py`` beside it, ``tests/``), unless it lies in an environment installed there (``.venv``)
+PROJECT = Path(__file__).resolve().parent.parent
 #: the sections of a checkpoint that are read as settings (the rest is state: tensors and numbers)
 SETTINGS = ("hyper_parameters", "datamodule_hyper_parameters", "config")
 
@@ -147,6 +158,26 @@ def resolve(name: str) -> Any:
         return None
 
 
+def in_project(name: str) -> bool:
+    """Whether a dotted name's top-level module is a file of this project's folder (:data:`PROJECT`),
+    found without importing it; a package installed into an environment inside the folder is not."""
+    try:
+        spec = importlib.util.find_spec(name.split(".", 1)[0])
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    locations = [spec.origin] if spec.origin else list(spec.submodule_search_locations or [])
+    installed = {sysconfig.get_path(key) for key in ("purelib", "platlib", "stdlib")} | {sys.prefix}
+    outside = [Path(folder).resolve() for folder in installed if folder]
+    return bool(locations) and all(
+        Path(location).resolve().is_relative_to(PROJECT)
+        and not any(Path(location).resolve().is_relative_to(folder) for folder in outside)
+        for location in locations
+        if location
+    )
+
+
 def _imported_module_class(name: str) -> bool:
     """Whether ``name`` is a torch module class (a net, a LightningModule) that the running program has
     already imported: naming it imports nothing, as Lightning's own loader requires of a module class."""
@@ -162,24 +193,67 @@ def check_names(
     """Refuse ``checkpoint`` if it names code that is neither trusted nor in ``allowed`` (the names the
     user gave: on the command line, in their config files, or as a class in the Python call).
 
-    Trusted: a class of this project or of the libraries in :data:`TRUSTED_PREFIXES` (imported to check
-    that it is a class, unless ``import_trusted`` is off: a caller that imports none of them, as a table's
-    ``predict`` without Lightning, checks the one it uses itself; importing those runs no code of the
-    checkpoint's choosing), and :data:`TRUSTED_FUNCTIONS`.
+    Trusted: code in this project's folder (:func:`in_project`: a class of yours the run was configured
+    with is yours again when its checkpoint is read), a class of the libraries in
+    :data:`TRUSTED_PREFIXES` (imported to check that it is a class, unless ``import_trusted`` is off;
+    importing those runs no code of the checkpoint's choosing), and :data:`TRUSTED_FUNCTIONS`.
     """
     for key, name in (
         found for section in SETTINGS for found in names_of_code(checkpoint.get(section), section)
     ):
         if name in allowed or name in TRUSTED_FUNCTIONS or _imported_module_class(name):
             continue
-        if not name.startswith(TRUSTED_PREFIXES):
+        yours = in_project(name)
+        if not (yours or name.startswith(TRUSTED_PREFIXES)):
             raise UserInputError(
                 f"checkpoint {str(path)!r} names {name!r} (at {key}), code outside this project that is "
                 "not imported on a checkpoint's word; name that class yourself (--model or a --config file, "
                 "or import it before loading, in Python) if you trust it."
             )
-        if import_trusted and not isinstance(resolve(name), type):
+        found = resolve(name) if import_trusted else None
+        if import_trusted and not (isinstance(found, type) or (yours and callable(found))):
             raise UserInputError(
                 f"checkpoint {str(path)!r} names {name!r} (at {key}), which is not a class of this project "
                 "or its libraries; it was made by other code, or is damaged."
             )
+
+
+def load_model(
+    path: str | Path, model_class: "type[LightningModule] | None" = None
+) -> "tuple[LightningModule, dict[str, Any]]":
+    """The model a checkpoint holds, rebuilt on the CPU in eval mode, and the checkpoint itself.
+
+    Read as data (:func:`load_checkpoint`), its names checked (:func:`check_names`: ``model_class`` counts as
+    named), its class found (``model_class``, else the class it names), then Lightning's
+    ``load_from_checkpoint``. One sentence for a checkpoint that names no class, names one that is no
+    LightningModule, or does not fit the class (other arguments or weights).
+    """
+    from lightning import LightningModule
+
+    checkpoint = load_checkpoint(path)
+    named = {f"{model_class.__module__}.{model_class.__qualname__}"} if model_class else set()
+    check_names(checkpoint, path, named)
+    class_path = dict(checkpoint.get("hyper_parameters") or {}).get("_class_path")
+    found = model_class or (resolve(class_path) if isinstance(class_path, str) else None)
+    if not (isinstance(found, type) and issubclass(found, LightningModule)):
+        what = f"names {class_path!r}, which is not a LightningModule" if found else "names no model class"
+        raise UserInputError(f"checkpoint {str(path)!r} {what}; pass the class it was trained with.")
+    # compiling pays off in training, not in a forward pass per request
+    options: dict[str, Any] = {}
+    if "compile_net" in (checkpoint.get("hyper_parameters") or {}):
+        options["compile_net"] = False
+    try:
+        model = found.load_from_checkpoint(path, map_location="cpu", **options)
+    except UserInputError:
+        raise
+    except (
+        TypeError,
+        RuntimeError,
+        ValueError,
+    ) as err:  # other arguments, or other weights, than the class's
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserInputError(
+            f"checkpoint {str(path)!r} does not fit {found.__name__} ({first.rstrip('.')}); pass the class "
+            "it was trained with."
+        ) from err
+    return model.eval(), checkpoint

@@ -20,12 +20,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from src.checkpoints import check_names, load_checkpoint, resolve
+from src.checkpoints import load_model
 from src.data.preprocessing import CellReport, Location, Preprocessor, preprocessing_of
-from src.errors import UserInputError
 
-if TYPE_CHECKING:  # the tasks import Lightning; prediction_frame and a table's predict need neither
-    from src.models import BaseTask
+if TYPE_CHECKING:  # Lightning is imported when a model is loaded; prediction_frame needs none
+    from lightning import LightningModule
 
 
 def beside_the_run(ckpt_path: str | Path) -> Path:
@@ -62,56 +61,33 @@ class Predictor:
     """A trained model with its fitted preprocessing: raw rows in, labelled predictions out.
 
     Args:
-        model: The trained task (any :class:`src.models.BaseTask`).
+        model: The trained LightningModule, whose ``predict_step`` answers (the shipped tasks', or yours).
         preprocessor: The preprocessing fitted in the same run.
         batch_size: Rows per forward pass.
     """
 
-    def __init__(self, model: "BaseTask", preprocessor: Preprocessor, batch_size: int = 8192) -> None:
+    def __init__(self, model: "LightningModule", preprocessor: Preprocessor, batch_size: int = 8192) -> None:
         self.model = model.eval()
         self.preprocessor = preprocessor
         self.batch_size = batch_size
 
     @classmethod
     def from_checkpoint(
-        cls, path: str | Path, model_class: "type[BaseTask] | None" = None, batch_size: int = 8192
+        cls, path: str | Path, model_class: "type[LightningModule] | None" = None, batch_size: int = 8192
     ) -> "Predictor":
-        """Load a checkpoint as data (``weights_only=True``) and rebuild its model on the CPU.
-
-        ``model_class`` is read from the checkpoint when left out, for the project's own classes; a
-        class of yours must be passed in, so that a checkpoint never chooses what code to import
-        (:func:`src.checkpoints.check_names`).
-        """
-        checkpoint = load_checkpoint(path)
-        named = {f"{model_class.__module__}.{model_class.__qualname__}"} if model_class else set()
-        check_names(checkpoint, path, named)
-        hparams = dict(checkpoint.get("hyper_parameters", {}))
-        model_class = model_class or _model_class(hparams.get("_class_path"), str(path))
-        try:
-            # Lightning's loader rebuilds the net from the config it was saved as; compiling pays off in
-            # training, not in a forward pass per request
-            model = model_class.load_from_checkpoint(path, map_location="cpu", compile_net=False)
-        except UserInputError:
-            raise
-        except (
-            TypeError,
-            RuntimeError,
-            ValueError,
-        ) as err:  # other arguments, or other weights, than the class has
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise UserInputError(
-                f"checkpoint {str(path)!r} does not fit {model_class.__name__} ({first.rstrip('.')}); "
-                "pass the model_class it was trained with."
-            ) from err
+        """The checkpoint's model (:func:`src.checkpoints.load_model`: read as data, its names checked, its
+        class the one it names or ``model_class``) with its fitted preprocessing, on the CPU."""
+        model, checkpoint = load_model(path, model_class)
         return cls(model, preprocessing_of(checkpoint, str(path)), batch_size)
 
     def encode(
-        self, frame: pd.DataFrame, source: str = "the rows", report: CellReport | None = None
+        self, frame: pd.DataFrame, source: str | Location = "the rows", report: CellReport | None = None
     ) -> torch.Tensor:
         """Raw rows → the ``(N, F)`` float32 matrix the net reads, by the one rule for every cell
         (:mod:`src.data.preprocessing`): the cells it read otherwise than written are counted into
         ``report``, or logged as one warning naming ``source`` when there is none."""
-        return torch.from_numpy(self.preprocessor.transform(frame, Location(source), report=report))
+        where = Location(source) if isinstance(source, str) else source
+        return torch.from_numpy(self.preprocessor.transform(frame, where, report=report))
 
     @torch.inference_mode()
     def outputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -122,7 +98,7 @@ class Predictor:
         return {key: torch.cat([o[key] for o in outputs]) for key in outputs[0]}
 
     def predict(
-        self, frame: pd.DataFrame, source: str = "the rows", report: CellReport | None = None
+        self, frame: pd.DataFrame, source: str | Location = "the rows", report: CellReport | None = None
     ) -> pd.DataFrame:
         """One line per row of ``frame``, in order (see :func:`prediction_frame`); ``row`` is its index.
 
@@ -131,20 +107,3 @@ class Predictor:
         """
         outputs = self.outputs(self.encode(frame, source, report))
         return prediction_frame(outputs, self.preprocessor.labels, frame.index.to_numpy())
-
-
-def _model_class(class_path: Any, path: str) -> "type[BaseTask]":
-    """The task class a checkpoint names, which :func:`check_names` has already found trusted."""
-    if not isinstance(class_path, str):
-        raise UserInputError(
-            f"checkpoint {path!r} does not name its model class; pass model_class=YourTask to "
-            "from_checkpoint."
-        )
-    from src.models import BaseTask
-
-    found = resolve(class_path)
-    if not (isinstance(found, type) and issubclass(found, BaseTask)):
-        raise UserInputError(
-            f"checkpoint {path!r} names {class_path!r}, which is not a task of this project."
-        )
-    return found

@@ -1,4 +1,5 @@
-"""``python -m src.cli predict`` on a table's checkpoint, without Lightning: the Trainer's file exactly."""
+"""``python -m src.cli predict`` on a table's checkpoint, without the CLI's machinery: the Trainer's file
+exactly, through the model's own ``predict_step``."""
 
 import os
 import shutil
@@ -95,13 +96,15 @@ def test_other_words_go_to_the_full_cli(messy, extra: list[str], tmp_path: Path)
     assert not out.exists()
 
 
-def test_other_checkpoints_go_to_the_full_cli(messy_trained) -> None:
+def test_checkpoints_of_other_data_go_to_the_full_cli(messy_trained) -> None:
     checkpoint = torch.load(messy_trained.checkpoint, weights_only=True)
-    assert fast_predict.task_of(checkpoint) == "classification"
+    assert fast_predict.on_a_table(checkpoint)
+    # a model of yours on a table takes this path too: it predicts through its own predict_step
     yours = {**checkpoint, "hyper_parameters": {**checkpoint["hyper_parameters"], "_class_path": "my.Task"}}
+    assert fast_predict.on_a_table(yours)
     images = {**checkpoint, "config": {**checkpoint["config"], "data": {"class_path": "src.data.images.X"}}}
-    for other in (yours, images, {k: v for k, v in checkpoint.items() if k != "TabularDataModule"}):
-        assert fast_predict.task_of(other) is None
+    for other in (images, {k: v for k, v in checkpoint.items() if k != "TabularDataModule"}):
+        assert not fast_predict.on_a_table(other)
 
 
 def test_bad_input_gets_the_full_clis_sentence(messy, tmp_path: Path) -> None:
@@ -125,12 +128,12 @@ def test_bad_input_gets_the_full_clis_sentence(messy, tmp_path: Path) -> None:
         "from src import console; sys.exit(console())",  # lightning-template: pip's script, word for word
     ],
 )
-def test_the_command_predicts_without_importing_lightning(messy, tmp_path: Path, entry: str) -> None:
-    """``predict`` as a user types it: the file, and no Lightning module loaded."""
+def test_the_command_predicts_without_the_trainer(messy, tmp_path: Path, entry: str) -> None:
+    """``predict`` as a user types it: the Trainer's file, and none of the Trainer's callbacks loaded."""
     ckpt, rows = messy
     probe = (
         "import atexit, runpy, sys\n"
-        "atexit.register(lambda: print('lightning loaded:', 'lightning' in sys.modules))\n"
+        "atexit.register(lambda: print('callbacks loaded:', 'src.callbacks' in sys.modules))\n"
         f"{entry}\n"
     )
     out = tmp_path / "cmd.csv"
@@ -140,7 +143,7 @@ def test_the_command_predicts_without_importing_lightning(messy, tmp_path: Path,
         [sys.executable, "-c", probe, *words], cwd=ROOT, env=env, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr
-    assert "lightning loaded: False" in done.stdout
+    assert "callbacks loaded: False" in done.stdout
     assert out.read_bytes() == trainer_predict(ckpt, rows, tmp_path / "trainer.csv")
     bad = subprocess.run(
         [sys.executable, "-c", probe, *words[:-1], str(ckpt)],

@@ -57,7 +57,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 import onnx
@@ -76,7 +76,9 @@ from src.data.preprocessing import (
 from src.errors import UserInputError
 from src.files import check_output, written
 from src.image_predict import ImagePredictor, ImagePreprocessing, carries_images
-from src.models import BaseTask
+
+if TYPE_CHECKING:
+    from lightning import LightningModule
 from src.predict import Predictor
 
 Format = Literal["onnx", "torch-export"]
@@ -139,7 +141,7 @@ class Exportable(nn.Module):
     which puts the values back into the target's units.
     """
 
-    def __init__(self, model: BaseTask, classification: bool) -> None:
+    def __init__(self, model: "LightningModule", classification: bool) -> None:
         super().__init__()
         self.model = model
         self.classification = classification
