@@ -9,12 +9,8 @@ A checkpoint carries its run's model and data settings and the fitted preprocess
     python -m src.cli predict --ckpt_path CKPT --data.predict_path new.csv --output predictions.csv
 """
 
-import copy
-import functools
-import inspect
 import logging
 import os
-import shutil
 import signal
 import sys
 import warnings
@@ -46,11 +42,10 @@ from lightning.pytorch.callbacks import (
 from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
-from src import runs
+from src import runs, settings
 from src.callbacks import (
     Baselines,
     CpuThreads,
@@ -62,22 +57,14 @@ from src.callbacks import (
     StepValues,
     ValidationFigures,
 )
-from src.callbacks.dashboard import environment_text, tensorboard_writer
-from src.checkpoints import DOTTED, check_names, load_checkpoint, resolve
+from src.checkpoints import check_names, load_checkpoint
 from src.cli_errors import Parser, check_config_files, check_log_folder, user_error
-from src.data import TabularDataModule
 from src.errors import UserInputError, notice
 from src.files import check_output
+from src.settings import DEFAULTS
 from src.speedups import Speedups
 
-DEFAULTS = Path(__file__).resolve().parent.parent / "configs" / "defaults.yaml"
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
-#: the sections of a run's config that a checkpoint carries: what it takes to rebuild model and data
-CARRIED = ("seed_everything", "model", "data")
-#: data settings that belong to one invocation, not to the run that made the checkpoint
-PER_INVOCATION = ("predict_path", "preprocessing_from")
-#: options whose values are paths, never class names
-PATH_OPTIONS = ("--output", "--ckpt_path", "--data.path", "--data.predict_path", "--data.preprocessing_from")
 #: the shipped callbacks, one top-level config section each (settings in configs/defaults.yaml), in the
 #: order the Trainer gets them: (section, the class it accepts, itself or a subclass; what it is for).
 #: A later config changes one setting (``early_stopping: {init_args: {patience: 5}}``) without repeating
@@ -105,115 +92,6 @@ CALLBACK_SECTIONS: tuple[tuple[str, type[Callback], str], ...] = (
 #: sections whose callbacks act in one subcommand only, and are left out of the others' Trainer: the
 #: Trainer calls every callback at each of the six hooks of every training step, whether it acts or not
 ONLY_IN = {"prediction_writer": "predict"}
-
-
-class SaveConfig(SaveConfigCallback):
-    """Writes ``config.yaml`` beside the run, and the model and data sections into every checkpoint."""
-
-    #: the outermost logger folder this run creates, when ``<save_dir>/<name>`` does not exist yet
-    made_folder: Path | None = None
-    #: whether the run's version folder is new (an automatic ``version_N``, or a named one not there yet)
-    new_version: bool = False
-
-    @functools.cached_property
-    def lock(self) -> runs.RunLock:
-        """Held on the run folder while a fit writes into it."""
-        return runs.RunLock()
-
-    @functools.cached_property
-    def config_text(self) -> str:
-        """The run's resolved config as YAML; dumped once, since it does not change while the run lasts
-        (a dump takes about 0.2 s, and checkpoints are saved every epoch)."""
-        return self.parser.dump(self.config, skip_none=False)
-
-    @functools.cached_property
-    def carried(self) -> dict[str, Any]:
-        """What every checkpoint carries of the config: plain YAML data (strings, numbers, lists), so
-        ``torch.load(weights_only=True)`` still reads it."""
-        dumped = yaml.safe_load(self.config_text)
-        carried = {key: dumped[key] for key in CARRIED if key in dumped}
-        # the logger too, so that evaluations of this checkpoint log under the run's own name
-        carried["trainer"] = {"logger": dumped.get("trainer", {}).get("logger")}
-        for key in PER_INVOCATION:
-            (carried.get("data", {}).get("init_args") or {}).pop(key, None)
-        return carried
-
-    @override
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        # config.yaml goes into the run folder. predict has none (it writes its predictions file only), nor
-        # has a run without a logger: Lightning would write the file into the working folder, over any
-        # config.yaml of the user's there. Checkpoints carry the config either way.
-        if stage != "predict" and trainer.logger is not None:
-            super().setup(trainer, pl_module, stage)
-
-    def refusal(self, folder: Path) -> str | None:
-        """Why this fit may not write into the run folder ``folder``, or ``None``; the first process then
-        holds the folder's lock until the fit ends."""
-        held = runs.checkpoints_in(folder)
-        resumed = self.config.get("ckpt_path")
-        if resumed == "last":  # Lightning's name for the run folder's own last.ckpt (check_last found it)
-            resumed = str(folder / "checkpoints" / "last.ckpt")
-        inside = resumed is not None and runs.run_of(resumed) == folder.resolve()
-        if held and not inside and not self.config.get("overwrite"):
-            return (
-                f"{folder} holds the checkpoints of an earlier run ({', '.join(p.name for p in held[:3])}); "
-                f"resume it with --ckpt_path {folder / 'checkpoints' / 'last.ckpt'}, name another "
-                "trainer.logger.init_args.version, or pass --overwrite true to write over it."
-            )
-        further = runs.replaced_by_resuming(resumed, folder) if inside else None
-        if further is not None and not self.config.get("overwrite"):
-            return (
-                f"--ckpt_path {resumed} is an earlier state of the run in {folder}, whose {further.name} got "
-                "further; resuming there would replace it. Leave trainer.logger.init_args.version out (the "
-                "resumed fit then writes a new version), or pass --overwrite true."
-            )
-        if runs.first_process() and not self.lock.acquire(folder):
-            return (
-                f"another process is writing into {folder}; wait for it to end, or name another "
-                "trainer.logger.init_args.version."
-            )
-        return None
-
-    @override
-    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if stage == "fit":
-            self.lock.release()
-
-    @override
-    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        # Lightning's hook for saving the config elsewhere (global rank 0, once per run): TensorBoard's
-        # Text tab shows the resolved config and the environment beside the run's curves
-        writer = tensorboard_writer(trainer)
-        if writer is not None and stage != "predict":
-            writer.add_text("run/config", f"```yaml\n{self.config_text}\n```")
-            writer.add_text("run/environment", environment_text(trainer))
-
-    @override
-    def on_save_checkpoint(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
-    ) -> None:
-        checkpoint["config"] = copy.deepcopy(self.carried)
-
-    @override
-    def on_exception(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
-    ) -> None:
-        self.lock.release()
-        # a run that failed before its first optimizer step (or an evaluation that failed) leaves no
-        # folder behind: nothing in it is worth keeping, and a pile of empty version_N folders hides the
-        # runs that matter. Only the logger's folder this very run created is removed, never one that
-        # was there before.
-        logger = trainer.logger
-        version = Path(logger.log_dir) if self.new_version and isinstance(logger, TensorBoardLogger) else None
-        folder = self.made_folder or version
-        # a fit that took a step may have logged curves worth keeping; a failed evaluation has nothing
-        trained = trainer.state.fn == TrainerFn.FITTING and trainer.global_step > 0
-        if folder is None or not trainer.is_global_zero or trained:
-            return
-        if folder.is_dir() and not any(folder.rglob("*.ckpt")):
-            for each in trainer.loggers:  # closed first: a writer thread must not write into a removed folder
-                each.finalize("failed")
-            shutil.rmtree(folder, ignore_errors=True)
 
 
 class CLI(LightningCLI):
@@ -266,7 +144,9 @@ class CLI(LightningCLI):
         config = self.config[self.subcommand]
         if isinstance(self.resumed_settings, dict):
             dumped = yaml.safe_load(self.parser.dump(self.config, skip_none=False))[self.subcommand]
-            check_resumable(self.resumed_settings.get("model"), dumped.get("model"), config["ckpt_path"])
+            settings.check_resumable(
+                self.resumed_settings.get("model"), dumped.get("model"), config["ckpt_path"]
+            )
         if self.subcommand != "fit":
             # an evaluation restores the checkpoint callbacks' state, which only a fit acts on: the notice
             # that their folder changed (the checkpoint was moved, or is evaluated from elsewhere) is no news
@@ -334,7 +214,7 @@ class CLI(LightningCLI):
     @override
     def after_instantiate_classes(self) -> None:
         logger = self.trainer.logger
-        saver = next((c for c in self.trainer.callbacks if isinstance(c, SaveConfig)), None)  # type: ignore[attr-defined]
+        saver = next((c for c in self.trainer.callbacks if isinstance(c, runs.SaveConfig)), None)  # type: ignore[attr-defined]
         if isinstance(logger, TensorBoardLogger) and saver is not None:
             # what this run will create, found without fixing the version number now (two runs built
             # before either starts must still get version_0 and version_1)
@@ -348,7 +228,7 @@ class CLI(LightningCLI):
             named = config["trainer"]["logger"]["init_args"].get("version")
             saver.new_version = named is None or not (base / str(named)).exists()
             if self.subcommand == "fit" and config.get("ckpt_path") == "last":
-                check_last(base, named)
+                settings.check_last(base, named)
         for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
             if isinstance(callback, Preemption):
                 callback.command = self.typed
@@ -370,7 +250,7 @@ class CLI(LightningCLI):
 
     def before_fit(self) -> None:
         # before the Trainer starts the fit, whose setup already writes into the run folder
-        saver = next((c for c in self.trainer.callbacks if isinstance(c, SaveConfig)), None)  # type: ignore[attr-defined]
+        saver = next((c for c in self.trainer.callbacks if isinstance(c, runs.SaveConfig)), None)  # type: ignore[attr-defined]
         if saver is not None and self.trainer.logger is not None and self.trainer.log_dir is not None:
             refusal = saver.refusal(Path(self.trainer.log_dir))
             if refusal is not None:
@@ -391,24 +271,33 @@ class CLI(LightningCLI):
         #: the words as typed, for advice that repeats the command
         self.typed = words
         subcommand = next((word for word in words if word in SUBCOMMANDS), None)
-        ckpt_path = option_value(words, "--ckpt_path")
+        ckpt_path = settings.option_value(words, "--ckpt_path")
         if ckpt_path is None:  # none typed: one may still come from a config file
             super().parse_arguments(parser, args)
             found = self.config.get(f"{subcommand}.ckpt_path") if subcommand else None
             ckpt_path = str(found) if found is not None else None
-        if subcommand is not None and ckpt_path is not None and is_checkpoint_file(ckpt_path):
+        if subcommand is not None and ckpt_path is not None and settings.is_checkpoint_file(ckpt_path):
             # one sentence for a URL, a missing, broken or unsafe file; and nothing the checkpoint names is
             # imported while it is parsed unless it is trusted or the user named it
             checkpoint = load_checkpoint(ckpt_path)
-            check_names(checkpoint, ckpt_path, user_named(words))
+            check_names(checkpoint, ckpt_path, settings.user_named(words))
             self.resumed_settings = checkpoint.get("config") if subcommand == "fit" else None
-            layer = carried_settings(checkpoint.get("config"), ckpt_path)
+            layer = settings.carried_settings(checkpoint.get("config"), ckpt_path)
+            self.layer = layer
             at = words.index(subcommand) + 1
             self.config = parser.parse_args([*words[:at], "--config", yaml.safe_dump(layer), *words[at:]])
             self.place_logging(subcommand, ckpt_path, words)
         elif not hasattr(self, "config"):
             super().parse_arguments(parser, args)
+        layers = settings.layers_of(words, settings.config_files(words), self.layer)
+        for key, switch in settings.switched_classes(layers, words).items():
+            settings.give_own_defaults(
+                self.config.get(subcommand) if subcommand else self.config, key, switch
+            )
         self.parsed_model = self.config.get(f"{subcommand}.model") if subcommand else None
+
+    #: the settings of the checkpoint given as ``--ckpt_path``, read below the user's
+    layer: dict[str, Any] | None = None
 
     def place_logging(self, subcommand: str, ckpt_path: str, words: list[str]) -> None:
         """Where a run given a checkpoint logs, unless the user said (any ``--trainer.logger`` word): ``fit``
@@ -459,112 +348,6 @@ class CLI(LightningCLI):
         self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
 
 
-#: what a resumed fit restores from the checkpoint instead of building it from the settings
-RESTORED = ("optimizer", "scheduler", "scheduler_interval")
-
-
-def check_resumable(saved: Any, now: Any, ckpt_path: str) -> None:
-    """Refuse a resumed fit whose optimizer or scheduler settings differ from those the checkpoint was
-    trained with: their state comes back from the checkpoint, and a changed setting would be dropped."""
-    if not isinstance(saved, dict) or not isinstance(now, dict):
-        return
-    for key in RESTORED:
-        before = (saved.get("init_args") or {}).get(key)
-        after = (now.get("init_args") or {}).get(key)
-        for where, old, new in differences(before, after, f"model.init_args.{key}"):
-            raise UserInputError(
-                f"{where}={new!r} differs from {old!r}, which --ckpt_path {ckpt_path} was trained with; "
-                "a resumed fit restores its optimizer and schedule as saved, so leave the setting out to "
-                "resume, or start a new fit."
-            )
-
-
-def differences(old: Any, new: Any, where: str) -> list[tuple[str, Any, Any]]:
-    """``(key, old value, new value)`` for each setting that differs between two nested configs; a
-    changed class is one difference (its own arguments are then a new class's)."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        if old.get("class_path") != new.get("class_path"):
-            return [(f"{where}.class_path", old.get("class_path"), new.get("class_path"))]
-        keys = [key for key in new if key in old and key != "class_path"]
-        return [found for key in keys for found in differences(old[key], new[key], f"{where}.{key}")]
-    return [] if old == new else [(where, old, new)]
-
-
-def check_last(base: Path, version: Any) -> None:
-    """``--ckpt_path last`` resumes from ``last.ckpt`` of the named run folder under ``base``
-    (``<save_dir>/<name>``); one sentence, with the path to give instead, when there is none."""
-    if version is not None and (base / str(version) / "checkpoints" / "last.ckpt").is_file():
-        return
-    found = sorted(base.glob("*/checkpoints/last.ckpt"), key=lambda path: path.stat().st_mtime)
-    where = f"{base / str(version) / 'checkpoints'}" if version is not None else f"a new version of {base}"
-    hint = f"--ckpt_path {found[-1]}" if found else "the path of the checkpoint to resume from"
-    raise UserInputError(f"--ckpt_path last finds no last.ckpt in {where}; give {hint}.")
-
-
-def option_value(words: list[str], key: str) -> str | None:
-    """The value given to ``--key`` as ``--key value`` or ``--key=value``, the last one winning."""
-    found = None
-    for i, word in enumerate(words):
-        if word == key and i + 1 < len(words):
-            found = words[i + 1]
-        elif word.startswith(key + "="):
-            found = word[len(key) + 1 :]
-    return found
-
-
-def is_checkpoint_file(ckpt_path: str) -> bool:
-    """Whether ``--ckpt_path`` names a file (or something refused in one sentence as one: a URL, a folder,
-    a missing file) rather than Lightning's ``last``, ``best``, ``hpc`` or ``registry``."""
-    return ckpt_path not in ("last", "best", "hpc") and not ckpt_path.startswith("registry")
-
-
-def carried_settings(config: Any, ckpt_path: str) -> dict[str, Any]:
-    """What of a checkpoint's carried config a later run takes: what :class:`SaveConfig` writes there (the
-    model, the data, the seed) and the logger's run name, and nothing else a file from elsewhere could add
-    (callbacks, an output path, a logger writing to a folder of its choosing); the data reads the
-    checkpoint's fitted preprocessing when its DataModule takes one (``preprocessing_from``)."""
-    config = config if isinstance(config, dict) else {}
-    taken = {key: copy.deepcopy(config[key]) for key in CARRIED if key in config}
-    logger = (config.get("trainer") or {}).get("logger") if isinstance(config.get("trainer"), dict) else None
-    name = (logger.get("init_args") or {}).get("name") if isinstance(logger, dict) else None
-    if isinstance(name, str):
-        taken["trainer"] = {"logger": {"init_args": {"name": name}}}
-    data = taken.setdefault("data", {})
-    for key in PER_INVOCATION:
-        (data.get("init_args") or {}).pop(key, None)
-    found = resolve(data["class_path"]) if isinstance(data.get("class_path"), str) else TabularDataModule
-    if isinstance(found, type) and "preprocessing_from" in inspect.signature(found).parameters:
-        data.setdefault("init_args", {})["preprocessing_from"] = ckpt_path
-    return taken
-
-
-def config_files(words: list[str]) -> list[str]:
-    """The config files ``words`` give with ``--config`` (not inline YAML), after the defaults."""
-    given = [
-        words[i + 1] if word in ("--config", "-c") else word.split("=", 1)[1]
-        for i, word in enumerate(words)
-        if (word in ("--config", "-c") and i + 1 < len(words)) or word.startswith("--config=")
-    ]
-    return [str(DEFAULTS), *(value for value in given if "\n" not in value and Path(value).is_file())]
-
-
-def user_named(words: list[str]) -> set[str]:
-    """Every dotted name the user wrote: in the words themselves and in the config files they give.
-
-    A word that names a file (``model.ckpt``, ``data.csv``), or the value of an option that takes a path
-    (:data:`PATH_OPTIONS`), names no class, whatever its dots.
-    """
-    values = [
-        word.split("=", 1)[-1]
-        for i, word in enumerate(words)
-        if not word.startswith(PATH_OPTIONS) and (i == 0 or words[i - 1] not in PATH_OPTIONS)
-    ]
-    # inline YAML is the checkpoint's own settings; an existing path is a file, not a class
-    texts = [value for value in values if "\n" not in value and not Path(value).exists()]
-    texts += [Path(file).read_text(errors="replace") for file in config_files(words)]
-    return {name for text in texts for name in DOTTED.findall(text)}
-
-
 class _WithoutAdvertising(logging.Filter):
     """Lightning logs a tip for a cloud service it sells on every run; it says nothing about the run."""
 
@@ -612,7 +395,7 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
             if run
             else {"default_config_files": [str(DEFAULTS)]},
             parser_class=Parser,
-            save_config_callback=SaveConfig,
+            save_config_callback=runs.SaveConfig,
             save_config_kwargs={"overwrite": True},
             # one way to set the optimizer and scheduler: model.init_args.optimizer / .scheduler (top-level
             # --optimizer / --lr_scheduler would silently replace them)

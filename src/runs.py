@@ -6,11 +6,24 @@ a run folder that already holds checkpoints only when it resumes from the newest
 ``--overwrite true``); two fits never write into one run folder at once.
 """
 
+import copy
 import fcntl
+import functools
 import os
+import shutil
 from pathlib import Path
+from typing import Any
 
+import lightning as L
 import torch
+import yaml
+from lightning.pytorch.cli import SaveConfigCallback
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.trainer.states import TrainerFn
+from typing_extensions import override
+
+from src.callbacks.dashboard import environment_text, tensorboard_writer
+from src.settings import CARRIED, PER_INVOCATION
 
 
 def run_of(ckpt_path: str | Path) -> Path | None:
@@ -79,3 +92,112 @@ class RunLock:
         if self._held is not None:
             os.close(self._held)  # closing the descriptor releases its lock
             self._held = None
+
+
+class SaveConfig(SaveConfigCallback):
+    """Writes ``config.yaml`` beside the run, and the model and data sections into every checkpoint."""
+
+    #: the outermost logger folder this run creates, when ``<save_dir>/<name>`` does not exist yet
+    made_folder: Path | None = None
+    #: whether the run's version folder is new (an automatic ``version_N``, or a named one not there yet)
+    new_version: bool = False
+
+    @functools.cached_property
+    def lock(self) -> RunLock:
+        """Held on the run folder while a fit writes into it."""
+        return RunLock()
+
+    @functools.cached_property
+    def config_text(self) -> str:
+        """The run's resolved config as YAML; dumped once, since it does not change while the run lasts
+        (a dump takes about 0.2 s, and checkpoints are saved every epoch)."""
+        return self.parser.dump(self.config, skip_none=False)
+
+    @functools.cached_property
+    def carried(self) -> dict[str, Any]:
+        """What every checkpoint carries of the config: plain YAML data (strings, numbers, lists), so
+        ``torch.load(weights_only=True)`` still reads it."""
+        dumped = yaml.safe_load(self.config_text)
+        carried = {key: dumped[key] for key in CARRIED if key in dumped}
+        # the logger too, so that evaluations of this checkpoint log under the run's own name
+        carried["trainer"] = {"logger": dumped.get("trainer", {}).get("logger")}
+        for key in PER_INVOCATION:
+            (carried.get("data", {}).get("init_args") or {}).pop(key, None)
+        return carried
+
+    @override
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # config.yaml goes into the run folder. predict has none (it writes its predictions file only), nor
+        # has a run without a logger: Lightning would write the file into the working folder, over any
+        # config.yaml of the user's there. Checkpoints carry the config either way.
+        if stage != "predict" and trainer.logger is not None:
+            super().setup(trainer, pl_module, stage)
+
+    def refusal(self, folder: Path) -> str | None:
+        """Why this fit may not write into the run folder ``folder``, or ``None``; the first process then
+        holds the folder's lock until the fit ends."""
+        held = checkpoints_in(folder)
+        resumed = self.config.get("ckpt_path")
+        if resumed == "last":  # Lightning's name for the run folder's own last.ckpt (check_last found it)
+            resumed = str(folder / "checkpoints" / "last.ckpt")
+        inside = resumed is not None and run_of(resumed) == folder.resolve()
+        if held and not inside and not self.config.get("overwrite"):
+            return (
+                f"{folder} holds the checkpoints of an earlier run ({', '.join(p.name for p in held[:3])}); "
+                f"resume it with --ckpt_path {folder / 'checkpoints' / 'last.ckpt'}, name another "
+                "trainer.logger.init_args.version, or pass --overwrite true to write over it."
+            )
+        further = replaced_by_resuming(resumed, folder) if inside else None
+        if further is not None and not self.config.get("overwrite"):
+            return (
+                f"--ckpt_path {resumed} is an earlier state of the run in {folder}, whose {further.name} got "
+                "further; resuming there would replace it. Leave trainer.logger.init_args.version out (the "
+                "resumed fit then writes a new version), or pass --overwrite true."
+            )
+        if first_process() and not self.lock.acquire(folder):
+            return (
+                f"another process is writing into {folder}; wait for it to end, or name another "
+                "trainer.logger.init_args.version."
+            )
+        return None
+
+    @override
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self.lock.release()
+
+    @override
+    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # Lightning's hook for saving the config elsewhere (global rank 0, once per run): TensorBoard's
+        # Text tab shows the resolved config and the environment beside the run's curves
+        writer = tensorboard_writer(trainer)
+        if writer is not None and stage != "predict":
+            writer.add_text("run/config", f"```yaml\n{self.config_text}\n```")
+            writer.add_text("run/environment", environment_text(trainer))
+
+    @override
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        checkpoint["config"] = copy.deepcopy(self.carried)
+
+    @override
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        self.lock.release()
+        # a run that failed before its first optimizer step (or an evaluation that failed) leaves no
+        # folder behind: nothing in it is worth keeping, and a pile of empty version_N folders hides the
+        # runs that matter. Only the logger's folder this very run created is removed, never one that
+        # was there before.
+        logger = trainer.logger
+        version = Path(logger.log_dir) if self.new_version and isinstance(logger, TensorBoardLogger) else None
+        folder = self.made_folder or version
+        # a fit that took a step may have logged curves worth keeping; a failed evaluation has nothing
+        trained = trainer.state.fn == TrainerFn.FITTING and trainer.global_step > 0
+        if folder is None or not trainer.is_global_zero or trained:
+            return
+        if folder.is_dir() and not any(folder.rglob("*.ckpt")):
+            for each in trainer.loggers:  # closed first: a writer thread must not write into a removed folder
+                each.finalize("failed")
+            shutil.rmtree(folder, ignore_errors=True)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.profilers import SimpleProfiler
 
 from src.callbacks import ProgressBar
@@ -406,3 +406,35 @@ def test_a_run_without_a_logger_leaves_the_working_folders_config_yaml_alone(cli
     cli("fit", "--config", "spiral.yaml", *TINY, "--trainer.logger=false")
     cli("predict", "--config", "spiral.yaml", "--data.num_samples=600", "--trainer.logger=false")
     assert (workdir / "config.yaml").read_text() == "mine: true\n"
+
+
+class BestOfMine(ModelCheckpoint):
+    """A user's subclass of the checkpoint callback: it takes its base's arguments."""
+
+
+def test_a_config_that_names_another_class_gives_it_its_own_defaults(workdir: Path) -> None:
+    digits = ["--config", str(CONFIGS / "digits.yaml")]  # AdamW with weight_decay 0.0001
+
+    def optimizer(*words: str) -> torch.optim.Optimizer:
+        run = main([*digits, *words, *QUIET], run=False)
+        return run.model.optimizer(run.model.parameters())
+
+    (workdir / "sgd.yaml").write_text(
+        "model:\n  init_args:\n    optimizer:\n      class_path: torch.optim.SGD\n      init_args:\n"
+        "        lr: 0.1\n"
+    )
+    for words in (
+        ["--config", "sgd.yaml"],
+        ["--model.init_args.optimizer=torch.optim.SGD", "--model.init_args.optimizer.init_args.lr=0.1"],
+    ):
+        sgd = optimizer(*words)
+        assert type(sgd) is torch.optim.SGD
+        assert sgd.param_groups[0]["lr"] == 0.1
+        assert sgd.param_groups[0]["weight_decay"] == 0  # SGD's own default, not AdamW's 0.0001
+    # an argument given again beside the new class is the user's
+    given = optimizer("--config", "sgd.yaml", "--model.init_args.optimizer.init_args.weight_decay=0.01")
+    assert given.param_groups[0]["weight_decay"] == 0.01
+    # a subclass takes its base's arguments, as defaults.yaml gives them
+    run = main([*digits, f"--best_checkpoint={__name__}.BestOfMine", *QUIET], run=False)
+    mine = next(c for c in run.trainer.callbacks if isinstance(c, BestOfMine))
+    assert (mine.monitor, mine.filename) == ("val/loss", "best-epoch{epoch:03d}-step{step}")

@@ -45,9 +45,10 @@ from optuna.trial import TrialState
 from typing_extensions import override
 
 from src.apps.cv import cross_validate, mean_std
-from src.cli import config_files, main
+from src.cli import main
 from src.errors import UserInputError
 from src.files import check_output
+from src.settings import config_files
 
 SWEEPS = Path("logs") / "sweeps"
 #: what a study needs to reach its trial count: finished trials, and those that are being run

@@ -1,0 +1,260 @@
+"""Which settings a run gets: the layers of its config, and what happens when a later layer names another
+class than an earlier one.
+
+A run's settings come in layers, the later winning: ``configs/defaults.yaml``, the settings a checkpoint
+carries (``--ckpt_path``), each ``--config`` file in order, then the words typed. jsonargparse merges a
+later layer's ``class_path`` into an earlier one's arguments: a config that turns AdamW into SGD would
+keep AdamW's ``weight_decay`` for SGD without a word. Here a class replaced by one that is not its
+subclass starts from its own defaults for every argument the later layer does not give
+(:func:`switched_classes`); a subclass keeps them, as a subclass takes its base's arguments.
+"""
+
+import copy
+import inspect
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonargparse import Namespace
+
+from src.checkpoints import DOTTED, resolve
+from src.errors import UserInputError
+
+DEFAULTS = Path(__file__).resolve().parent.parent / "configs" / "defaults.yaml"
+
+Key = tuple[str, ...]
+#: a word that gives a class: ``--model.init_args.optimizer=torch.optim.SGD`` or ``--x.class_path=...``
+CLASS_WORD = re.compile(r"--([\w.]+?)(?:\.class_path)?=([A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*\.[A-Z]\w*)$")
+
+
+@dataclass
+class Switch:
+    """A class replaced by an unrelated one in a later layer, and the arguments earlier layers gave it."""
+
+    before: str
+    after: str
+    #: argument → the value an earlier layer gave it, which the switching layer does not give again
+    carried: dict[str, Any] = field(default_factory=dict)
+
+
+def classes_in(value: Any, key: Key = ()) -> Iterator[tuple[Key, str | None, dict[str, Any]]]:
+    """Every ``(key, class_path, init_args)`` of a nested config: each mapping that names a class, or gives
+    a class's ``init_args``; lists (callbacks, plugins) are left out."""
+    if not isinstance(value, dict):
+        return
+    init_args = value.get("init_args")
+    if "class_path" in value or isinstance(init_args, dict):
+        class_path = value.get("class_path")
+        yield key, class_path if isinstance(class_path, str) else None, dict(init_args or {})
+        for name, inner in (init_args or {}).items():
+            yield from classes_in(inner, (*key, "init_args", name))
+        return
+    for name, inner in value.items():
+        yield from classes_in(inner, (*key, str(name)))
+
+
+def layers_of(words: list[str], files: list[str], checkpoint_layer: dict[str, Any] | None) -> list[dict]:
+    """The config layers in the order they apply: the defaults file, the checkpoint's settings, the other
+    config files, each as its mapping (a file that is not YAML counts as empty: the parser says why)."""
+
+    def read(file: str) -> dict[str, Any]:
+        try:
+            loaded = yaml.safe_load(Path(file).read_text())
+        except (OSError, yaml.YAMLError):
+            return {}
+        return loaded if isinstance(loaded, dict) else {}
+
+    return [read(files[0]), checkpoint_layer or {}, *(read(file) for file in files[1:])]
+
+
+def switched_classes(layers: list[dict[str, Any]], words: list[str]) -> dict[Key, Switch]:
+    """Each config key whose class a later layer (or a word) replaced by one that is not its subclass,
+    with the arguments the earlier layers gave that the replacing layer does not give again."""
+    current: dict[Key, tuple[str, dict[str, Any]]] = {}  # key → (class, arguments given for it so far)
+    switches: dict[Key, Switch] = {}
+    steps: list[list[tuple[Key, str | None, dict[str, Any]]]] = [list(classes_in(layer)) for layer in layers]
+    steps += [[word] for word in words_as_layers(words)]
+    for step in steps:
+        for key, class_path, given in step:
+            before, earlier = current.get(key, (None, {}))
+            if class_path is not None and before is not None and not related(before, class_path):
+                carried = {name: value for name, value in earlier.items() if name not in given}
+                switches[key] = Switch(before, class_path, carried)
+                earlier = {}
+            elif key in switches:
+                for name in given:  # given again after the switch: the user's, not carried
+                    switches[key].carried.pop(name, None)
+            current[key] = (class_path or before or "", {**earlier, **given})
+    return {key: switch for key, switch in switches.items() if switch.carried}
+
+
+def words_as_layers(words: list[str]) -> Iterator[tuple[Key, str | None, dict[str, Any]]]:
+    """The typed words that give a class (``--model.init_args.optimizer=torch.optim.SGD``) or one of its
+    arguments (``--model.init_args.optimizer.init_args.lr=0.1``), in the form of :func:`classes_in`."""
+    for word in words:
+        found = CLASS_WORD.match(word)
+        if found:
+            yield tuple(found[1].split(".")), found[2], {}
+        elif word.startswith("--") and "=" in word and ".init_args." in word:
+            path, _, value = word[2:].partition("=")
+            owner, _, name = path.rpartition(".init_args.")
+            if "." not in name:
+                yield tuple(owner.split(".")), None, {name: value}
+
+
+def related(before: str, after: str) -> bool:
+    """Whether ``after`` is ``before`` or a subclass of it (unknown names count as related: nothing to do)."""
+    if before == after:
+        return True
+    old, new = resolve(before), resolve(after)
+    return not (isinstance(old, type) and isinstance(new, type)) or issubclass(new, old)
+
+
+def defaults_of(switch: Switch) -> dict[str, Any]:
+    """The replacing class's own defaults for the arguments that were carried to it."""
+    found = resolve(switch.after)
+    try:
+        parameters = inspect.signature(found).parameters if found is not None else {}
+    except (TypeError, ValueError):
+        return {}
+    return {
+        name: parameters[name].default
+        for name in switch.carried
+        if name in parameters and parameters[name].default is not inspect.Parameter.empty
+    }
+
+
+#: the sections of a run's config that a checkpoint carries: what it takes to rebuild model and data
+CARRIED = ("seed_everything", "model", "data")
+#: data settings that belong to one invocation, not to the run that made the checkpoint
+PER_INVOCATION = ("predict_path", "preprocessing_from")
+#: options whose values are paths, never class names
+PATH_OPTIONS = ("--output", "--ckpt_path", "--data.path", "--data.predict_path", "--data.preprocessing_from")
+
+#: what a resumed fit restores from the checkpoint instead of building it from the settings
+RESTORED = ("optimizer", "scheduler", "scheduler_interval")
+
+
+def check_resumable(saved: Any, now: Any, ckpt_path: str) -> None:
+    """Refuse a resumed fit whose optimizer or scheduler settings differ from those the checkpoint was
+    trained with: their state comes back from the checkpoint, and a changed setting would be dropped."""
+    if not isinstance(saved, dict) or not isinstance(now, dict):
+        return
+    for key in RESTORED:
+        before = (saved.get("init_args") or {}).get(key)
+        after = (now.get("init_args") or {}).get(key)
+        for where, old, new in differences(before, after, f"model.init_args.{key}"):
+            raise UserInputError(
+                f"{where}={new!r} differs from {old!r}, which --ckpt_path {ckpt_path} was trained with; "
+                "a resumed fit restores its optimizer and schedule as saved, so leave the setting out to "
+                "resume, or start a new fit."
+            )
+
+
+def differences(old: Any, new: Any, where: str) -> list[tuple[str, Any, Any]]:
+    """``(key, old value, new value)`` for each setting that differs between two nested configs; a
+    changed class is one difference (its own arguments are then a new class's)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        if old.get("class_path") != new.get("class_path"):
+            return [(f"{where}.class_path", old.get("class_path"), new.get("class_path"))]
+        keys = [key for key in new if key in old and key != "class_path"]
+        return [found for key in keys for found in differences(old[key], new[key], f"{where}.{key}")]
+    return [] if old == new else [(where, old, new)]
+
+
+def check_last(base: Path, version: Any) -> None:
+    """``--ckpt_path last`` resumes from ``last.ckpt`` of the named run folder under ``base``
+    (``<save_dir>/<name>``); one sentence, with the path to give instead, when there is none."""
+    if version is not None and (base / str(version) / "checkpoints" / "last.ckpt").is_file():
+        return
+    found = sorted(base.glob("*/checkpoints/last.ckpt"), key=lambda path: path.stat().st_mtime)
+    where = f"{base / str(version) / 'checkpoints'}" if version is not None else f"a new version of {base}"
+    hint = f"--ckpt_path {found[-1]}" if found else "the path of the checkpoint to resume from"
+    raise UserInputError(f"--ckpt_path last finds no last.ckpt in {where}; give {hint}.")
+
+
+def give_own_defaults(config: Any, key: Key, switch: Switch) -> None:
+    """Give the class a later layer put at ``key`` its own defaults for the arguments jsonargparse carried
+    over from the unrelated class an earlier layer had there (AdamW's ``weight_decay`` for SGD)."""
+    node = config.get(".".join(key)) if config is not None else None
+    if not isinstance(node, Namespace) or node.get("class_path") != switch.after:
+        return
+    arguments = node.get("init_args")
+    for name, default in defaults_of(switch).items():
+        value = arguments.get(name) if isinstance(arguments, Namespace) else None
+        if plain(value) == plain(switch.carried[name]):
+            arguments[name] = default
+
+
+def plain(value: Any) -> Any:
+    """A value as YAML writes it, for comparing a parsed setting with a file's (tuples are lists)."""
+    return [plain(item) for item in value] if isinstance(value, list | tuple) else value
+
+
+def option_value(words: list[str], key: str) -> str | None:
+    """The value given to ``--key`` as ``--key value`` or ``--key=value``, the last one winning."""
+    found = None
+    for i, word in enumerate(words):
+        if word == key and i + 1 < len(words):
+            found = words[i + 1]
+        elif word.startswith(key + "="):
+            found = word[len(key) + 1 :]
+    return found
+
+
+def is_checkpoint_file(ckpt_path: str) -> bool:
+    """Whether ``--ckpt_path`` names a file (or something refused in one sentence as one: a URL, a folder,
+    a missing file) rather than Lightning's ``last``, ``best``, ``hpc`` or ``registry``."""
+    return ckpt_path not in ("last", "best", "hpc") and not ckpt_path.startswith("registry")
+
+
+def carried_settings(config: Any, ckpt_path: str) -> dict[str, Any]:
+    """What of a checkpoint's carried config a later run takes: what :class:`SaveConfig` writes there (the
+    model, the data, the seed) and the logger's run name, and nothing else a file from elsewhere could add
+    (callbacks, an output path, a logger writing to a folder of its choosing); the data reads the
+    checkpoint's fitted preprocessing when its DataModule takes one (``preprocessing_from``)."""
+    config = config if isinstance(config, dict) else {}
+    taken = {key: copy.deepcopy(config[key]) for key in CARRIED if key in config}
+    logger = (config.get("trainer") or {}).get("logger") if isinstance(config.get("trainer"), dict) else None
+    name = (logger.get("init_args") or {}).get("name") if isinstance(logger, dict) else None
+    if isinstance(name, str):
+        taken["trainer"] = {"logger": {"init_args": {"name": name}}}
+    data = taken.setdefault("data", {})
+    for key in PER_INVOCATION:
+        (data.get("init_args") or {}).pop(key, None)
+    from src.data import TabularDataModule  # the data a config names none of
+
+    found = resolve(data["class_path"]) if isinstance(data.get("class_path"), str) else TabularDataModule
+    if isinstance(found, type) and "preprocessing_from" in inspect.signature(found).parameters:
+        data.setdefault("init_args", {})["preprocessing_from"] = ckpt_path
+    return taken
+
+
+def config_files(words: list[str]) -> list[str]:
+    """The config files ``words`` give with ``--config`` (not inline YAML), after the defaults."""
+    given = [
+        words[i + 1] if word in ("--config", "-c") else word.split("=", 1)[1]
+        for i, word in enumerate(words)
+        if (word in ("--config", "-c") and i + 1 < len(words)) or word.startswith("--config=")
+    ]
+    return [str(DEFAULTS), *(value for value in given if "\n" not in value and Path(value).is_file())]
+
+
+def user_named(words: list[str]) -> set[str]:
+    """Every dotted name the user wrote: in the words themselves and in the config files they give.
+
+    A word that names a file (``model.ckpt``, ``data.csv``), or the value of an option that takes a path
+    (:data:`PATH_OPTIONS`), names no class, whatever its dots.
+    """
+    values = [
+        word.split("=", 1)[-1]
+        for i, word in enumerate(words)
+        if not word.startswith(PATH_OPTIONS) and (i == 0 or words[i - 1] not in PATH_OPTIONS)
+    ]
+    # inline YAML is the checkpoint's own settings; an existing path is a file, not a class
+    texts = [value for value in values if "\n" not in value and not Path(value).exists()]
+    texts += [Path(file).read_text(errors="replace") for file in config_files(words)]
+    return {name for text in texts for name in DOTTED.findall(text)}
