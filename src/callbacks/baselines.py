@@ -294,6 +294,11 @@ class Baselines(Callback):
         if trainer.is_global_zero and (sentence := self.verdict()) is not None:
             rank_zero_info(sentence)
 
+    @property
+    def net_best(self) -> float | None:
+        """The net's best validation main metric of this fit so far (``None`` before a validation)."""
+        return self._net_best
+
     def verdict(self) -> str | None:
         """One sentence when the net's best validation main metric trails the better baseline by more
         than ``margin``; ``None`` when it is level or ahead, or nothing was compared."""
