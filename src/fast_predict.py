@@ -110,7 +110,9 @@ def outputs_of(
                 probs = output.softmax(dim=-1)
                 parts.append({"probs": probs, "preds": probs.argmax(dim=-1)})
             else:
-                parts.append({"preds": output.squeeze(-1) * state["target_std"] + state["target_mean"]})
+                values = output.squeeze(-1) * state["target_std"] + state["target_mean"]
+                learnt_log = state.get("target_log", torch.tensor(0.0)) > 0  # the Regressor's log(1 + y)
+                parts.append({"preds": torch.where(learnt_log, torch.expm1(values), values)})
     return {key: torch.cat([part[key] for part in parts]) for key in parts[0]}
 
 
