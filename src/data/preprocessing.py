@@ -163,8 +163,9 @@ class CellReport:
         ]
         return (
             f"{what}: {'; '.join(parts)} (text that is not a number or a number beyond float32 is read as "
-            "missing, a category without a column of its own as (other) or none; list texts that mean "
-            "missing in data.na_values)."
+            "missing, a category without a column of its own as (other) or none, and one a column read by "
+            "its target means never saw as the training mean; list texts that mean missing in "
+            "data.na_values, and train with a larger data.max_categories to give more categories a column)."
         )
 
     def as_json(self) -> dict[str, dict[str, Any]]:
