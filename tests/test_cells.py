@@ -24,7 +24,7 @@ from src.apps import export, serve
 from src.data import TabularDataModule
 from src.data.preprocessing import CellReport
 from src.predict import Predictor
-from tests.conftest import ROOT, Trained
+from tests.conftest import ROOT, Trained, fit_in
 
 LABELS = ["high", "low", "mid"]
 PROBABILITIES = [f"probability({label})" for label in LABELS]
@@ -63,9 +63,34 @@ def docs_example(folder: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
 
 
 @pytest.fixture(scope="module")
-def paths(messy_trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Everything built once: the Predictor, the server's API, the exported graph through the docs'
-    example, and a folder for the files."""
+def target_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    """The messy fit of ``messy_trained`` with its columns of more than 4 values (region, city) read by
+    their target means (``data.high_cardinality: target``)."""
+    from tests.test_preprocessing import messy_frame
+
+    folder = tmp_path_factory.mktemp("target-trained")
+    frame = messy_frame(n=300)
+    frame.to_csv(folder / "train.csv", index=False)
+    run = fit_in(
+        folder, "--config", str(ROOT / "configs" / "digits.yaml"), "--data.source=csv",
+        "--data.path=train.csv", "--data.target_column=label", "--data.task=classification",
+        "--data.max_categories=4", "--data.missing_indicator=true", "--model.init_args.net=null",
+        "--data.high_cardinality=target",
+    )  # fmt: skip
+    assert [c.name for c in run.datamodule.preprocessor.categorical if c.encodings is not None] == [
+        "region", "city"
+    ]  # fmt: skip
+    return Trained(run, frame, Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt")
+
+
+@pytest.fixture(scope="module", params=["one-hot", "target means"])
+def paths(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Everything built once per way of reading the many-valued columns: the Predictor, the server's API,
+    the exported graph through the docs' example, and a folder for the files."""
+    trained: Trained = request.getfixturevalue(
+        "messy_trained" if request.param == "one-hot" else "target_trained"
+    )
+    messy_trained = trained
     folder = tmp_path_factory.mktemp("cells")
     export.export(messy_trained.checkpoint, "onnx", folder / "model.onnx")
     api = serve.TabularAPI(str(messy_trained.checkpoint), max_rows=100, max_batch_size=4, batch_timeout=0.0)

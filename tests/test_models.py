@@ -271,7 +271,7 @@ def test_a_net_named_in_yaml_is_saved_as_its_config(workdir: Path) -> None:
 #: each task's own arguments, those its constructor declares; the rest are its bases'
 OWN = {
     Classifier: ["label_smoothing", "class_weights"],
-    Regressor: ["loss_fn", "huber_delta", "standardize_target"],
+    Regressor: ["loss_fn", "huber_delta", "standardize_target", "target_transform"],
     ManualClassifier: ["accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm"],
 }
 TASKS = list(OWN)

@@ -13,10 +13,23 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from sklearn.model_selection import StratifiedKFold
+from sklearn.preprocessing import TargetEncoder
 
 from src.data import TabularDataModule, preprocessing, sources
-from src.data.preprocessing import MISSING, Location, Preprocessor, encoder_input, infer_kinds
+from src.data.preprocessing import (
+    MISSING,
+    CellReport,
+    Location,
+    Preprocessor,
+    encoder_input,
+    infer_kinds,
+    label_values,
+)
 from src.errors import UserInputError
+
+#: the messy frame's classes, in class-id order
+LABELS = ["high", "low", "mid"]
 
 
 def messy_frame(n: int = 200, seed: int = 0) -> pd.DataFrame:
@@ -51,7 +64,9 @@ def messy_csv(tmp_path: Path) -> Path:
 
 
 def data(path: Path, **kwargs) -> TabularDataModule:
-    options = {"target_column": "label", "task": "classification", "max_categories": 4} | kwargs
+    options = {
+        "target_column": "label", "task": "classification", "max_categories": 4, "high_cardinality": "other"
+    } | kwargs  # fmt: skip
     return TabularDataModule(path=str(path), **options)
 
 
@@ -69,13 +84,21 @@ def test_column_kinds_are_read_from_the_data_and_can_be_named(messy_csv: Path, c
     assert "age" not in numeric
 
 
-@pytest.mark.parametrize("column_by_column", [False, True])
+@pytest.mark.parametrize(
+    ("column_by_column", "many", "task"),
+    [(False, "other", "classification"), (True, "other", "classification"),
+     (False, "target", "classification"), (False, "target", "regression")],
+)  # fmt: skip
 def test_transform_equals_the_fitted_scikit_learn_column_transformer(
-    messy_csv: Path, column_by_column: bool, monkeypatch: pytest.MonkeyPatch
+    messy_csv: Path, column_by_column: bool, many: str, task: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if column_by_column:  # numeric columns fitted one block (of one column) at a time, as for big tables
         monkeypatch.setattr(preprocessing, "FIT_BLOCK_CELLS", 1)
-    dm = data(messy_csv, missing_indicator=True)
+    if task == "regression":  # a number to predict: the income of the rest
+        frame = pd.read_csv(messy_csv).drop(columns="label")
+        (messy_csv := messy_csv.with_name("income.csv")).write_text(frame.to_csv(index=False))
+    target = {"target_column": "income", "task": "regression"} if task == "regression" else {}
+    dm = data(messy_csv, missing_indicator=True, high_cardinality=many, **target)
     fitted = dm.fitted_column_transformer()
     table, prep = dm.table, dm.preprocessor
     kinds = infer_kinds(table.features, table.location)
@@ -98,8 +121,51 @@ def test_transform_equals_the_fitted_scikit_learn_column_transformer(
     expected = fitted.transform(encoder_input(new, kinds[0], kinds[1], table.location, kinds[2]))
     np.testing.assert_allclose(prep.transform(new, Location("new rows")), expected, rtol=1e-6, atol=1e-6)
     # and the encoded layout is what the names say
-    assert prep.feature_names[:4] == ["income", "age", "income (missing)", "age (missing)"]
-    assert "region=(other)" in prep.feature_names  # max_categories=4: the rarest region shares a column
+    if task == "regression":
+        assert prep.feature_names[:2] == ["age", "age (missing)"]
+        assert prep.feature_names[-2:] == ["region (mean target)", "city (mean target)"]
+    elif many == "other":
+        assert prep.feature_names[:4] == ["income", "age", "income (missing)", "age (missing)"]
+        assert "region=(other)" in prep.feature_names  # max_categories=4: the rarest region shares a column
+    else:  # 5 regions and 30 cities: one column per class each, after the one-hot blocks
+        assert prep.feature_names[-6:] == [f"{c} (mean {k})" for c in ("region", "city") for k in LABELS]
+        assert [c.name for c in prep.categorical] == ["member", "verified", "region", "city"]
+
+
+def test_a_column_of_many_values_is_read_as_its_target_means_fitted_on_the_training_rows(
+    messy_csv: Path, caplog
+) -> None:
+    with caplog.at_level(logging.INFO):
+        dm = data(messy_csv, high_cardinality="target")
+        prep = dm.preprocessor
+    city = next(c for c in prep.categorical if c.name == "city")
+    train = dm.split_rows["train"]
+    seen = sorted(set(dm.table.features["city"].iloc[train]))
+    assert city.categories == seen  # the training rows' values alone, every one of them
+    assert city.encodings is not None
+    assert city.default is not None
+    # scikit-learn's TargetEncoder on the training rows, scaled as the cross-fitted training rows are
+    labels = label_values(dm.table.target.iloc[train])
+    folds = StratifiedKFold(5, shuffle=True, random_state=0)
+    encoder = TargetEncoder(target_type="multiclass", cv=folds)
+    cells = dm.table.features[["city"]].iloc[train].astype(str)
+    ids = pd.Index(LABELS).get_indexer(labels)
+    crossed = encoder.fit_transform(cells, ids)
+    mean, std = crossed.mean(0), crossed.std(0)
+    expected = (np.stack(encoder.encodings_, axis=1) - mean) / std
+    np.testing.assert_allclose(city.encodings, expected, rtol=1e-12)
+    np.testing.assert_allclose(city.default, (encoder.target_mean_ - mean) / std, rtol=1e-12)
+    # a city never seen reads as the training mean, and is counted
+    report = CellReport()
+    row = messy_frame().iloc[[0]].assign(city="city999")
+    x = prep.transform(row, Location("one row"), report=report)
+    at = prep.feature_names.index(f"city (mean {LABELS[0]})")
+    np.testing.assert_allclose(x[0, at : at + 3], np.float32(city.default))
+    assert report.columns["city"].read_as == "the training mean"
+    # the notice says what it did and which settings change it
+    assert "Column 'city' has 30 distinct values" in caplog.text
+    assert "data.high_cardinality: target; other gives one-hot columns" in caplog.text
+    assert "data.max_categories=4" in caplog.text
 
 
 def test_unseen_values_land_in_the_other_column_or_nowhere(messy_csv: Path) -> None:
@@ -170,8 +236,9 @@ def test_a_label_the_training_rows_never_had_is_named(messy_csv: Path) -> None:
         prep.encode_labels(pd.Series(["low", "huge"], name="label"), Location("the rows"))
 
 
-def test_the_fitted_state_is_plain_data(messy_csv: Path, tmp_path: Path) -> None:
-    prep = data(messy_csv, missing_indicator=True).preprocessor
+@pytest.mark.parametrize("many", ["other", "target"])
+def test_the_fitted_state_is_plain_data(messy_csv: Path, tmp_path: Path, many: str) -> None:
+    prep = data(messy_csv, missing_indicator=True, high_cardinality=many).preprocessor
     torch.save(prep.state_dict(), tmp_path / "state.pt")
     loaded = torch.load(tmp_path / "state.pt", weights_only=True)  # no pickled objects
     assert Preprocessor.from_state(loaded) == prep
@@ -226,6 +293,7 @@ def test_identifier_like_columns_are_capped_or_left_out(tmp_path: Path, caplog) 
     assert customer.other
     assert "Column 'customer' has " in caplog.text
     assert "like an identifier" in caplog.text
+    assert "(data.max_categories=10; data.high_cardinality: target reads" in caplog.text
     assert "name" not in prep.columns
     assert "the column(s) ['name'] hold a different text in every training row" in caplog.text
 

@@ -68,6 +68,7 @@ from torch import nn
 from src.data.preprocessing import (
     FLOAT32_MAX,
     MISSING,
+    CategoricalColumn,
     CellReport,
     Preprocessor,
     cell_text,
@@ -388,6 +389,21 @@ def _spaced(texts: Sequence[str]) -> str:
     return f"{SPACES}(?:{'|'.join(literal)}){SPACES}"
 
 
+def _target_encoded(categorical: CategoricalColumn, hits: list[str], nodes: _Nodes) -> str:
+    """``(B, width)`` float32 target encodings of one column from its categories' ``(B,)`` matches: the
+    matched category's row of the table, or ``default`` where none matched (as :meth:`Preprocessor.encode`
+    looks them up, in float64 and rounded once)."""
+    double, one = onnx.TensorProto.DOUBLE, nodes.const([1], np.int64)
+    matched = nodes.op(
+        "Concat", *[nodes.op("Unsqueeze", nodes.op("Cast", hit, to=double), one) for hit in hits], axis=1
+    )  # (B, C), a 1 where a category matched
+    table = nodes.const(np.asarray(categorical.encodings, np.float64).reshape(len(hits), -1), np.float64)
+    unmatched = nodes.op("Sub", nodes.const(1.0, np.float64), nodes.op("ReduceSum", matched, one, keepdims=1))
+    default = nodes.const(np.asarray(categorical.default, np.float64)[None, :], np.float64)  # (1, width)
+    encoded = nodes.op("Add", nodes.op("MatMul", matched, table), nodes.op("Mul", unmatched, default))
+    return nodes.op("Cast", encoded, to=onnx.TensorProto.FLOAT)
+
+
 def raw_preprocessing(preprocessor: Preprocessor, nodes: _Nodes, output: str) -> list[onnx.ValueInfoProto]:
     """The graph's inputs, one per raw column, and the nodes that make ``output``, the ``(B, F)`` float32
     matrix :meth:`Preprocessor.transform` makes, in the order of its ``feature_names``."""
@@ -416,6 +432,9 @@ def raw_preprocessing(preprocessor: Preprocessor, nodes: _Nodes, output: str) ->
         for category in categorical.categories:
             hit = nodes.op("RegexFullMatch", text, pattern=_spaced([category]))
             hits.append(nodes.op("Or", hit, missing) if category == MISSING else hit)
+        if categorical.encodings is not None:
+            blocks.append(_target_encoded(categorical, hits, nodes))
+            continue
         if categorical.other:  # 1 where no category matched (every row, for a column of rare values only)
             never = [] if hits else [nodes.op("And", missing, nodes.op("Not", missing))]
             hits.append(nodes.op("Not", functools.reduce(lambda a, b: nodes.op("Or", a, b), hits + never)))

@@ -258,6 +258,11 @@ class TabularDataModule(ResumableDataModule):
         max_categories: One-hot columns per categorical column at most: its ``max_categories - 1`` most
             frequent training values, and one column for the rest and for values never seen in training.
         min_category_frequency: Training values rarer than this share the "rest" column.
+        high_cardinality: A categorical column of more than ``max_categories`` distinct training values:
+            ``target`` reads each value as its smoothed mean of the training target (per class), one
+            column per class (one for regression and two classes), standardized; ``other`` gives one-hot
+            columns to its most frequent values and one to the rest (the default: on a table of house
+            prices whose zip codes have 68 values, the target means scored worse, benchmarks/tables.py).
         predict_path: A CSV or Parquet file to predict (``predict``): every row, in order; a target
             column in it is ignored. Left out, ``predict`` uses the validation split (never the test split).
         preprocessing_from: A checkpoint whose fitted preprocessing to use instead of fitting one;
@@ -278,6 +283,8 @@ class TabularDataModule(ResumableDataModule):
             test split is untouched.
         seed: Seeds the split, the folds, the synthetic data and the training shuffle.
         standardize: Scale numeric features to zero mean and unit variance (training statistics).
+        scaling: How ``standardize`` scales: ``standard`` by the mean and standard deviation, ``robust``
+            by the median and the interquartile range.
         batch_size: Rows per batch, per process.
         min_batches_per_epoch: A training epoch of fewer batches repeats the training rows (each as
             often as the others, in a fresh order) until it has at least this many: the run's budget,
@@ -304,6 +311,7 @@ class TabularDataModule(ResumableDataModule):
         missing_indicator: bool = False,
         max_categories: int = 50,
         min_category_frequency: int = 1,
+        high_cardinality: Literal["target", "other"] = "other",
         predict_path: str | None = None,
         preprocessing_from: str | None = None,
         num_samples: int = 3000,
@@ -315,6 +323,7 @@ class TabularDataModule(ResumableDataModule):
         train_on_validation: bool = False,
         seed: int = 42,
         standardize: bool = True,
+        scaling: Literal["standard", "robust"] = "standard",
         batch_size: int = 64,
         min_batches_per_epoch: int | None = 16,
         num_workers: int = 0,
@@ -456,7 +465,10 @@ class TabularDataModule(ResumableDataModule):
         split (for inspection and tests; the preprocessing itself is fitted block by block)."""
         table = self.table
         train = table.features.iloc[self.split_rows["train"]]
-        return fit_column_transformer(train, self._kinds(), self._options(), table.location)
+        target = table.target.iloc[self.split_rows["train"]]
+        return fit_column_transformer(
+            train, self._kinds(), self._options(), table.location, table.task, target
+        )
 
     def _kinds(self) -> tuple[list[str], list[str], dict[str, list[str]]]:
         hp = self.settings
@@ -475,6 +487,8 @@ class TabularDataModule(ResumableDataModule):
             max_categories=hp.max_categories,
             min_category_frequency=hp.min_category_frequency,
             na_values=hp.na_values or [],
+            high_cardinality=hp.high_cardinality,
+            scaling=hp.scaling,
         )
 
     @property

@@ -44,8 +44,15 @@ import numpy as np
 import pandas as pd
 from sklearn.compose import ColumnTransformer
 from sklearn.impute import MissingIndicator, SimpleImputer
+from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.pipeline import Pipeline
-from sklearn.preprocessing import LabelEncoder, OneHotEncoder, StandardScaler
+from sklearn.preprocessing import (
+    LabelEncoder,
+    OneHotEncoder,
+    RobustScaler,
+    StandardScaler,
+    TargetEncoder,
+)
 
 from src.errors import UserInputError, notice
 
@@ -76,16 +83,39 @@ class NumericColumn:
 
 @dataclass(frozen=True)
 class CategoricalColumn:
-    """One categorical input column: the values that get a one-hot column of their own."""
+    """One categorical input column: the values that get a one-hot column of their own, or, for a column
+    of many values, each value's target statistics (``encodings``)."""
 
     name: str
-    categories: list[str]  #: one output column each, in this order
+    categories: list[str]  #: one output column each, in this order (target encoding: one row each)
     other: bool  #: whether a last column collects rarer training values and values never seen
+    #: target encoding: per category, its smoothed mean of the training target (one per class, or one
+    #: for regression and two classes), standardized; ``None``: one-hot
+    encodings: list[list[float]] | None = None
+    #: target encoding: what a value without an encoding reads as (the training rows' target mean,
+    #: standardized)
+    default: list[float] | None = None
 
     @functools.cached_property
     def index(self) -> pd.Index:
         """``categories`` as the Index one-hot encoding looks values up in, built once, not per call."""
         return pd.Index(self.categories)
+
+    @functools.cached_property
+    def lookup(self) -> np.ndarray:
+        """``(len(categories) + 1, width)`` float64: each category's encoding, then ``default``."""
+        assert self.encodings is not None
+        assert self.default is not None
+        return np.array([*self.encodings, self.default], dtype=np.float64).reshape(
+            len(self.categories) + 1, -1
+        )
+
+    @property
+    def width(self) -> int:
+        """Columns of the encoded matrix this column makes."""
+        if self.default is not None:
+            return len(self.default)
+        return len(self.categories) + int(self.other)
 
 
 @dataclass(frozen=True)
@@ -133,8 +163,9 @@ class CellReport:
         ]
         return (
             f"{what}: {'; '.join(parts)} (text that is not a number or a number beyond float32 is read as "
-            "missing, a category without a column of its own as (other) or none; list texts that mean "
-            "missing in data.na_values)."
+            "missing, a category without a column of its own as (other) or none, and one a column read by "
+            "its target means never saw as the training mean; list texts that mean missing in "
+            "data.na_values, and train with a larger data.max_categories to give more categories a column)."
         )
 
     def as_json(self) -> dict[str, dict[str, Any]]:
@@ -335,6 +366,10 @@ class Preprocessor:
         names = [c.name for c in self.numeric]
         names += [f"{c.name} (missing)" for c in self.numeric if c.indicator]
         for column in self.categorical:
+            if column.default is not None:
+                targets = self.labels if self.labels is not None and column.width > 1 else ["target"]
+                names += [f"{column.name} (mean {label})" for label in targets]
+                continue
             names += [f"{column.name}={value}" for value in column.categories]
             names += [f"{column.name}=(other)"] if column.other else []
         return names
@@ -387,7 +422,7 @@ class Preprocessor:
         # written column by column into the float32 result: the float64 work is one column at a time,
         # never a float64 copy of the whole table (computed in float64 and rounded once, as before)
         indicated = [column for column in self.numeric if column.indicator]
-        widths = [len(cat.categories) + int(cat.other) for cat in self.categorical]
+        widths = [cat.width for cat in self.categorical]
         out = np.empty((count, len(self.numeric) + len(indicated) + sum(widths)), np.float32)
         at = len(self.numeric)
         for j, column in enumerate(self.numeric):
@@ -410,10 +445,15 @@ class Preprocessor:
                 at += 1
         for cat, width in zip(self.categorical, widths, strict=True):
             texts = category_strings(column_of(cat.name), self.na_values)
-            out[:, at : at + width], unmatched = _one_hot(texts, cat)
+            if cat.encodings is not None:
+                out[:, at : at + width], unmatched = _target_encoded(texts, cat)
+                read_as = "the training mean"
+            else:
+                out[:, at : at + width], unmatched = _one_hot(texts, cat)
+                read_as = "(other)" if cat.other else "no category"
             if unmatched.any():
                 first = texts[int(np.flatnonzero(unmatched)[0])]
-                noticed.add(cat.name, int(unmatched.sum()), first, "(other)" if cat.other else "no category")
+                noticed.add(cat.name, int(unmatched.sum()), first, read_as)
             at += width
         if report is None and noticed.columns:
             log.warning(noticed.line(location.what))
@@ -453,6 +493,14 @@ class Preprocessor:
         )
 
 
+def _target_encoded(values: np.ndarray, column: CategoricalColumn) -> tuple[np.ndarray, np.ndarray]:
+    """``(N,)`` canonical strings → ``(N, width)`` encodings (``default`` for a value never seen in
+    training), and ``(N,)`` where a value has no encoding of its own."""
+    codes = column.index.get_indexer(values)
+    unmatched = codes < 0
+    return column.lookup[np.where(unmatched, len(column.categories), codes)], unmatched
+
+
 def _one_hot(values: np.ndarray, column: CategoricalColumn) -> tuple[np.ndarray, np.ndarray]:
     """``(N,)`` canonical strings → ``(N, K)`` one-hot, the last column for rare and unseen values, and
     ``(N,)`` where a value has no column of its own."""
@@ -474,16 +522,33 @@ class Options:
     categorical_columns: Sequence[str] = ()
     numeric_columns: Sequence[str] = ()
     standardize: bool = True
+    #: how ``standardize`` centres and scales a number: ``standard``, by the training mean and standard
+    #: deviation; ``robust``, by the median and the interquartile range (a few extreme values then move
+    #: the others less)
+    scaling: Literal["standard", "robust"] = "standard"
     impute_strategy: Literal["median", "mean"] = "median"
     missing_indicator: bool = False
     max_categories: int = 50
     min_category_frequency: int = 1
     na_values: Sequence[str] = ()
+    #: a categorical column of more than ``max_categories`` distinct training values: ``target``, each
+    #: value's smoothed target mean (per class) in a column each, standardized; ``other``: one-hot columns
+    #: for the ``max_categories - 1`` most frequent values and one for the rest
+    high_cardinality: Literal["target", "other"] = "other"
 
 
-def column_transformer(numeric: list[str], categorical: list[str], options: Options) -> ColumnTransformer:
-    """The scikit-learn pipeline whose fitted numbers a :class:`Preprocessor` carries."""
-    scale = StandardScaler() if options.standardize else "passthrough"
+def column_transformer(
+    numeric: list[str],
+    categorical: list[str],
+    options: Options,
+    target_encoded: Sequence[str] = (),
+    target_type: str = "continuous",
+) -> ColumnTransformer:
+    """The scikit-learn pipeline whose fitted numbers a :class:`Preprocessor` carries: ``target_encoded``
+    (among ``categorical``) by a ``TargetEncoder`` of ``target_type`` and a ``StandardScaler``, the other
+    categorical columns by a ``OneHotEncoder``."""
+    scaler = StandardScaler() if options.scaling == "standard" else RobustScaler()
+    scale = scaler if options.standardize else "passthrough"
     encoder = OneHotEncoder(
         handle_unknown="infrequent_if_exist",  # an unseen value lands in the "other" column, if any
         max_categories=options.max_categories,
@@ -499,7 +564,15 @@ def column_transformer(numeric: list[str], categorical: list[str], options: Opti
     ]
     if options.missing_indicator:
         parts.append(("missing", MissingIndicator(features="missing-only"), numeric))
-    parts.append(("categorical", encoder, categorical))
+    encoded = [c for c in categorical if c not in target_encoded]
+    parts.append(("categorical", encoder, encoded))
+    if target_encoded:
+        # cross-fitted on the training rows (TargetEncoder.fit_transform), so that the scale is fitted
+        # on encodings of rows their own target had no part in; transform uses the encodings of all rows
+        folds = (KFold if target_type == "continuous" else StratifiedKFold)(5, shuffle=True, random_state=0)
+        target = TargetEncoder(target_type=target_type, cv=folds)
+        scaled = Pipeline([("encode", target), ("scale", StandardScaler())])
+        parts.append(("target", scaled, list(target_encoded)))
     return ColumnTransformer(parts, remainder="drop")
 
 
@@ -588,33 +661,48 @@ def fit_preprocessor(
         steps = fitted.named_transformers_
         imputer: SimpleImputer = steps["numeric"].named_steps["impute"]
         scaler = steps["numeric"].named_steps["scale"]
+        # StandardScaler's mean_ or RobustScaler's center_ (its scale_ is the interquartile range, 1 where
+        # that is 0, as StandardScaler's is for a constant column)
+        centre = np.zeros(len(names))
+        if options.standardize:
+            centre = scaler.mean_ if options.scaling == "standard" else scaler.center_
         with_indicator = set(steps["missing"].features_.tolist()) if options.missing_indicator else set()
         for i, name in enumerate(names):
             numeric_columns.append(
                 NumericColumn(
                     name=name,
                     fill=float(imputer.statistics_[i]),
-                    mean=float(scaler.mean_[i]) if options.standardize else 0.0,
+                    mean=float(centre[i]),
                     scale=float(scaler.scale_[i]) if options.standardize else 1.0,
                     indicator=i in with_indicator,
                     missing_tokens=tokens.get(name, []),
                 )
             )
+    labels = labels_of(train_target) if task == "classification" else None
     categorical_columns: list[CategoricalColumn] = []
     if categorical:
-        fitted = column_transformer([], categorical, options)
-        fitted.fit(encoder_input(_part(frame, categorical, train), [], categorical, location, tokens))
+        inputs = encoder_input(_part(frame, categorical, train), [], categorical, location, tokens)
+        many = target_encoded(inputs, categorical, options)
+        fitted = column_transformer([], categorical, options, many, target_type(task, labels))
+        fitted.fit(inputs, None if not many else target_values(train_target, task, labels))
         encoder: OneHotEncoder = fitted.named_transformers_["categorical"]
-        for name, values, rare in zip(
-            categorical, encoder.categories_, encoder.infrequent_categories_, strict=True
-        ):
+        one_hot = [name for name in categorical if name not in many]
+        found = (encoder.categories_, encoder.infrequent_categories_) if one_hot else ([], [])
+        by_name = dict(zip(one_hot, zip(*found, strict=True), strict=True))
+        for name in [*one_hot, *many]:  # the pipeline's order: one-hot blocks, then target encodings
+            if name in many:
+                categorical_columns.append(_target_column(fitted, many, name, count, options))
+                continue
+            values, rare = by_name[name]
             rare_set = set(rare.tolist()) if rare is not None else set()
             distinct = len(values)
             if distinct > max(options.max_categories, count // 2):
                 notice(
                     f"Column {name!r} has {distinct} distinct values in {count} training rows, like an "
                     f"identifier or free text: only its {len(values) - len(rare_set)} most frequent values "
-                    "get a column of their own; drop it with data.drop_columns if it carries no signal."
+                    f"get a column of their own (data.max_categories={options.max_categories}; "
+                    "data.high_cardinality: target reads every value as its mean of the target instead); "
+                    "drop it with data.drop_columns if it carries no signal."
                 )
             categorical_columns.append(
                 CategoricalColumn(
@@ -623,12 +711,61 @@ def fit_preprocessor(
                     other=bool(rare_set),
                 )
             )
-    labels: list[Label] | None = None
-    if task == "classification":
-        assert train_target is not None
-        classes = LabelEncoder().fit(label_values(train_target)).classes_
-        labels = [int(v) if isinstance(v, np.integer) else str(v) for v in classes]
     return Preprocessor(task, target, numeric_columns, categorical_columns, labels, list(options.na_values))
+
+
+def target_encoded(inputs: pd.DataFrame, categorical: list[str], options: Options) -> list[str]:
+    """The categorical columns of ``inputs`` (canonical strings of the training rows) read by their target
+    statistics: with more than ``max_categories`` distinct values, when ``high_cardinality`` is ``target``."""
+    if options.high_cardinality != "target":
+        return []
+    return [name for name in categorical if inputs[name].nunique() > options.max_categories]
+
+
+def target_type(task: Task, labels: list[Label] | None) -> str:
+    """``TargetEncoder``'s ``target_type``: ``continuous``, ``binary`` (one column) or ``multiclass``."""
+    if task == "regression":
+        return "continuous"
+    return "binary" if labels is not None and len(labels) == 2 else "multiclass"
+
+
+def target_values(train_target: pd.Series | None, task: Task, labels: list[Label] | None) -> np.ndarray:
+    """The training targets as the target encoder reads them: class ids, or float64 values."""
+    assert train_target is not None
+    if task == "regression":
+        return train_target.to_numpy(np.float64)
+    assert labels is not None
+    return pd.Index(labels).get_indexer(label_values(train_target))
+
+
+def _target_column(
+    fitted: ColumnTransformer, many: list[str], name: str, count: int, options: Options
+) -> CategoricalColumn:
+    """A target-encoded column as plain data: each value's encoding, standardized as the pipeline does."""
+    steps = fitted.named_transformers_["target"].named_steps
+    encoder: TargetEncoder = steps["encode"]
+    scaler: StandardScaler = steps["scale"]
+    i, width = many.index(name), len(np.atleast_1d(encoder.target_mean_))
+    if encoder.target_type_ == "binary":
+        width = 1
+    columns = slice(i * width, (i + 1) * width)
+    encodings = np.stack(encoder.encodings_[columns], axis=1)  # (categories, width)
+    default = np.broadcast_to(encoder.target_mean_, (width,))
+    mean, scale = scaler.mean_[columns], scaler.scale_[columns]
+    values = encoder.categories_[i]
+    notice(
+        f"Column {name!r} has {len(values)} distinct values in {count} training rows, more than "
+        f"data.max_categories={options.max_categories}: each is read as its smoothed mean of the training "
+        "target (data.high_cardinality: target; other gives one-hot columns to the most frequent values "
+        "instead, and a larger data.max_categories more of them)."
+    )
+    return CategoricalColumn(
+        name=name,
+        categories=[str(v) for v in values],
+        other=False,
+        encodings=((encodings - mean) / scale).tolist(),
+        default=((default - mean) / scale).tolist(),
+    )
 
 
 def fit_column_transformer(
@@ -636,12 +773,27 @@ def fit_column_transformer(
     kinds: tuple[list[str], list[str], dict[str, list[str]]],
     options: Options,
     location: Location,
+    task: Task = "classification",
+    train_target: pd.Series | None = None,
 ) -> ColumnTransformer:
     """The whole scikit-learn pipeline fitted on all columns at once, for tests and inspection: what
-    :func:`fit_preprocessor` fits block by block, and what its :class:`Preprocessor` is proven equal to."""
+    :func:`fit_preprocessor` fits block by block, and what its :class:`Preprocessor` is proven equal to.
+    Target-encoded columns (:func:`target_encoded`) need ``task`` and the training rows' ``train_target``."""
     numeric, categorical, tokens = _checked_columns(train, None, kinds, options, location)
-    fitted = column_transformer(numeric, categorical, options)
-    return fitted.fit(encoder_input(train, numeric, categorical, location, tokens))
+    inputs = encoder_input(train, numeric, categorical, location, tokens)
+    many = target_encoded(inputs, categorical, options)
+    if not many:
+        return column_transformer(numeric, categorical, options).fit(inputs)
+    labels = labels_of(train_target) if task == "classification" else None
+    fitted = column_transformer(numeric, categorical, options, many, target_type(task, labels))
+    return fitted.fit(inputs, target_values(train_target, task, labels))
+
+
+def labels_of(train_target: pd.Series | None) -> list[Label]:
+    """The class labels of the training rows' targets, in class-id order (LabelEncoder's)."""
+    assert train_target is not None
+    classes = LabelEncoder().fit(label_values(train_target)).classes_
+    return [int(v) if isinstance(v, np.integer) else str(v) for v in classes]
 
 
 def _part(frame: pd.DataFrame, names: list[str], rows: np.ndarray | None) -> pd.DataFrame:

@@ -1,7 +1,10 @@
-"""Regression: MSE or Huber on optionally standardized targets; MAE, RMSE and R² in original units."""
+"""Regression: MSE or Huber on optionally log-transformed and standardized targets; MAE, RMSE and R² in
+original units."""
 
 from typing import Any, Literal
 
+import numpy as np
+import pandas as pd
 import torch
 import torch.nn.functional as F
 from torchmetrics import MeanAbsoluteError, MeanSquaredError, MetricCollection, R2Score
@@ -23,12 +26,23 @@ class Regressor(BaseTask):
             ``standardize_target`` is on).
         standardize_target: Train on ``(y - mean) / std`` with the training split's statistics; metrics
             and predictions are always in original units.
+        target_transform: ``log``: train on ``log(1 + y)`` (then standardized), which a target of
+            positive amounts spread over orders of magnitude (prices, wages, counts) is closer to normal
+            in, and predict ``exp(.) - 1`` of the net's output, in the target's units again; it needs
+            every training target at least 0. ``auto``: ``log`` when the training targets are all at
+            least 0 and skewed to the right (skewness above :data:`SKEWED`) and their logarithm is less
+            skewed, else ``none``. ``none`` (the default): the target as it is. On the tables benchmark
+            the logarithm's predictions, back in the target's units, scored a worse RMSE (skewed ozone
+            readings: 0.76 of the best library's against 0.92 without; wages: level), since a net that
+            fits the logarithm's mean under-predicts the large values that dominate an RMSE.
         **kwargs: :class:`BaseTask`'s arguments.
     """
 
-    #: the training split's target mean and std, scalar buffers registered in ``__init__``
+    #: the training split's target mean and std (of ``log(1 + y)`` when that is what the net learns), and
+    #: 1 when it learns the logarithm, else 0: scalar buffers registered in ``__init__``
     target_mean: torch.Tensor
     target_std: torch.Tensor
+    target_log: torch.Tensor
 
     def __init__(
         self,
@@ -36,12 +50,15 @@ class Regressor(BaseTask):
         loss_fn: Literal["mse", "huber"] = "mse",
         huber_delta: float = 1.0,
         standardize_target: bool = True,
+        target_transform: Literal["auto", "log", "none"] = "none",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         # identity until setup() fits them on the training split; buffers, so checkpoints carry them
         self.register_buffer("target_mean", torch.tensor(0.0))
         self.register_buffer("target_std", torch.tensor(1.0))
+        self.register_buffer("target_log", torch.tensor(0.0))
+        self.register_load_state_dict_pre_hook(_without_log)
 
     @override
     def check_shapes(self) -> None:
@@ -62,22 +79,36 @@ class Regressor(BaseTask):
         # Trainer.datamodule is public and documented, but Lightning assigns it in its data connector
         # without declaring it on the class, so mypy cannot see it
         datamodule = self.trainer.datamodule  # type: ignore[attr-defined]
-        if stage == "fit" and self.hparams["standardize_target"] and datamodule is not None:
-            mean, std = datamodule.target_stats()
-            self.target_mean.fill_(mean)
-            self.target_std.fill_(std)
+        if stage == "fit" and datamodule is not None:
+            self.fit_target_scaling(datamodule.train_targets())
+
+    def fit_target_scaling(self, targets: np.ndarray) -> None:
+        """Set the target's transform and standardization from the training split's ``(N,)`` targets."""
+        y = np.asarray(targets, dtype=np.float64)
+        log = use_log(y, self.hparams["target_transform"])
+        learnt = np.log1p(y) if log else y
+        standardize = self.hparams["standardize_target"]
+        self.target_log.fill_(float(log))
+        self.target_mean.fill_(float(learnt.mean()) if standardize else 0.0)
+        self.target_std.fill_((float(learnt.std()) or 1.0) if standardize else 1.0)
+
+    def learnt_units(self, target: torch.Tensor) -> torch.Tensor:
+        """(B,) targets in original units → the units the net learns: transformed, then standardized."""
+        learnt = torch.where(self.target_log > 0, torch.log1p(target.clamp(min=0)), target)
+        return (learnt - self.target_mean) / self.target_std
 
     @override
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        # output: (B, 1) in standardized units; target: (B,) in original units
-        scaled = (target - self.target_mean) / self.target_std
+        # output: (B, 1) in the learnt units; target: (B,) in original units
+        scaled = self.learnt_units(target)
         if self.hparams["loss_fn"] == "huber":
             return F.huber_loss(output.squeeze(-1), scaled, delta=self.hparams["huber_delta"])
         return F.mse_loss(output.squeeze(-1), scaled)
 
     def to_original_units(self, output: torch.Tensor) -> torch.Tensor:
         """(B, 1) net output → (B,) predictions in the target's units."""
-        return output.squeeze(-1) * self.target_std + self.target_mean
+        values = output.squeeze(-1) * self.target_std + self.target_mean
+        return torch.where(self.target_log > 0, torch.expm1(values), values)
 
     @override
     def metric_inputs(self, output: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,3 +117,30 @@ class Regressor(BaseTask):
     @override
     def predict_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> dict[str, torch.Tensor]:
         return {"preds": self.to_original_units(self(batch[0]))}
+
+
+#: ``target_transform: auto`` takes the logarithm of targets more skewed than this (and all at least 0)
+SKEWED = 1.0
+
+
+def use_log(y: np.ndarray, transform: str) -> bool:
+    """Whether the net learns ``log(1 + y)`` of the training targets ``y`` under ``transform``."""
+    if transform == "none" or len(y) == 0:
+        return False
+    if transform == "log":
+        if y.min() < 0:
+            raise UserInputError(
+                f"model.init_args.target_transform=log needs targets of at least 0, but a training target is "
+                f"{y.min():g}; use auto or none."
+            )
+        return True
+    if y.min() < 0:
+        return False
+    skew = pd.Series(y).skew()
+    return bool(skew > SKEWED and abs(pd.Series(np.log1p(y)).skew()) < skew)
+
+
+def _without_log(module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+    """A checkpoint written before the target could be learnt as its logarithm has no ``target_log``:
+    it learnt the target as it is."""
+    state_dict.setdefault(f"{prefix}target_log", torch.tensor(0.0))
