@@ -76,7 +76,8 @@ def test_early_stopping_says_why_and_where_the_best_epoch_is(tmp_path: Path, cap
     script = [0.9, 0.5, 0.3, 0.4, 0.45, 0.5, 0.6, 0.7]  # best at epoch 2, then worse: stops at epoch 4
     fit(tmp_path, script, EarlyStopping(monitor="val/loss", patience=2))
     out = capsys.readouterr().out
-    assert "Fit ended: early stopping at epoch 4 (max_epochs 8): val/loss did not improve for 2 " in out
+    said = " ".join(out.split())  # sentences wrapped to 80 columns
+    assert "Fit ended: early stopping at epoch 4 (max_epochs 8): val/loss did not improve for 2 " in said
     assert "Best epoch 2 (by val/loss):\n  val/loss 0.3   val/acc 0.7\n" in out
     assert Path(tmp_path, "lightning_logs/version_0/checkpoints/epoch=2-step=6.ckpt").is_file()
     # inside the run folder, said once: relative to it
@@ -136,7 +137,7 @@ def test_baselines_stand_beside_the_nets_values_at_the_best_epoch(tmp_path: Path
 def test_the_guard_stopping_a_run_is_part_of_its_story(tmp_path: Path, capsys) -> None:
     with pytest.raises(UserInputError, match="non-finite gradients"):
         fit(tmp_path, [0.9, 0.8, 0.7, 0.6], NonFiniteGuard(max_consecutive=3), nan_from=3)
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())
     # the guard's own sentence, read from the error it raised: the summary knows no guard
     assert "Fit ended: stopped at epoch 2: 3 optimizer steps in a row had non-finite gradients" in out
     assert "Best epoch 1 (by val/loss):" in out  # what was validated before it

@@ -1,6 +1,7 @@
 """Lightning's progress bar in 80 columns, refreshed on the steps the loggers receive, not every step."""
 
 import math
+import sys
 import time
 from typing import Any
 
@@ -74,15 +75,21 @@ class ProgressBar(TQDMProgressBar):
 
     @override
     def init_train_tqdm(self) -> Tqdm:
-        bar = super().init_train_tqdm()
-        bar.bar_format = BAR_FORMAT
-        return bar
+        # Lightning's, with the values before the bar and a description without its colon
+        return _TrainBar(
+            desc=self.train_description,
+            position=(2 * self.process_position),
+            disable=self.is_disabled,
+            leave=True,
+            dynamic_ncols=True,
+            file=sys.stdout,
+            smoothing=0,
+            bar_format=BAR_FORMAT,
+        )
 
     @override
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_train_epoch_start(trainer, pl_module)
-        if self.is_enabled:  # "Epoch 3, val/loss=0.08, loss=0.05 |███ |": the values follow a comma
-            self.train_progress_bar.set_description_str(f"Epoch {trainer.current_epoch}", refresh=False)
         self._refreshed_at = -math.inf
 
     @override
@@ -117,6 +124,15 @@ class ProgressBar(TQDMProgressBar):
         if self._loss is not None:
             metrics["loss"] = _short(self._loss.item())
         return metrics
+
+
+class _TrainBar(Tqdm):
+    """ "Epoch 3, val/loss=0.08, loss=0.05 |███ |": tqdm puts a comma before the values, so the
+    description ends without the colon tqdm gives it."""
+
+    @override
+    def set_description(self, desc: str | None = None, refresh: bool = True) -> None:
+        self.set_description_str(desc, refresh)
 
 
 def _short(value: float) -> str:

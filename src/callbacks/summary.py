@@ -175,7 +175,7 @@ class RunSummary(Callback):
     def text(self, trainer: L.Trainer, why: str, folder: str | None) -> str:
         """Why the fit ended, its best epoch, the advice, where things are."""
         monitor, mode = monitored(trainer)
-        lines = [f"Fit ended: {why}"]
+        lines = textwrap.wrap(f"Fit ended: {why}", WIDTH)
         scored = [v for v in self.validations if _finite(v.values.get(monitor))]
         if scored:
             pick = min if mode == "min" else max
