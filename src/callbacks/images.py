@@ -208,9 +208,9 @@ class MisclassifiedImages(Callback):
 
     def figure(self, epoch: EpochImages, title: str = "") -> Figure:
         """The grid: one panel of ``panel_size`` pixels per image, titled "true → predicted" with the label
-        names, at most :data:`COLUMNS` to a row; the figure grows with the count, not the images."""
+        names, near square and at most :data:`COLUMNS` to a row: the figure grows with the count."""
         count = len(epoch.images)
-        columns = min(count, COLUMNS)
+        columns = min(math.ceil(math.sqrt(count)), COLUMNS)  # near square
         rows = math.ceil(count / columns)
         panel = self.panel_size / DPI  # inches
         # a bare Figure, not pyplot: no global state, no display backend, safe on a thread of its own

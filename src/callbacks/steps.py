@@ -76,7 +76,11 @@ class StepValues(Callback):
         suffix = "" if len(optimizers) == 1 else f"/opt{optimizers.index(optimizer) + 1}"
         groups = optimizer.param_groups
         grads = [p.grad for group in groups for p in group["params"] if p.grad is not None]
-        norm = _total_norm(grads) if grads else None  # none when NonFiniteGuard dropped this step's
+        norm = None  # no gradients when NonFiniteGuard dropped this step's
+        if grads:
+            norm = torch.nn.utils.get_total_norm(grads)
+            if isinstance(norm, DTensor):  # FSDP2: the shards' norms, gathered on every process
+                norm = norm.full_tensor()
         clip = trainer.gradient_clip_val
         if norm is not None and clip:  # the Trainer's clipping, which comes next, fires above its threshold
             if trainer.gradient_clip_algorithm == "value":
