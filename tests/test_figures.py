@@ -11,7 +11,7 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -69,10 +69,16 @@ def fit(
         enable_progress_bar=False,
         enable_model_summary=False,
     ).fit(model, datamodule=data)
-    events = EventAccumulator(logger.log_dir, size_guidance={"images": 0, "tensors": 0}).Reload()
+    events = EventAccumulator(
+        logger.log_dir, size_guidance={"images": 0, "tensors": 0, "scalars": 0}
+    ).Reload()
+    losses = {point.step: point.value for point in events.Scalars("val/loss")}
     steps = {
         "images": [image.step for image in events.Images("val/confusion_matrix")],
         "texts": [text.step for text in events.Tensors("val/confusion_counts/text_summary")],
+        "best": [image.step for image in events.Images("summary/confusion_matrix")],
+        "best texts": [text.step for text in events.Tensors("summary/confusion_counts/text_summary")],
+        "lowest val/loss": [min(losses, key=losses.__getitem__)],
     }
     return figures, steps
 
@@ -94,7 +100,9 @@ def test_figures_every_n_epochs_and_the_first_and_the_last(
     # an epoch's images sit at its last optimizer step, as its validation scalars do
     expected = [(epoch + 1) * BATCHES - 1 for epoch in drawn]
     assert steps["images"] == steps["texts"] == expected
-    assert len(figures.threads) == len(drawn)
+    # and the best epoch's (the lowest val/loss: no checkpoint monitors another), once, at the fit's end
+    assert steps["best"] == steps["best texts"] == steps["lowest val/loss"]
+    assert len(figures.threads) == len(drawn) + 1
     assert all(name.startswith("validation-figures") for name in figures.threads)
     assert threading.current_thread().name not in figures.threads
 
@@ -297,3 +305,41 @@ def test_confusion_cells_say_count_and_rate_only_where_non_zero() -> None:
     assert sorted(t.get_text() for t in ax.texts) == sorted(
         ["8\n80%", "2\n20%", "5\n100%", "1\n10%", "9\n90%"]
     )
+
+
+class Planted(Callback):
+    """Logs ``val/planted``, lowest at epoch 1 of 4: the best epoch by a checkpoint monitoring it."""
+
+    @override
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        pl_module.log("val/planted", [0.5, 0.1, 0.3, 0.4][trainer.current_epoch])
+
+
+def test_the_fit_ends_with_the_figure_of_the_best_checkpoints_epoch_not_the_last(tmp_path: Path) -> None:
+    torch.manual_seed(0)  # weights whose epoch-1 and last confusion counts differ, as asserted below
+    data = TabularDataModule(source="spiral", num_samples=300, batch_size=50)
+    fast = functools.partial(torch.optim.Adam, lr=0.05)  # predictions that change from epoch to epoch
+    model = Classifier(in_features=data.in_features, out_features=data.out_features, net=NET, optimizer=fast)
+    logger = TensorBoardLogger(tmp_path, name="best", default_hp_metric=False)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="val/planted", mode="min")
+    L.Trainer(
+        max_epochs=4,
+        limit_train_batches=BATCHES,
+        logger=logger,
+        callbacks=[Planted(), checkpoint, ValidationFigures(every_n_epochs=1, image_size=120)],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    ).fit(model, datamodule=data)
+    events = EventAccumulator(logger.log_dir, size_guidance={"images": 0, "tensors": 0}).Reload()
+    texts = {
+        tag: {e.step: e.tensor_proto.string_val[0].decode() for e in events.Tensors(f"{tag}/text_summary")}
+        for tag in ("val/confusion_counts", "summary/confusion_counts")
+    }
+    epoch_1 = 2 * BATCHES - 1  # the last optimizer step of epoch 1, where its values sit
+    assert list(texts["summary/confusion_counts"]) == [epoch_1]
+    assert texts["summary/confusion_counts"][epoch_1] == texts["val/confusion_counts"][epoch_1]
+    last = max(texts["val/confusion_counts"])
+    assert texts["val/confusion_counts"][last] != texts["val/confusion_counts"][epoch_1]  # it matters which
+    [image] = events.Images("summary/confusion_matrix")
+    assert image.step == epoch_1
+    assert checkpoint.best_model_path.endswith(f"step={epoch_1 + 1}.ckpt")

@@ -8,12 +8,12 @@ import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typing_extensions import override
 
 from src.callbacks import NonFiniteGuard
 from src.cli import CLI, main
 from src.errors import UserInputError
+from src.loggers import read_scalars
 from src.models import Classifier
 from tests.conftest import CONFIGS, QUIET
 
@@ -201,11 +201,12 @@ def test_the_guard_and_lightnings_clipping_train_to_the_very_bits_of_a_run_witho
     # the norm before clipping that a callback sees is the very float32 number Lightning clipped with ...
     assert probe.norms == clipped_norms
     # ... and the one StepValues wrote as train/grad_norm at each step, beside train/grad_clipped
-    events = EventAccumulator(guarded.trainer.log_dir, size_guidance={"scalars": 0}).Reload()
-    logged = {point.step: point.value for point in events.Scalars("train/grad_norm")}
+    written = read_scalars(guarded.trainer.log_dir)
+    logged = dict(written["train/optimization/grad_norm"])
     assert sorted(logged) == list(range(STEPS))
     assert [logged[step] for step in range(STEPS)] == clipped_norms
-    assert [point.value for point in events.Scalars("train/grad_clipped")] == [1.0] * STEPS
+    # a logging interval of one step: clipped on each of them
+    assert [value for _, value in written["train/optimization/clipped"]] == [1.0] * STEPS
 
     unguarded = build(workdir, *clip, "--nonfinite_guard=null")
     assert not any(isinstance(c, NonFiniteGuard) for c in unguarded.trainer.callbacks)

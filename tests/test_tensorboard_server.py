@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from src.callbacks.baselines import TAG
-from src.callbacks.dashboard import SESSION_FOLDER
 from src.cli import main
 from tests.conftest import CONFIGS, QUIET, ROOT
 
@@ -114,52 +112,59 @@ def test_make_tensorboard_serves_logs_on_loopback_as_launched_here() -> None:
     assert "http://127.0.0.1:$(PORT)/" in recipe  # the URL it prints
 
 
+def session_groups(port: int) -> list[dict]:
+    body = {
+        "experimentName": "",
+        "startIndex": 0,
+        "sliceSize": 10,
+        "includeMetrics": True,
+        "allowedStatuses": STATUSES,
+    }
+    return request(port, "/data/plugin/hparams/session_groups", body)["sessionGroups"]  # type: ignore[index]
+
+
 def test_server_shows_the_run_its_scalars_layout_and_hparams(server, finished_run) -> None:
     port, process = server
     _, run_name, metrics = finished_run
 
-    tags = request(port, "/data/plugin/scalars/tags")[run_name]  # type: ignore[index]
-    expected = {
-        "train/loss",
-        "val/loss",
-        "test/acc",
-        "train/loss_step",  # the per-step values the shipped StepValues callback writes
-        "train/lr",
-        "train/grad_norm",
-        "val/generalization_gap",
-    }
-    assert expected <= set(tags)
+    # the fit: its folder (config, HParams, the best epoch), and a run per stage; no other run
+    runs = request(port, "/data/runs")
+    assert sorted(runs) == [run_name, *(f"{run_name}/{stage}" for stage in ("test", "train", "validation"))]
+    tags = request(port, "/data/plugin/scalars/tags")
+    # train and validation share their tags: one chart each, two colours
+    shared = {"metrics/loss", "metrics/acc", "metrics/f1", "speed/epoch_time"}
+    assert shared <= set(tags[f"{run_name}/train"]) & set(tags[f"{run_name}/validation"])  # type: ignore[index]
+    assert {"optimization/loss", "optimization/lr", "optimization/grad_norm", "optimization/clipped"} <= set(
+        tags[f"{run_name}/train"]  # type: ignore[index]
+    )
+    assert {"metrics/loss", "metrics/acc"} <= set(tags[f"{run_name}/test"])  # type: ignore[index]
+    assert {t.split("/")[0] for t in tags[run_name]} == {"summary"}  # type: ignore[index]
     images = request(port, "/data/plugin/images/tags")[run_name]  # type: ignore[index]
-    assert "val/confusion_matrix" in images
+    assert {"val/confusion_matrix", "summary/confusion_matrix"} <= set(images)
     layout = request(port, "/data/plugin/custom_scalars/layout")
     charts = {chart["title"]: chart for cat in layout["category"] for chart in cat["chart"]}  # type: ignore[index]
-    assert charts["loss"]["multiline"]["tag"] == ["^train/loss$", "^val/loss$", "^val/loss_(hgb|linear)$"]
+    assert charts["loss"]["multiline"]["tag"] == ["^metrics/loss(_[^/]+)?$"]
 
-    # the HParams table: this run's hyperparameters beside its real final metrics
-    groups = request(
-        port,
-        "/data/plugin/hparams/session_groups",
-        {
-            "experimentName": "",
-            "startIndex": 0,
-            "sliceSize": 10,
-            "includeMetrics": True,
-            "allowedStatuses": STATUSES,
-        },
-    )["sessionGroups"]  # type: ignore[index]
-    # the session is the run's hparams folder, named in the table after the run it belongs to
-    [group] = [g for g in groups if any(s["name"] == f"{run_name}/{SESSION_FOLDER}" for s in g["sessions"])]
-    assert group["name"] == run_name
+    # the HParams table: the few hyperparameters, the best epoch's values first, then the test's
+    experiment = request(port, "/data/plugin/hparams/experiment", {"experimentName": ""})
+    assert len(experiment["hparamInfos"]) <= 15  # type: ignore[index]
+    columns = [(m["name"].get("group", ""), m["name"]["tag"]) for m in experiment["metricInfos"]]  # type: ignore[index]
+    assert columns[:4] == [
+        ("", "summary/best_loss"),
+        ("", "summary/best_acc"),
+        ("", "summary/best_f1"),
+        ("", "summary/best_epoch"),
+    ]
+    [group] = [g for g in session_groups(port) if g["name"] == run_name]
+    assert [s["name"] for s in group["sessions"]] == [run_name]  # the run folder itself: no sibling run
     assert [s["status"] for s in group["sessions"]] == ["STATUS_SUCCESS"]
-    assert group["hparams"]["model.optimizer.lr"] == pytest.approx(0.002)
-    assert group["hparams"]["trainer.max_epochs"] == 2
-    values = {m["name"]["tag"]: m["value"] for m in group["metricValues"]}
-    for tag in ("test/loss", "test/acc", "test/f1"):
-        assert values[tag] == pytest.approx(metrics[tag])
-    assert math.isfinite(values["val/best_loss"])
-    assert values["val/best_epoch"] in (0, 1)
-    # the chosen columns only: no epoch counter, speed or step values
-    assert not {t for t in values if not (t.startswith(("val/best_", "test/")) or TAG.fullmatch(t))}
+    assert group["hparams"]["lr"] == pytest.approx(0.002)
+    assert group["hparams"]["epochs"] == 2
+    values = {(m["name"].get("group", ""), m["name"]["tag"]): m["value"] for m in group["metricValues"]}
+    for name in ("loss", "acc", "f1"):
+        assert values[("test", f"metrics/{name}")] == pytest.approx(metrics[f"test/{name}"])
+    assert math.isfinite(values[("", "summary/best_loss")])
+    assert values[("", "summary/best_epoch")] in (0, 1)
 
     # stopped by its pid, within a bounded time
     os.kill(process.pid, signal.SIGTERM)

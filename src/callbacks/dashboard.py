@@ -1,14 +1,17 @@
 """What TensorBoard shows beside the losses and metrics the task logs itself.
 
-Scalars follow one scheme, ``train/…``, ``val/…``, ``test/…``. The module logs its losses and metrics,
-:class:`~src.callbacks.StepValues` the per-step values; the dashboard adds throughput, epoch time, the
-share of time spent waiting for data and the generalization gap. Once per run it also writes a
-custom-scalars layout (train and val on one chart) and the run's hyperparameters for the HParams table;
-histograms and the model graph are optional. (The resolved config and the environment, as text, are
-written by the CLI's config saver, ``src.cli.SaveConfig``.)
+The module logs ``train/…``, ``val/…`` and ``test/…`` values, :class:`~src.callbacks.StepValues` the
+per-step ones; with the project's logger (:mod:`src.loggers`) each stage is a run of its own, so train and
+validation share a chart in two colours. The dashboard adds per epoch the throughput, the epoch time and
+the share of it spent waiting for data (``<stage>/speed/…``) and the generalization gap; once per run a
+custom-scalars layout and the HParams session: a few hyperparameters people compare (learning rate, batch
+size, net and its size, epochs, seed, data), and at the fit's end the best epoch's validation values
+(``summary/best_<name>``), which the HParams table shows first, then the test values. The whole resolved
+config is the Text tab's (written by the CLI). Histograms and the model graph are optional.
 
-It reads only what any LightningModule logs: ``trainer.callback_metrics``. The gap needs ``train/loss``
-and ``val/loss`` logged per epoch; the layout charts every ``val/<name>`` beside ``train/<name>``.
+It reads only public state: ``trainer.callback_metrics``, the Trainer's optimizers, schedulers and
+checkpoint callback, the module's parameters and the DataModule's hyperparameters. The gap needs
+``train/loss`` and ``val/loss`` logged per epoch.
 
 Every per-step hook here is host bookkeeping (a clock read, an integer add). Values reach the logger once
 per epoch, so the dashboard adds no device sync per step.
@@ -16,6 +19,7 @@ per epoch, so the dashboard adds no device sync per step.
 
 import importlib.metadata
 import math
+import os
 import platform
 import subprocess
 import time
@@ -25,10 +29,8 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
-from lightning.pytorch.cli import SaveConfigCallback
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.data import extract_batch_size
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
@@ -38,35 +40,45 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.writer import FileWriter
 from typing_extensions import override
 
-from src.callbacks.baselines import MODELS, TAG
-from src.callbacks.steps import write
 from src.errors import UserInputError
+from src.loggers import GROUP, logging_step, monitored, tensorboard_writer, write
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-#: Trainer settings that change what a run learns; the rest (callbacks, logger, ...) stay out of HParams.
-TRAINER_HPARAMS = (
-    "max_epochs",
-    "max_steps",
-    "precision",
-    "accumulate_grad_batches",
-    "gradient_clip_val",
-    "gradient_clip_algorithm",
-)
 PACKAGES = ("torch", "lightning", "torchmetrics", "tensorboard", "numpy", "scikit-learn", "jsonargparse")
 
 HParams = dict[str, bool | int | float | str]
-#: the run's sub-folder that holds its HParams session and the metrics the table shows
-SESSION_FOLDER = "hparams"
-#: what the dashboard logs itself under val/, charted in the speed section instead
-SPEED = {"epoch_time", "generalization_gap"}
+#: the hyperparameters shown first in the HParams table (TensorBoard shows five at first; the others are a
+#: click away, and the whole config is in the Text tab)
+HEADLINE = ("lr", "batch_size", "net", "net_params", "epochs")
+#: the hyperparameters' names in the table
+DISPLAY = {
+    "lr": "learning rate",
+    "batch_size": "batch size",
+    "net": "net",
+    "net_params": "net parameters",
+    "epochs": "max epochs",
+    "seed": "seed",
+    "data": "data",
+    "model": "LightningModule",
+    "optimizer": "optimizer",
+    "weight_decay": "weight decay",
+    "scheduler": "scheduler",
+    "precision": "precision",
+    "clip": "gradient clipping",
+    "accumulate": "accumulated batches",
+}
+#: DataModule hyperparameters that name the data, the first one present wins
+DATA_KEYS = ("path", "folder", "csv", "source")
+#: the run folder's group holding what the fit ends with: the best epoch's values and figures
+SUMMARY = "summary"
 
 
 class Dashboard(Callback):
     """Speed, generalization gap, HParams and layout; histograms and graph on request.
 
     Args:
-        histogram_every_n_epochs: Write weight and gradient histograms (``weights/<param>``,
-            ``grads/<param>``) at the first optimizer step of every n-th epoch; 0 turns them off.
+        histogram_every_n_epochs: Write weight and gradient histograms (``weights/<param>`` and
+            ``weights/<param>/grad``) at the first optimizer step of every n-th epoch; 0 turns them off.
         log_graph: Trace the net (``pl_module.net`` when the module has one, else the whole module) once
             on the first training batch and write its graph (Graphs tab).
     """
@@ -79,7 +91,7 @@ class Dashboard(Callback):
             )
         self.histogram_every_n_epochs = histogram_every_n_epochs
         self.log_graph = log_graph
-        self._sessions: dict[str, SummaryWriter] = {}  # the HParams writer of each run, by run folder
+        self._sessions: set[str] = set()  # the run folders whose HParams session is written
         self._validations: list[tuple[int, int, dict[str, float]]] = []  # (epoch, step, values) per fit
         self._graph_written = False
         self._histogram_epoch = -1
@@ -95,7 +107,7 @@ class Dashboard(Callback):
 
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        # a fit writes its session once the optimizer exists (on_fit_start): its defaults are recorded too
+        # a fit writes its session once the optimizer exists (on_fit_start): its learning rate is known
         if stage not in ("fit", "predict"):
             self._start_session(trainer, pl_module)
         self._layout_written = stage != "fit"
@@ -106,36 +118,27 @@ class Dashboard(Callback):
         self._start_session(trainer, pl_module)
 
     def _start_session(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """The HParams session, in the run's ``hparams`` sub-folder: TensorBoard's table takes as metric
-        columns every scalar of a session's folder, so the session has a folder of its own that holds only
-        the chosen metrics (:meth:`_write_session_metrics`), not the run's every curve."""
+        """The HParams session, in the run folder itself (TensorBoard's convention): its stage runs
+        (``train``, ``validation``, ``test``) are its metrics' groups."""
         writer = tensorboard_writer(trainer)
         # the writer's own folder, not trainer.log_dir: that one is a collective under DDP, and only
         # rank 0 gets here
         if writer is None or writer.log_dir in self._sessions:
             return
         # fit followed by test in one process shares the run: it is written once
-        session = self._sessions[writer.log_dir] = SummaryWriter(str(Path(writer.log_dir) / SESSION_FOLDER))
-        # no experiment summary: TensorBoard then takes the union of all runs' hyperparameters and
-        # metrics, so runs of different configs share one HParams table
+        self._sessions.add(writer.log_dir)
         hparams = run_hparams(trainer, pl_module)
-        _add_summary(session, hparams_summary.hparams_pb(hparams, trial_id=run_name(trainer, writer)))
-        session.flush()
+        _add_summary(writer, hparams_summary.hparams_pb(hparams, trial_id=run_name(trainer, writer)))
+        writer.flush()
 
     @override
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._write_gap(trainer)
-        self._write_best(trainer)
+        self._write_best(trainer, pl_module)
         self._end_session(trainer, api_pb2.STATUS_SUCCESS)
 
     @override
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        session = self._session(trainer)
-        if session is not None:
-            # the test metrics, as the HParams table's columns (a number each, at the fit's last step)
-            for name, value in trainer.callback_metrics.items():
-                if name.startswith("test/") and value.numel() == 1:
-                    session.add_scalar(name, value.item(), trainer.global_step)
         self._end_session(trainer, api_pb2.STATUS_SUCCESS)
 
     @override
@@ -146,38 +149,31 @@ class Dashboard(Callback):
 
     @override
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        # closed, but kept: a test after the fit, in the same process, adds its metrics to the same
-        # session (a closed SummaryWriter opens a new event file in its folder when written to again)
-        for session in self._sessions.values():
-            session.close()
-
-    def _session(self, trainer: L.Trainer) -> SummaryWriter | None:
-        writer = tensorboard_writer(trainer)
-        return self._sessions.get(writer.log_dir) if writer is not None else None
+        self._sessions = {s for s in self._sessions if stage == "fit"}  # a test after the fit shares it
 
     def _end_session(self, trainer: L.Trainer, status: int) -> None:
         """The HParams table's status column: success, or failure when the run raised."""
-        session = self._session(trainer)
-        if session is not None:
-            _add_summary(session, _session_end_pb(status))
-            session.flush()
+        writer = tensorboard_writer(trainer)
+        if writer is not None and writer.log_dir in self._sessions:
+            _add_summary(writer, _session_end_pb(status))
+            writer.flush()
 
-    def _write_best(self, trainer: L.Trainer) -> None:
-        """The HParams metrics of a fit: at its best validation epoch (by the monitored value), that
-        epoch's validation values as ``val/best_<name>``, ``val/best_epoch``, and the baselines' values."""
-        session = self._session(trainer)
+    def _write_best(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """At the fit's best validation epoch (by the monitored value): that epoch's validation values as
+        ``summary/best_<name>`` and its number as ``summary/best_epoch``, in the run folder; and the
+        HParams columns, best values first, then the test values of the run's ``test`` stage."""
+        writer = tensorboard_writer(trainer)
         monitor, mode = monitored(trainer)
         scored = [v for v in self._validations if math.isfinite(v[2].get(monitor, math.nan))]
-        if session is None or not scored:
+        if writer is None or not scored:
             return
         epoch, step, values = (min if mode == "min" else max)(scored, key=lambda v: v[2][monitor])
-        for name, value in values.items():
-            if TAG.fullmatch(name):  # a baseline's, the same at every epoch
-                session.add_scalar(name, value, step)
-            elif name.startswith("val/") and name[4:] not in SPEED:
-                session.add_scalar(f"val/best_{name[4:]}", value, step)
-        session.add_scalar("val/best_epoch", epoch, step)
-        session.flush()
+        names = [name[4:] for name in values if name.startswith("val/") and "/" not in name[4:]]
+        for name in names:
+            writer.add_scalar(f"{SUMMARY}/best_{name}", values[f"val/{name}"], step)
+        writer.add_scalar(f"{SUMMARY}/best_epoch", epoch, step)
+        _add_summary(writer, experiment_pb(trainer, pl_module, names, monitor))
+        writer.flush()
 
     # -- speed and the generalization gap, per epoch --------------------------------------------------
 
@@ -223,20 +219,20 @@ class Dashboard(Callback):
         if trainer.sanity_checking:
             return
         _synchronize(trainer)
-        pl_module.log("val/epoch_time", time.perf_counter() - self._val_start, sync_dist=True)
+        pl_module.log("val/speed/epoch_time", time.perf_counter() - self._val_start, sync_dist=True)
 
     @override
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         _synchronize(trainer)
         train_time = self._data_time + self._step_time
         # sync_dist: one all-reduce per epoch (the mean over processes), none per step
-        pl_module.log("train/epoch_time", time.perf_counter() - self._epoch_start, sync_dist=True)
+        pl_module.log("train/speed/epoch_time", time.perf_counter() - self._epoch_start, sync_dist=True)
         if train_time > 0:
             # every process runs the same number of equally sized batches
             pl_module.log(
-                "train/samples_per_sec", self._samples * trainer.world_size / train_time, sync_dist=True
+                "train/speed/samples_per_sec", self._samples * trainer.world_size / train_time, sync_dist=True
             )
-            pl_module.log("train/data_time_share", self._data_time / train_time, sync_dist=True)
+            pl_module.log("train/speed/data_time_share", self._data_time / train_time, sync_dist=True)
         # the step Lightning gives this epoch's values (the index of its last optimizer step)
         self._ended = (trainer.current_epoch, logging_step(trainer))
 
@@ -254,6 +250,7 @@ class Dashboard(Callback):
         if not self._layout_written and writer is not None:
             self._layout_written = True
             writer.add_custom_scalars(scalars_layout(trainer.callback_metrics))
+            writer.flush()
 
     def _write_gap(self, trainer: L.Trainer) -> None:
         """The gap between the last ended epoch's val/loss and train/loss. A module logs its train loss in
@@ -287,7 +284,7 @@ class Dashboard(Callback):
         for name, param in pl_module.named_parameters():
             writer.add_histogram(f"weights/{name}", param.detach(), step)
             if param.grad is not None:
-                writer.add_histogram(f"grads/{name}", param.grad, step)
+                writer.add_histogram(f"weights/{name}/grad", param.grad, step)
 
     def _write_graph(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any) -> None:
         self._graph_written = True
@@ -309,67 +306,115 @@ class Dashboard(Callback):
 
 
 def scalars_layout(logged: Mapping[str, Any]) -> dict[str, dict[str, list[Any]]]:
-    """The custom-scalars layout: each validation value's train and val curves on one chart (tags are
-    regexes); ``logged`` holds what the module logged (``val/loss``, ``val/acc`` ...)."""
-    own = {n[4:] for n in logged if n.startswith("val/") and n[4:] != "loss" and not TAG.fullmatch(n)}
-    names = ["loss", *sorted(own - SPEED)]
-
-    def chart(*tags: str) -> list[Any]:
-        return ["Multiline", [f"^{tag}$" for tag in tags]]
-
-    # the baselines' values (val/acc_hgb) on their metric's chart, flat lines to beat
-    baselines = {m[2] for n in logged if (m := TAG.fullmatch(n)) and m[1] == "val"}
-    models = "|".join(MODELS)
-    train_vs_val = {
-        name: chart(
-            f"train/{name}", f"val/{name}", *([f"val/{name}_({models})"] if name in baselines else [])
-        )
-        for name in names
-    }
-    train_vs_val["generalization gap (val loss - train loss)"] = chart("val/generalization_gap")
+    """The custom-scalars layout, over the run's stage runs (tags are regexes, matched in every run, each
+    run a colour): each validation value on one chart with its train curve and the values named after it
+    (a baseline's ``val/acc_hgb`` beside ``val/acc``); ``logged`` holds what the module logged."""
+    own = {n[4:] for n in logged if n.startswith("val/") and "/" not in n[4:]}
+    names = ["loss", *sorted(n for n in own - {"loss"} if not _is_variant(n, own))]
+    metrics = {name: ["Multiline", [f"^{GROUP}/{name}(_[^/]+)?$"]] for name in names}
+    metrics["generalization gap (val loss - train loss)"] = ["Multiline", [f"^{GROUP}/generalization_gap$"]]
     return {
-        "train vs val": train_vs_val,
+        "train vs validation": metrics,
         "optimization": {
-            "learning rate": ["Multiline", ["^train/lr($|/)"]],
-            "gradient norm before clipping": chart("train/grad_norm"),
-            "clipping fired (1 = yes)": chart("train/grad_clipped"),
+            "learning rate": ["Multiline", ["^optimization/lr($|/)"]],
+            "gradient norm before clipping": ["Multiline", ["^optimization/grad_norm($|/)"]],
+            "share of steps clipped": ["Multiline", ["^optimization/clipped($|/)"]],
         },
         "speed": {
-            "samples per second": chart("train/samples_per_sec"),
-            "epoch time (s)": chart("train/epoch_time", "val/epoch_time"),
-            "share of training time waiting for data": chart("train/data_time_share"),
+            "samples per second": ["Multiline", ["^speed/samples_per_sec$"]],
+            "epoch time (s)": ["Multiline", ["^speed/epoch_time$"]],
+            "share of training time waiting for data": ["Multiline", ["^speed/data_time_share$"]],
         },
     }
+
+
+def _is_variant(name: str, names: set[str]) -> bool:
+    """Whether ``name`` is another value's variant, named after it: ``acc_hgb`` beside ``acc``."""
+    return any(name.startswith(f"{other}_") for other in names if other != name)
 
 
 def run_hparams(trainer: L.Trainer, pl_module: L.LightningModule) -> HParams:
-    """The run's hyperparameters as flat ``bool | int | float | str`` values for the HParams table.
+    """The hyperparameters people compare, from public state (see :data:`DISPLAY`): the optimizer's first
+    parameter group, the scheduler, the net (``pl_module.net``, else the module) and its parameter count,
+    the DataModule's batch size and data, the seed ``seed_everything`` set and the Trainer's settings.
+    What is not known (no DataModule, no optimizer in a test) is left out."""
+    net = getattr(pl_module, "net", None)
+    net = net if isinstance(net, torch.nn.Module) else pl_module
+    datamodule = getattr(trainer, "datamodule", None)
+    data: Mapping[str, Any] = datamodule.hparams if datamodule is not None else {}
+    values: dict[str, Any] = {
+        "model": _qualname(pl_module),
+        "net": _qualname(net),
+        "net_params": sum(p.numel() for p in net.parameters()),
+        "batch_size": data.get("batch_size", getattr(datamodule, "batch_size", None)),
+        "data": next((str(data[key]) for key in DATA_KEYS if data.get(key) is not None), None),
+        "epochs": trainer.max_epochs,
+        "seed": os.environ.get("PL_GLOBAL_SEED"),  # set by lightning.seed_everything
+        "precision": str(trainer.precision),
+        "clip": trainer.gradient_clip_val,
+        "accumulate": trainer.accumulate_grad_batches,
+    }
+    if trainer.optimizers:
+        optimizer = trainer.optimizers[0]
+        group = optimizer.param_groups[0]
+        values["optimizer"] = _qualname(optimizer)
+        values["lr"] = group.get("initial_lr", group.get("lr"))  # a scheduler keeps the first in initial_lr
+        values["weight_decay"] = group.get("weight_decay")
+    if trainer.lr_scheduler_configs:
+        values["scheduler"] = _qualname(trainer.lr_scheduler_configs[0].scheduler)
+    # None stays out: a column mixing None and numbers loses its type
+    return {key: _plain(value) for key, value in values.items() if value is not None}
 
-    From the CLI's resolved config when there is one (``model.optimizer.lr``, ``data.batch_size``,
-    ``trainer.max_epochs`` …), else from the module's and the DataModule's saved hyperparameters.
+
+def _plain(value: Any) -> bool | int | float | str:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return value.item()
+    return value if isinstance(value, bool | int | float | str) else str(value)
+
+
+def experiment_pb(
+    trainer: L.Trainer, pl_module: L.LightningModule, names: list[str], monitor: str
+) -> summary_pb2.Summary:
+    """The HParams experiment: which columns the table has, in order. The best epoch's own values first
+    (the monitored one leading), its number, the test values (the ``test`` run's ``metrics/<name>``),
+    then the values named after another (the baselines').
+
+    TensorBoard reads one experiment for every run it shows: runs of different kinds (a classifier's and a
+    regressor's) in one folder share the columns of one of them.
     """
-    config = cli_config(trainer)
-    if config is not None:
-        resolved = config.config.as_dict()
-        tree = {key: resolved.get(key) for key in ("seed_everything", "model", "data")}
-        tree["trainer"] = {key: resolved["trainer"].get(key) for key in TRAINER_HPARAMS}
-    else:
-        datamodule = getattr(trainer, "datamodule", None)
-        tree = {
-            "model": {"class_path": _qualname(pl_module), **pl_module.hparams},
-            "data": dict(datamodule.hparams) if datamodule is not None else {},
-            "trainer": {key: getattr(trainer, key) for key in TRAINER_HPARAMS},
-        }
-    flat = _flatten(tree)
-    optimizers = trainer.optimizers if trainer.state.fn == TrainerFn.FITTING else []
-    if optimizers and "model.optimizer" not in flat:
-        # the module built its optimizer itself (a default, or its own configure_optimizers): what it used
-        flat["model.optimizer"] = _qualname(optimizers[0])
-        group = optimizers[0].param_groups[0]
-        for key, value in group.items():
-            if isinstance(value, bool | int | float | str) and key != "params":
-                flat[f"model.optimizer.{key}"] = value
-    return flat
+    own = [name for name in names if not _is_variant(name, set(names))]
+    lead = monitor.removeprefix("val/")
+    own.sort(key=lambda name: (name != lead, name != "loss", name))
+    metrics = [_metric(f"{SUMMARY}/best_{name}", "", f"best {name}") for name in own]
+    metrics.append(_metric(f"{SUMMARY}/best_epoch", "", "best epoch"))
+    metrics += [_metric(f"{GROUP}/{name}", "test", f"test {name}") for name in own]
+    metrics += [_metric(f"{SUMMARY}/best_{name}", "", f"best {name}") for name in names if name not in own]
+    hparams = run_hparams(trainer, pl_module)
+    types = {bool: api_pb2.DATA_TYPE_BOOL, str: api_pb2.DATA_TYPE_STRING}
+    infos = [
+        api_pb2.HParamInfo(
+            name=name,
+            display_name=DISPLAY.get(name, name),
+            type=types.get(type(value), api_pb2.DATA_TYPE_FLOAT64),
+            # TensorBoard's table shows five columns at first: those marked as differing between runs
+            differs=name in HEADLINE,
+        )
+        for name, value in hparams.items()
+    ]
+    experiment = api_pb2.Experiment(hparam_infos=infos, metric_infos=metrics, time_created_secs=time.time())
+    summary = summary_pb2.Summary()
+    summary.value.add(
+        tag=hparams_metadata.EXPERIMENT_TAG,
+        metadata=hparams_metadata.create_summary_metadata(
+            plugin_data_pb2.HParamsPluginData(experiment=experiment)
+        ),
+        tensor=hparams_metadata.NULL_TENSOR,
+    )
+    return summary
+
+
+def _metric(tag: str, group: str, display: str) -> api_pb2.MetricInfo:
+    return api_pb2.MetricInfo(name=api_pb2.MetricName(group=group, tag=tag), display_name=display)
 
 
 def run_name(trainer: L.Trainer, writer: SummaryWriter) -> str:
@@ -380,18 +425,6 @@ def run_name(trainer: L.Trainer, writer: SummaryWriter) -> str:
         return Path(writer.log_dir).name
     version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
     return f"{logger.name}/{version}"
-
-
-def monitored(trainer: L.Trainer) -> tuple[str, str]:
-    """The value the best checkpoint is chosen by, and whether lower or higher is better (``val/loss``,
-    lower, when no checkpoint or early stopping monitors one)."""
-    checkpoint = trainer.checkpoint_callback
-    if isinstance(checkpoint, ModelCheckpoint) and checkpoint.monitor:
-        return checkpoint.monitor, checkpoint.mode
-    stopper = trainer.early_stopping_callback
-    if isinstance(stopper, EarlyStopping):
-        return stopper.monitor, stopper.mode
-    return "val/loss", "min"
 
 
 def _session_end_pb(status: int) -> summary_pb2.Summary:
@@ -406,22 +439,6 @@ def _session_end_pb(status: int) -> summary_pb2.Summary:
         tensor=hparams_metadata.NULL_TENSOR,
     )
     return summary
-
-
-def _flatten(tree: dict[str, Any], prefix: str = "") -> HParams:
-    """``{"model": {"class_path": C, "init_args": {"lr": 1}}}`` → ``{"model": C, "model.lr": 1}``."""
-    flat: HParams = {}
-    for key, value in tree.items():
-        name = prefix if key == "init_args" else f"{prefix}.{key}" if prefix else key
-        if key == "class_path":
-            flat[prefix] = value
-        elif isinstance(value, dict):
-            flat.update(_flatten(value, name))
-        elif isinstance(value, bool | int | float | str):
-            flat[name] = value
-        elif value is not None:  # None stays out: a column mixing None and numbers loses its type
-            flat[name] = str(value)
-    return flat
 
 
 def environment_text(trainer: L.Trainer) -> str:
@@ -467,33 +484,6 @@ def _version(package: str) -> str:
 
 def _qualname(obj: object) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
-
-
-def cli_config(trainer: L.Trainer) -> SaveConfigCallback | None:
-    """The CLI's config saver, which holds the resolved config and its parser; None outside the CLI."""
-    # Trainer.callbacks is public and documented, but Lightning assigns it in its callback connector
-    # without declaring it on the class, so mypy cannot see it
-    callbacks = trainer.callbacks  # type: ignore[attr-defined]
-    return next((c for c in callbacks if isinstance(c, SaveConfigCallback)), None)
-
-
-def tensorboard_writer(trainer: L.Trainer) -> SummaryWriter | None:
-    """The TensorBoard writer on the process that writes (global rank 0); None elsewhere."""
-    if not trainer.is_global_zero:
-        return None
-    logger = next((lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)), None)
-    return logger.experiment if logger is not None else None
-
-
-def logging_step(trainer: L.Trainer) -> int:
-    """The step Lightning gives the values logged after a training step (in validation, at an epoch's end),
-    so images line up with them: the index of the last optimizer step.
-
-    Lightning's own counter is private; the public ``global_step`` (optimizer steps taken) is one more
-    under automatic optimization with one optimizer. Under manual optimization it counts optimizer
-    steps, not batches, so with accumulation the images sit at earlier steps than the scalars.
-    """
-    return max(trainer.global_step - 1, 0)
 
 
 def _add_summary(writer: SummaryWriter, summary: summary_pb2.Summary) -> None:

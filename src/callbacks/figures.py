@@ -1,8 +1,7 @@
-"""Pictures of the validation errors for TensorBoard's Images tab, drawn off the training path."""
+"""Pictures of the validation errors for TensorBoard's Images tab, drawn off the training thread."""
 
 import textwrap
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,8 +16,9 @@ from torchmetrics.aggregation import CatMetric
 from torchmetrics.classification import MulticlassConfusionMatrix
 from typing_extensions import override
 
-from src.callbacks.dashboard import logging_step, tensorboard_writer
+from src.callbacks.threads import Painter
 from src.errors import UserInputError
+from src.loggers import BestEpoch, logging_step, tensorboard_writer
 
 DPI = 100
 #: the confusion matrix's side, in inches, before the cell-size bounds apply (10 classes: 0.6 in a cell)
@@ -56,13 +56,15 @@ class ValidationFigures(Callback):
     come from the DataModule's ``label_names`` when it has them. The
     counts accumulate on the device; the only host transfer is at the end of the validation epoch.
 
-    Drawn on every n-th epoch's validation, and always on the first and the last validation of a fit
-    (also when it resumes, or when early stopping or a stop signal ends it). Drawing (matplotlib, PNG
-    encoding) runs on a background thread, one figure at a time, so the next training steps do not
-    wait for it; the fit ends only once every figure is written.
+    Drawn on every n-th epoch's validation, on the first and the last of a fit (also when it resumes, or
+    when early stopping or a stop signal ends it), and at the fit's end for its best epoch by the monitored
+    value (the best checkpoint's): ``summary/…`` tags in the run folder, at that epoch's step. Drawing
+    (matplotlib, PNG encoding) runs on a background thread (:class:`~src.callbacks.threads.Painter`), one
+    figure at a time, so the next training steps do not wait for it; the fit ends only once every figure
+    is written.
 
     Tags: ``val/confusion_matrix`` (image) and ``val/confusion_counts`` (the same counts as a text table),
-    or ``val/predicted_vs_true`` (image).
+    or ``val/predicted_vs_true`` (image); ``summary/…`` for the best epoch's.
 
     Args:
         every_n_epochs: Draw on every n-th validation epoch (and on the first and the last).
@@ -84,15 +86,15 @@ class ValidationFigures(Callback):
         self._points = 0
         self._collecting = False
         self._latest: _Epoch | None = None
-        self._pending: list[Future[None]] = []
-        self._painter: ThreadPoolExecutor | None = None
+        self._best = BestEpoch()
+        self._painter = Painter("validation-figures")
         self._drew = False  # whether this run has drawn a figure yet
         self._told = False  # whether the module was told what this callback needs
 
     @override
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # every epoch is collected (a confusion-matrix update per batch, on the device): the last one
-        # is drawn at the fit's end, and which one is last is known only then
+        # every epoch is collected (a confusion-matrix update per batch, on the device): the best one
+        # is drawn at the fit's end, and which one is best is known only then
         self._collecting = not trainer.sanity_checking
         self._points = 0
         for metric in (self._confusion, self._preds, self._target):
@@ -150,13 +152,22 @@ class ValidationFigures(Callback):
         # a fit draws its first validation (also after a resume) and every n-th epoch; a validate run its one
         first = not self._drew
         if trainer.state.fn != TrainerFn.FITTING or first or latest.epoch % self.every_n_epochs == 0:
-            self._draw_later(trainer, latest)
+            self._draw_later(trainer, latest, "val")
+
+    @override
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # the epoch's values are in callback_metrics from here on
+        if self._collecting and self._latest is not None and trainer.state.fn == TrainerFn.FITTING:
+            self._best.offer(trainer, self._latest)
 
     @override
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # the fit's last validation epoch, whatever ended the fit
+        # the fit's last validation epoch, whatever ended the fit, and its best one
         if self._latest is not None and not self._latest.drawn:
-            self._draw_later(trainer, self._latest)
+            self._draw_later(trainer, self._latest, "val")
+        if self._best.kept is not None:
+            self._draw_later(trainer, self._best.kept, "summary", self._best.title(trainer))
+        self._best = BestEpoch()
 
     @override
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -172,39 +183,27 @@ class ValidationFigures(Callback):
         self._finish(drawn=False)
 
     def _finish(self, drawn: bool) -> None:
-        pending, self._pending = self._pending, []
-        errors = []
-        for future in pending:
-            if not drawn:
-                future.cancel()
-            if not future.cancelled() and (error := future.exception()) is not None:  # waits for it
-                errors.append(error)
-        if self._painter is not None:
-            self._painter.shutdown()
-            self._painter = None
         self._latest = None
+        self._best = BestEpoch()
         self._drew = False
-        if errors and drawn:  # once nothing is drawing any more
-            raise errors[0]
+        self._painter.finish(drawn)
 
-    def _draw_later(self, trainer: L.Trainer, epoch: _Epoch) -> None:
-        epoch.drawn = self._drew = True
+    def _draw_later(self, trainer: L.Trainer, epoch: _Epoch, group: str, title: str | None = None) -> None:
+        self._drew = True
+        epoch.drawn = epoch.drawn or group == "val"
         writer = tensorboard_writer(trainer)
-        if writer is None:
-            return
-        if self._painter is None:
-            self._painter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="validation-figures")
-        self._pending = [f for f in self._pending if not f.done() or f.exception() is not None]
-        self._pending.append(self._painter.submit(self._draw, writer, epoch))
+        if writer is not None:
+            self._painter.submit(
+                self._draw, writer, epoch, group, title or f"validation, epoch {epoch.epoch}"
+            )
 
-    def _draw(self, writer: SummaryWriter, epoch: _Epoch) -> None:
+    def _draw(self, writer: SummaryWriter, epoch: _Epoch, group: str, title: str) -> None:
         figure = self._figure()
-        title = f"validation, epoch {epoch.epoch}"
         if epoch.counts is not None:
             labels = epoch.labels or [str(k) for k in range(len(epoch.counts))]
             confusion_figure(figure, epoch.counts, labels, title)
-            writer.add_text("val/confusion_counts", _markdown_table(epoch.counts, labels), epoch.step)
-            tag = "val/confusion_matrix"
+            writer.add_text(f"{group}/confusion_counts", _markdown_table(epoch.counts, labels), epoch.step)
+            tag = f"{group}/confusion_matrix"
         else:
             assert epoch.preds is not None
             assert epoch.target is not None
@@ -212,7 +211,7 @@ class ValidationFigures(Callback):
             ax = figure.add_subplot()
             _scatter(ax, epoch.target, epoch.preds)
             ax.set_title(title)
-            tag = "val/predicted_vs_true"
+            tag = f"{group}/predicted_vs_true"
         writer.add_figure(tag, figure, epoch.step, close=False)
 
     def _figure(self) -> Figure:

@@ -2,7 +2,6 @@
 
 import math
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -15,10 +14,16 @@ from matplotlib.figure import Figure
 from torch.utils.tensorboard import SummaryWriter
 from typing_extensions import override
 
-from src.callbacks.dashboard import logging_step, tensorboard_writer
+from src.callbacks.threads import Painter
 from src.errors import UserInputError
+from src.loggers import BestEpoch, logging_step, tensorboard_writer
 
 TAG = "val/misclassified"
+#: the best epoch's grid, at the fit's end
+BEST_TAG = "summary/misclassified"
+#: panels to a row, at most
+COLUMNS = 8
+DPI = 100
 
 
 @runtime_checkable
@@ -77,31 +82,33 @@ class MisclassifiedImages(Callback):
     Per batch, the misclassified images are gathered to the front on the device and the first
     ``max_images`` kept, without any host sync; the one transfer is at the epoch's end. Under DDP it shows
     what the process that writes the logs (global rank 0) validated. Drawn on every n-th validation epoch
-    of a fit and on its last, on a background thread, under the tag ``val/misclassified``.
+    of a fit and on its last under the tag ``val/misclassified``, and at the fit's end for its best epoch
+    by the monitored value under ``summary/misclassified``, on a background thread
+    (:class:`~src.callbacks.threads.Painter`).
 
     Args:
         every_n_epochs: Draw on every n-th validation epoch (and on the last of a fit).
         max_images: At most this many images in the grid.
-        image_size: Width and height of the grid, in pixels.
+        panel_size: Width and height of each image's panel, in pixels.
     """
 
-    def __init__(self, every_n_epochs: int = 5, max_images: int = 32, image_size: int = 720) -> None:
+    def __init__(self, every_n_epochs: int = 5, max_images: int = 32, panel_size: int = 96) -> None:
         for name, value in {
             "every_n_epochs": every_n_epochs,
             "max_images": max_images,
-            "image_size": image_size,
+            "panel_size": panel_size,
         }.items():
             if value < 1:
                 raise UserInputError(f"MisclassifiedImages {name}={value} must be at least 1.")
         self.every_n_epochs = every_n_epochs
         self.max_images = max_images
-        self.image_size = image_size
+        self.panel_size = panel_size
         # the first misclassified images so far this epoch, on the device (see first_misclassified)
         self._kept: Kept | None = None
         self._collecting = False
         self._latest: EpochImages | None = None
-        self._pending: list[Future[None]] = []
-        self._painter: ThreadPoolExecutor | None = None
+        self._best = BestEpoch()
+        self._painter = Painter("misclassified-images")
         self._told = False
 
     @override
@@ -157,13 +164,22 @@ class MisclassifiedImages(Callback):
         self._latest = latest
         fitting = trainer.state.fn == TrainerFn.FITTING
         if not fitting or latest.epoch % self.every_n_epochs == 0:
-            self._draw_later(trainer, latest)
+            self._draw_later(trainer, latest, TAG)
+
+    @override
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # the epoch's values are in callback_metrics from here on
+        if self._collecting and self._latest is not None and trainer.state.fn == TrainerFn.FITTING:
+            self._best.offer(trainer, self._latest)
 
     @override
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # the fit's last validation epoch, whatever ended the fit
+        # the fit's last validation epoch, whatever ended the fit, and its best one
         if self._latest is not None and not self._latest.drawn:
-            self._draw_later(trainer, self._latest)
+            self._draw_later(trainer, self._latest, TAG)
+        if self._best.kept is not None:
+            self._draw_later(trainer, self._best.kept, BEST_TAG, self._best.title(trainer))
+        self._best = BestEpoch()
 
     @override
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -177,41 +193,31 @@ class MisclassifiedImages(Callback):
         self._finish(drawn=False)  # grids not begun are dropped; the run's error is the one to see
 
     def _finish(self, drawn: bool) -> None:
-        pending, self._pending = self._pending, []
-        errors = []
-        for future in pending:
-            if not drawn:
-                future.cancel()
-            if not future.cancelled() and (error := future.exception()) is not None:  # waits for it
-                errors.append(error)
-        if self._painter is not None:
-            self._painter.shutdown()
-            self._painter = None
         self._latest = None
-        if errors and drawn:
-            raise errors[0]
+        self._best = BestEpoch()
+        self._painter.finish(drawn)
 
-    def _draw_later(self, trainer: L.Trainer, epoch: EpochImages) -> None:
-        epoch.drawn = True
+    def _draw_later(self, trainer: L.Trainer, epoch: EpochImages, tag: str, title: str | None = None) -> None:
+        epoch.drawn = epoch.drawn or tag == TAG
         writer = tensorboard_writer(trainer)
-        if writer is None or len(epoch.images) == 0:
-            return
-        if self._painter is None:
-            self._painter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="misclassified-images")
-        self._pending.append(self._painter.submit(self._draw, writer, epoch))
+        if writer is not None and len(epoch.images):
+            self._painter.submit(self._draw, writer, epoch, tag, title or f"epoch {epoch.epoch}")
 
-    def _draw(self, writer: SummaryWriter, epoch: EpochImages) -> None:
-        writer.add_figure(TAG, self.figure(epoch), epoch.step, close=False)
+    def _draw(self, writer: SummaryWriter, epoch: EpochImages, tag: str, title: str) -> None:
+        writer.add_figure(tag, self.figure(epoch, title), epoch.step, close=False)
 
-    def figure(self, epoch: EpochImages) -> Figure:
-        """The grid: one panel per image, titled "true → predicted" with the label names."""
+    def figure(self, epoch: EpochImages, title: str = "") -> Figure:
+        """The grid: one panel of ``panel_size`` pixels per image, titled "true → predicted" with the label
+        names, near square and at most :data:`COLUMNS` to a row: the figure grows with the count."""
         count = len(epoch.images)
-        columns = math.ceil(math.sqrt(count))
+        columns = min(math.ceil(math.sqrt(count)), COLUMNS)  # near square
         rows = math.ceil(count / columns)
-        inches = self.image_size / 100
+        panel = self.panel_size / DPI  # inches
         # a bare Figure, not pyplot: no global state, no display backend, safe on a thread of its own
-        figure = Figure(figsize=(inches, inches * rows / columns + 0.4), dpi=100, layout="constrained")
-        figure.suptitle(f"misclassified validation images (true → predicted), epoch {epoch.epoch}")
+        figure = Figure(
+            figsize=(max(columns * panel, 3.6), rows * (panel + 0.25) + 0.45), dpi=DPI, layout="constrained"
+        )
+        figure.suptitle(f"misclassified validation images (true → predicted), {title or epoch.epoch}", size=9)
         labels = epoch.labels or [str(k) for k in range(int(max(epoch.target.max(), epoch.preds.max())) + 1)]
         for i, ax in enumerate(figure.subplots(rows, columns, squeeze=False).flat):
             ax.set_axis_off()

@@ -1,30 +1,35 @@
-"""Lightning's progress bar, refreshed on the steps the loggers receive instead of on every step."""
+"""Lightning's progress bar in 80 columns, refreshed on the steps the loggers receive, not every step."""
 
 import math
+import sys
 import time
 from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 from typing_extensions import override
 
-from src.callbacks.steps import step_loss
+from src.loggers import monitored, step_loss
 
-#: the values the bar shows by default, when logged: validation loss and the shipped tasks' main metrics
-SHOW = ("val/loss", "val/acc", "val/rmse")
+#: the training bar's line: the values right after the epoch, where they stay whole, then the bar, which
+#: shrinks to what is left of the terminal's width
+BAR_FORMAT = "{desc}{postfix} |{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}]"
 
 
 class ProgressBar(TQDMProgressBar):
-    """``TQDMProgressBar`` whose refresh rate follows ``trainer.log_every_n_steps`` unless one is given,
-    and which reads the values it shows only when it refreshes.
+    """``TQDMProgressBar`` that fits a terminal of 80 columns, whose refresh rate follows
+    ``trainer.log_every_n_steps`` unless one is given, and which reads the values it shows only when it
+    refreshes.
 
-    At each refresh the bar shows the loss ``training_step`` returned for the batch just done (read back
-    from the device then, once per refresh, for any LightningModule), and the logged values named in
-    ``show`` from ``trainer.callback_metrics`` (the latest validation's loss and main metric: ``val/acc``
-    for the classifier, ``val/rmse`` for the regressor; a name not logged is left out). The loss is not a
-    ``prog_bar`` value: Lightning reads every ``prog_bar`` value back from the device after every step
-    (a host sync per step on a GPU), whether the bar shows it or not.
+    At each refresh the bar shows, after the epoch and before the bar itself (so that a narrow terminal
+    shortens the bar, never a number): the monitored value (the best checkpoint's, ``val/loss`` by
+    default), the logged values named in ``show``, what the module logs with ``prog_bar=True``, and the loss
+    ``training_step`` returned for the batch just done (read back from the device then, once per refresh,
+    for any LightningModule); each to 4 significant digits, a name not logged left out. The loss is not a
+    ``prog_bar`` value: Lightning reads every ``prog_bar`` value back from the device after every step (a
+    host sync per step on a GPU), whether the bar shows it or not.
 
     A training refresh due within ``min_interval_s`` of the last one is left out (the epoch's last batch
     always refreshes): a small net takes hundreds of steps a second, and each refresh (formatting and
@@ -35,7 +40,7 @@ class ProgressBar(TQDMProgressBar):
         refresh_rate: Batches between refreshes; ``None`` follows ``trainer.log_every_n_steps``.
         process_position: As ``TQDMProgressBar``'s.
         leave: As ``TQDMProgressBar``'s.
-        show: Logged values to show beside the loss and what the module logs with ``prog_bar=True``.
+        show: Logged values to show after the monitored one (``[val/acc]``).
         min_interval_s: Seconds at least between two refreshes of the training bar within an epoch.
     """
 
@@ -51,7 +56,7 @@ class ProgressBar(TQDMProgressBar):
         super().__init__(refresh_rate=given, process_position=process_position, leave=leave)
         self._follow_logging = refresh_rate is None
         self._every_n_steps = 1
-        self.show = list(SHOW) if show is None else list(show)
+        self.show = list(show or [])
         self.min_interval_s = min_interval_s
         self._refreshed_at = -math.inf
         self._loss: torch.Tensor | None = None
@@ -67,6 +72,20 @@ class ProgressBar(TQDMProgressBar):
         # public and documented, but assigned in a connector without being declared on the class
         every: int = trainer.log_every_n_steps  # type: ignore[attr-defined]
         self._every_n_steps = max(every, 1)
+
+    @override
+    def init_train_tqdm(self) -> Tqdm:
+        # Lightning's, with the values before the bar and a description without its colon
+        return _TrainBar(
+            desc=self.train_description,
+            position=(2 * self.process_position),
+            disable=self.is_disabled,
+            leave=True,
+            dynamic_ncols=True,
+            file=sys.stdout,
+            smoothing=0,
+            bar_format=BAR_FORMAT,
+        )
 
     @override
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -93,11 +112,29 @@ class ProgressBar(TQDMProgressBar):
     def get_metrics(
         self, trainer: L.Trainer, pl_module: L.LightningModule
     ) -> dict[str, int | str | float | dict[str, float]]:
-        metrics = super().get_metrics(trainer, pl_module)
-        if self._loss is not None:
-            metrics["loss"] = self._loss.item()
-        for name in self.show:
+        # the monitored value first, Lightning's version number (v_num) left out: it is in the run folder
+        own = {k: v for k, v in super().get_metrics(trainer, pl_module).items() if k != "v_num"}
+        names = list(dict.fromkeys([monitored(trainer)[0], *self.show]))
+        metrics: dict[str, int | str | float | dict[str, float]] = {}
+        for name in names:
             value = trainer.callback_metrics.get(name)
             if isinstance(value, torch.Tensor) and value.numel() == 1:
-                metrics[name] = value.item()
+                metrics[name] = _short(value.item())
+        metrics.update({k: _short(v) if isinstance(v, float) else v for k, v in own.items()})
+        if self._loss is not None:
+            metrics["loss"] = _short(self._loss.item())
         return metrics
+
+
+class _TrainBar(Tqdm):
+    """ "Epoch 3, val/loss=0.08, loss=0.05 |███ |": tqdm puts a comma before the values, so the
+    description ends without the colon tqdm gives it."""
+
+    @override
+    def set_description(self, desc: str | None = None, refresh: bool = True) -> None:
+        self.set_description_str(desc, refresh)
+
+
+def _short(value: float) -> str:
+    """4 significant digits: ``0.04481``, ``12.35``, ``1.234e+05``."""
+    return f"{value:.4g}"

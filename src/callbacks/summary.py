@@ -4,9 +4,11 @@ Both read public state only, so they work for any LightningModule: the values it
 (``trainer.callback_metrics``), the Trainer's checkpoint and early-stopping callbacks, its log folder.
 """
 
+import logging
 import math
 import os
 import sys
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +20,15 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.callbacks import ModelSummary as LightningModelSummary
 from typing_extensions import override
 
-from src.callbacks.baselines import TAG
-from src.callbacks.dashboard import SPEED, cli_config, monitored
-from src.callbacks.guard import NonFiniteGuard
 from src.errors import UserInputError
+from src.loggers import monitored
+
+#: Lightning's own line at a capped fit's end, which the summary's first line says again
+LIGHTNING_ENDING = "`Trainer.fit` stopped:"
+#: the terminal width the summary's sentences are wrapped to
+WIDTH = 80
+#: the share of steps clipped above which the summary says what to try
+CLIPPED_MOST = 0.5
 
 
 class ModelSummary(LightningModelSummary):
@@ -39,12 +46,8 @@ class ModelSummary(LightningModelSummary):
 
     @override
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # the Trainer does not keep its enable_model_summary argument; the CLI's resolved config does
-        saver = cli_config(trainer)
-        switched_off = saver is not None and saver.config.get("trainer.enable_model_summary") is False
-        if trainer.progress_bar_callback is None or switched_off:
-            return
-        super().on_fit_start(trainer, pl_module)
+        if trainer.progress_bar_callback is not None:
+            super().on_fit_start(trainer, pl_module)
 
     @staticmethod
     @override
@@ -104,22 +107,39 @@ class _Validation:
 class RunSummary(Callback):
     """At the end of a fit, a few lines that tell its story, on global rank 0.
 
-    Why it ended (the ``max_epochs``/``max_steps`` cap, early stopping and why, the non-finite guard or a
-    stop request), the best validation epoch by the best checkpoint's monitored value (``val/loss`` when
-    there is no such checkpoint) with its validation values (beside ``val/<metric>_<model>``
-    values when a baselines callback logs them), a word when the run hit its cap while still improving,
-    and where things are: the best checkpoint, the run folder and the command that opens TensorBoard on it.
+    Why it ended (the ``max_epochs``/``max_steps`` cap, early stopping and why, a stop request, or the
+    sentence of the error that stopped it), the best validation epoch by the best checkpoint's monitored
+    value (``val/loss`` when there is no such checkpoint) with its ``val/<name>`` values (values named after
+    one of them, ``val/acc_hgb`` beside ``val/acc``, stand beside it in a column of their own), a word when
+    the run hit its cap while still improving or when clipping cut most steps' gradients, and where things
+    are: the best checkpoint, the run folder and the command that opens TensorBoard on it. Lightning's own
+    line about the cap is left out: the first line here says it.
 
     Args:
         recent_epochs: A best epoch within this many of the last validated one, in a run that ended on
             its cap, counts as "still improving".
+        clipped: The logged value holding the fit's share of optimizer steps whose gradients were clipped
+            (:class:`~src.callbacks.StepValues` logs it); above one half the summary says what to try.
+            ``None``: not looked at.
     """
 
-    def __init__(self, recent_epochs: int = 3) -> None:
+    def __init__(
+        self, recent_epochs: int = 3, clipped: str | None = "train/optimization/clipped_share"
+    ) -> None:
         if recent_epochs < 1:
             raise UserInputError(f"RunSummary recent_epochs={recent_epochs} must be at least 1.")
         self.recent_epochs = recent_epochs
+        self.clipped = clipped
         self.validations: list[_Validation] = []
+
+    @override
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_without_lightnings_ending)
+
+    @override
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        logging.getLogger("lightning.pytorch.utilities.rank_zero").removeFilter(_without_lightnings_ending)
 
     @override
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -132,12 +152,7 @@ class RunSummary(Callback):
         # value per epoch.
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
-        values = {
-            name: float(value.item())
-            for name, value in trainer.callback_metrics.items()
-            if isinstance(value, torch.Tensor) and value.numel() == 1
-        }
-        self.validations.append(_Validation(trainer.current_epoch, values))
+        self.validations.append(_Validation(trainer.current_epoch, _numbers(trainer.callback_metrics)))
 
     @override
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -149,36 +164,51 @@ class RunSummary(Callback):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        guard = next((c for c in _callbacks(trainer) if isinstance(c, NonFiniteGuard)), None)
-        if not trainer.is_global_zero or guard is None or not guard.consecutive:
-            return  # the CLI says what went wrong; a stop by the guard is part of the run's story
-        why = (
-            f"the NonFiniteGuard stopped the run at epoch {trainer.current_epoch}: the last "
-            f"{guard.consecutive} steps had non-finite gradients ({guard.skipped} skipped in all)."
-        )
+        # a sentence for the user (a NonFiniteGuard that stopped the run, say) is part of the run's story;
+        # anything else is a bug's traceback, which the summary would only hide
+        if not trainer.is_global_zero or not isinstance(exception, UserInputError):
+            return
+        why = f"stopped at epoch {trainer.current_epoch}: {exception}"
         # no run folder: trainer.log_dir is a collective, and the other processes are not asking now
         print(self.text(trainer, why, None))
 
     def text(self, trainer: L.Trainer, why: str, folder: str | None) -> str:
-        """Why the fit ended, its best epoch, the cap-while-improving advice, where things are."""
+        """Why the fit ended, its best epoch, the advice, where things are."""
         monitor, mode = monitored(trainer)
-        lines = [f"Fit ended: {why}"]
+        lines = textwrap.wrap(f"Fit ended: {why}", WIDTH)
         scored = [v for v in self.validations if _finite(v.values.get(monitor))]
         if scored:
             pick = min if mode == "min" else max
             best = pick(scored, key=lambda v: v.values[monitor])
             lines += [f"Best epoch {best.epoch} (by {monitor}):", *_table(best.values)]
             advice = self._still_improving(trainer, best, scored[-1], monitor)
-            lines += [advice] if advice else []
+            lines += textwrap.wrap(advice, WIDTH) if advice else []
+        lines += textwrap.wrap(self._clipping(trainer), WIDTH)
         checkpoint = trainer.checkpoint_callback
-        if isinstance(checkpoint, ModelCheckpoint) and checkpoint.best_model_path:
-            lines.append(f"Best checkpoint: {_shown(checkpoint.best_model_path)}")
+        best_path = checkpoint.best_model_path if isinstance(checkpoint, ModelCheckpoint) else ""
         if folder is not None:
             run = _shown(folder)
             tensorboard = _shown(str(Path(sys.executable).parent / "tensorboard"))
             lines.append(f"Run folder:      {run}")
+            if best_path:  # inside the run folder, as a rule: said once
+                lines.append(f"Best checkpoint: {_shown(best_path, within=folder)}")
             lines.append(f"TensorBoard:     {tensorboard} --logdir {run} --host 127.0.0.1")
+        elif best_path:
+            lines.append(f"Best checkpoint: {_shown(best_path)}")
         return "\n".join(lines)
+
+    def _clipping(self, trainer: L.Trainer) -> str:
+        """One sentence when clipping cut the gradients of most optimizer steps: the threshold then sets
+        every step's length, whatever the gradient says."""
+        value = trainer.callback_metrics.get(self.clipped) if self.clipped else None
+        if not isinstance(value, torch.Tensor) or value.numel() != 1 or value.item() <= CLIPPED_MOST:
+            return ""
+        threshold = f"trainer.gradient_clip_val={trainer.gradient_clip_val}"
+        return (
+            f"Clipping cut the gradients of {value.item():.0%} of the optimizer steps ({threshold}): the "
+            "threshold, not the gradient, sets most steps' length. Raise it above the usual gradient norm "
+            "(optimization/grad_norm in TensorBoard), or lower the learning rate."
+        )
 
     def _still_improving(self, trainer: L.Trainer, best: _Validation, last: _Validation, monitor: str) -> str:
         """One sentence when the run ended on its cap while the monitored value was still improving."""
@@ -191,6 +221,18 @@ class RunSummary(Callback):
             f"{best.epoch} of {last.epoch}): a longer run may do better; raise trainer.{name} "
             f"(--trainer.{name}={value * 2})."
         )
+
+
+def _without_lightnings_ending(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith(LIGHTNING_ENDING)
+
+
+def _numbers(logged: Mapping[str, Any]) -> dict[str, float]:
+    return {
+        name: float(value.item())
+        for name, value in logged.items()
+        if isinstance(value, torch.Tensor) and value.numel() == 1
+    }
 
 
 def ending(trainer: L.Trainer) -> str:
@@ -216,24 +258,25 @@ def ending(trainer: L.Trainer) -> str:
 
 
 def _table(values: Mapping[str, float]) -> list[str]:
-    """The best epoch's validation values; beside the baselines' in columns when any were logged."""
-    baselines: dict[str, dict[str, float]] = {}
-    for name, value in values.items():
-        if (found := TAG.fullmatch(name)) and found[1] == "val":  # val/acc_hgb
-            baselines.setdefault(found[3], {})[f"val/{found[2]}"] = value
-    own = {
-        n: v
-        for n, v in values.items()
-        if n.startswith("val/") and n.removeprefix("val/") not in SPEED and not TAG.fullmatch(n)
-    }
-    if not baselines:
+    """The best epoch's ``val/<name>`` values (not the grouped ``val/<group>/<name>`` ones); values named
+    after one of them, ``val/acc_hgb`` beside ``val/acc``, in a column of their own (``hgb``)."""
+    named = {n[4:]: v for n, v in values.items() if n.startswith("val/") and "/" not in n[4:]}
+    own: dict[str, float] = {}
+    beside: dict[str, dict[str, float]] = {}
+    for name, value in named.items():
+        stem = max((n for n in named if n != name and name.startswith(f"{n}_")), key=len, default=None)
+        if stem is None:
+            own[f"val/{name}"] = value
+        else:
+            beside.setdefault(name[len(stem) + 1 :], {})[f"val/{stem}"] = value
+    if not beside:
         return ["  " + "   ".join(f"{name} {_number(value)}" for name, value in own.items())]
-    models = ["net", *baselines]
-    rows = [*own, *sorted({m for b in baselines.values() for m in b} - set(own))]
+    models = ["net", *beside]
+    rows = [*own, *sorted({m for b in beside.values() for m in b} - set(own))]
     width = max(len(row) for row in rows)
     table = [" " * (width + 2) + "".join(f"{model:>10}" for model in models)]
     for row in rows:
-        cells = [own.get(row), *(baselines[model].get(row) for model in baselines)]
+        cells = [own.get(row), *(beside[model].get(row) for model in beside)]
         table.append(
             f"  {row:<{width}}" + "".join(f"{_number(c) if c is not None else '-':>10}" for c in cells)
         )
@@ -259,15 +302,11 @@ def _cap(trainer: L.Trainer) -> tuple[str, int] | None:
     return None
 
 
-def _shown(path: str | os.PathLike[str]) -> str:
-    """A path relative to the working folder when it is inside it (shorter, and what a person types)."""
+def _shown(path: str | os.PathLike[str], within: str | os.PathLike[str] | None = None) -> str:
+    """A path relative to ``within`` (by default the working folder) when it is inside it: shorter, and
+    what a person types."""
     absolute = Path(path).resolve()
     try:
-        return str(absolute.relative_to(Path.cwd()))
+        return str(absolute.relative_to(Path(within or Path.cwd()).resolve()))
     except ValueError:
         return str(absolute)
-
-
-def _callbacks(trainer: L.Trainer) -> list[Callback]:
-    # Trainer.callbacks is public and documented, but assigned in a connector without being declared
-    return list(trainer.callbacks)  # type: ignore[attr-defined]

@@ -9,13 +9,14 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
-from src.callbacks.dashboard import logging_step, tensorboard_writer
 from src.errors import UserInputError
+from src.loggers import logging_step, tensorboard_writer
 from src.models.language import Strategy, check_decoding, generate
 
 
 class TextSamples(Callback):
-    """Writes a sample that the model generates from ``prompt`` to TensorBoard (tag ``samples/text``).
+    """Writes a sample that the model generates from ``prompt`` to TensorBoard (tag ``generated/text``: the
+    Text tab's first section, above the run's config).
 
     On every ``every_n_epochs``-th validation epoch of a fit (counting from epoch 0), and on the last one,
     whatever ended the fit. The text sits in a code block, so that its spaces and line breaks show as
@@ -45,7 +46,7 @@ class TextSamples(Callback):
         top_k: int | None = None,
         top_p: float | None = None,
         seed: int = 0,
-        tag: str = "samples/text",
+        tag: str = "generated/text",
     ) -> None:
         if every_n_epochs < 1:
             raise UserInputError(f"TextSamples every_n_epochs={every_n_epochs} must be at least 1.")
