@@ -196,6 +196,8 @@ class CLI(LightningCLI):
             shipped = [c for c in shipped if not isinstance(c, ModelCheckpoint)]
         if trainer.get("enable_progress_bar") is False:
             shipped = [c for c in shipped if not isinstance(c, LightningProgressBar)]
+        if trainer.get("enable_model_summary") is False:
+            shipped = [c for c in shipped if not isinstance(c, ModelSummary)]
         own = trainer.get("callbacks") or []  # a list, or one callback: the Trainer takes either
         built = super().instantiate_trainer(
             **{"callbacks": [*shipped, *(own if isinstance(own, list) else [own])], **kwargs}
@@ -363,8 +365,14 @@ def quiet_dependencies() -> None:
     )
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_WithoutAdvertising())
     # the shipped model_summary section replaces Lightning's default one, as meant; a scheduler that spans
-    # the run has Lightning count the steps from the loader: neither is news to anyone
-    said = ("Trainer already configured with model summary", "Loading `train_dataloader` to estimate number")
+    # the run has Lightning count the steps from the loader: neither is news to anyone; nor which
+    # checkpoint was loaded: "Testing the best checkpoint: <path>" has said which
+    said = (
+        "Trainer already configured with model summary",
+        "Loading `train_dataloader` to estimate number",
+        "Restoring states from the checkpoint path at",
+        "Loaded model weights from the checkpoint at",
+    )
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
         lambda record: not record.getMessage().startswith(said)
     )

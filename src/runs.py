@@ -22,7 +22,8 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
-from src.callbacks.dashboard import environment_text, tensorboard_writer
+from src.callbacks.dashboard import environment_text
+from src.loggers import tensorboard_writer
 from src.settings import CARRIED, PER_INVOCATION
 
 

@@ -5,10 +5,10 @@ from pathlib import Path
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typing_extensions import override
 
 from src.cli import CLI, main
+from src.loggers import read_scalars
 from tests.conftest import BARE, CONFIGS, ONE_PASS, QUIET
 
 TRAINER = CONFIGS / "trainer"
@@ -97,10 +97,9 @@ def global_norm(grads: list[torch.Tensor]) -> torch.Tensor:
 
 def written(run: CLI, tag: str) -> list[torch.Tensor]:
     """What StepValues wrote to TensorBoard under ``tag``, one value per optimizer step, in order."""
-    events = EventAccumulator(run.trainer.log_dir, size_guidance={"scalars": 0}).Reload()
-    points = events.Scalars(tag)
-    assert [point.step for point in points] == list(range(len(points)))
-    return [torch.tensor(point.value) for point in points]
+    points = read_scalars(run.trainer.log_dir)[tag]
+    assert [step for step, _ in points] == list(range(len(points)))
+    return [torch.tensor(value) for _, value in points]
 
 
 def fit_probed(fragment: str, clip: float) -> tuple[CLI, GradientProbe]:
@@ -111,12 +110,12 @@ def fit_probed(fragment: str, clip: float) -> tuple[CLI, GradientProbe]:
         "--model.init_args.optimizer.init_args.weight_decay=0",
         "--model.init_args.scheduler=null", "--data.batch_size=32", "--trainer.max_epochs=1",
         "--trainer.limit_train_batches=5", "--trainer.log_every_n_steps=1",
-        "--step_values=src.callbacks.StepValues",  # back after bare.yaml: it writes train/grad_norm
+        "--step_values=src.callbacks.StepValues",  # back after bare.yaml: it writes the gradient norm
     )  # fmt: skip
     probe = GradientProbe()
     run.trainer.callbacks.append(probe)
     run.trainer.fit(run.model, datamodule=run.datamodule)
-    assert len(probe.used) == len(probe.before_clip) == len(written(run, "train/grad_norm")) == 5
+    assert len(probe.used) == len(probe.before_clip) == len(written(run, "train/optimization/grad_norm")) == 5
     # plain SGD moves each parameter by lr * the gradient it used: the hook saw the real gradients
     for used, update in zip(probe.used, probe.updates, strict=True):
         torch.testing.assert_close(update, [lr * g for g in used], rtol=1e-3, atol=1e-6)
@@ -127,12 +126,15 @@ def test_norm_clipping_bounds_the_global_norm_and_logs_the_norm_before(workdir: 
     max_norm = 0.05  # below the gradients' norm here, so clipping acts on every step
     run, probe = fit_probed("clip_norm.yaml", max_norm)
     assert run.trainer.gradient_clip_algorithm == "norm"
-    logged_norms, fired = written(run, "train/grad_norm"), written(run, "train/grad_clipped")
+    logged_norms, fired = (
+        written(run, "train/optimization/grad_norm"),
+        written(run, "train/optimization/clipped"),
+    )
     for before, used, logged, clipped in zip(probe.before_clip, probe.used, logged_norms, fired, strict=True):
         norm = global_norm(before)
         assert norm > max_norm  # the precondition: clipping had something to do
-        torch.testing.assert_close(logged, norm)  # train/grad_norm is the norm before clipping
-        assert clipped == 1.0  # train/grad_clipped: clipping fired
+        torch.testing.assert_close(logged, norm)  # the logged norm is the norm before clipping
+        assert clipped == 1.0  # the share of steps clipped: this one
         assert global_norm(used) <= max_norm * (1 + 1e-5)
         # clipping rescales the whole gradient: same direction, shorter
         torch.testing.assert_close(used, [g * (global_norm(used) / norm) for g in before])
@@ -142,7 +144,10 @@ def test_value_clipping_bounds_every_element(workdir: Path) -> None:
     value = 0.01
     run, probe = fit_probed("clip_value.yaml", value)
     assert run.trainer.gradient_clip_algorithm == "value"
-    logged_norms, fired = written(run, "train/grad_norm"), written(run, "train/grad_clipped")
+    logged_norms, fired = (
+        written(run, "train/optimization/grad_norm"),
+        written(run, "train/optimization/clipped"),
+    )
     for before, used, logged, clipped in zip(probe.before_clip, probe.used, logged_norms, fired, strict=True):
         assert max(g.abs().max() for g in before) > value  # the precondition
         assert max(g.abs().max() for g in used) <= value

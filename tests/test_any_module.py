@@ -22,6 +22,7 @@ from typing_extensions import override
 
 from src.callbacks import NonFiniteGuard
 from src.cli import main
+from src.loggers import read_scalars
 from src.models import Classifier
 from src.predict import Predictor
 from tests.conftest import QUIET
@@ -96,13 +97,6 @@ class TinyNet(nn.Module):
         return self.out(torch.relu(self.hidden(x)))
 
 
-def tags(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar tag of a TensorBoard run folder: ``(step, value)`` pairs."""
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "images": 0})
-    events.Reload()
-    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
-
-
 def images(run_dir: Path) -> list[str]:
     events = EventAccumulator(str(run_dir), size_guidance={"images": 0})
     events.Reload()
@@ -120,23 +114,22 @@ def test_a_plain_lightning_module_trains_under_every_shipped_default(workdir: Pa
     # the data's widths reached its constructor: nobody typed 64 or 10
     assert (model.hparams["in_features"], model.hparams["out_features"]) == (64, 10)
     folder = Path(run.trainer.logger.log_dir)
-    scalars = tags(folder)
+    scalars = read_scalars(folder)
     # StepValues: the loss it returned, the learning rate and the gradient norm, every 2nd optimizer step
     steps = run.trainer.global_step
     assert steps == 3 * run.trainer.num_training_batches
-    assert [s for s, _ in scalars["train/loss_step"]] == list(range(1, steps, 2))
-    assert all(value == pytest.approx(0.01) for _, value in scalars["train/lr"])
-    assert len(scalars["train/grad_norm"]) == steps // 2
-    # the shipped default clips at 1.0: the flag says, for each written step, whether the norm was above it
-    fired = dict(scalars["train/grad_clipped"])
-    assert fired == {s: float(norm > 1.0) for s, norm in scalars["train/grad_norm"]}
+    assert [s for s, _ in scalars["train/optimization/loss"]] == list(range(1, steps, 2))
+    assert all(value == pytest.approx(0.01) for _, value in scalars["train/optimization/lr"])
+    assert len(scalars["train/optimization/grad_norm"]) == steps // 2
+    # the shipped default clips at 1.0: the share of each interval's steps whose norm was above it
+    assert all(0 <= share <= 1 for _, share in scalars["train/optimization/clipped"])
     # Dashboard: speed every epoch, and the gap from what the module itself logged
-    assert len(scalars["train/samples_per_sec"]) == 3
+    assert len(scalars["train/speed/samples_per_sec"]) == 3
     gaps = [value for _, value in scalars["val/generalization_gap"]]
     val, train = [v for _, v in scalars["val/loss"]], [v for _, v in scalars["train/loss"]]
     assert gaps == pytest.approx([v - t for v, t in zip(val, train, strict=True)], rel=1e-5)
     # ValidationFigures: the module returns preds and target, so the confusion matrix is drawn
-    assert images(folder) == ["val/confusion_matrix"]
+    assert sorted(images(folder)) == ["summary/confusion_matrix", "val/confusion_matrix"]
     # both checkpoints, whole, carrying the run's own config
     best = run.trainer.checkpoint_callback.best_model_path
     last = folder / "checkpoints" / "last.ckpt"
@@ -165,7 +158,7 @@ def test_the_guard_skips_a_plain_modules_nan_step(workdir: Path) -> None:
     assert guard.skipped == 1
     assert all(torch.isfinite(p).all() for p in run.model.parameters())
     assert run.trainer.global_step == run.trainer.num_training_batches  # the skipped step is still counted
-    assert tags(Path(run.trainer.logger.log_dir))["train/skipped_steps"][-1][1] == 1.0
+    assert read_scalars(Path(run.trainer.logger.log_dir))["train/skipped_steps"][-1][1] == 1.0
 
 
 def test_figures_say_in_one_line_what_they_need(workdir: Path, caplog: pytest.LogCaptureFixture) -> None:

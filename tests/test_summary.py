@@ -192,11 +192,6 @@ def test_without_the_bar_only_the_summary_prints(workdir: Path, capsys) -> None:
     assert "Epoch 1" not in captured.out + captured.err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the CLI is to leave the model_summary section out under trainer.enable_model_summary=false, "
-    "as it does the progress bar's: the Trainer keeps no such setting for the callback to read",
-)
 def test_model_summary_switched_off_as_lightning_says(workdir: Path, capsys) -> None:
     main([*DIGITS, "--trainer.enable_model_summary=false"])
     assert "block  type  params" not in capsys.readouterr().out

@@ -579,7 +579,7 @@ def generated(capsys: pytest.CaptureFixture[str], *words: str) -> str:
 
 def test_text_samples_land_in_tensorboard_on_the_nth_and_the_last_epoch(trained: CLI) -> None:
     events = EventAccumulator(trained.trainer.log_dir, size_guidance={"tensors": 0}).Reload()
-    samples = events.Tensors("samples/text/text_summary")
+    samples = events.Tensors("generated/text/text_summary")
     assert [s.step for s in samples] == [9, 19]  # the last step of epochs 0 and 1
     text = make_ndarray(samples[-1].tensor_proto).item().decode()
     heading, fence, body = text.split("\n", 2)

@@ -200,8 +200,8 @@ def clipping_every_step(norms: list[float], clipped: list[bool], threshold: floa
         f"gradient size before clipping: median {statistics.median(norms):.3g})",
         "clipped on every step, the update is the LR times a fixed-size gradient: the threshold, not the "
         "optimizer, sets the step size, and the LR you chose no longer means what it says",
-        "raise trainer.gradient_clip_val above the usual gradient norm (train/grad_norm in TensorBoard; "
-        "clipping should catch spikes only), or set it to null",
+        "raise trainer.gradient_clip_val above the usual gradient norm (train/optimization/grad_norm in "
+        "TensorBoard; clipping should catch spikes only), or set it to null",
     )
 
 
