@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import yaml
 
-from src.checkpoints import check_names, load_checkpoint
+from src.checkpoints import load_checkpoint
 from src.data import sources
 from src.errors import UserInputError
 from src.files import check_output, written
@@ -79,8 +79,7 @@ def predict(words: list[str]) -> bool:
         return False
     ckpt_path = given["--ckpt_path"]
     checkpoint = load_checkpoint(ckpt_path)  # one sentence for a broken or unsafe file
-    check_names(checkpoint, ckpt_path)  # before anything it names is imported
-    if not on_a_table(checkpoint):
+    if not on_a_table(checkpoint):  # read as plain data: its names are checked as the model is loaded
         return False
     data = checkpoint["config"]["data"].get("init_args") or {}
     path = given["--data.predict_path"]

@@ -354,7 +354,7 @@ def test_an_ordinary_run_prints_no_notices_of_the_dependencies_about_themselves(
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, check=True,
     )  # fmt: skip
     printed = done.stdout + done.stderr
-    assert "Trainer.fit` stopped: `max_epochs=1` reached." in printed  # the run's own messages still show
+    assert "Fit ended: reached trainer.max_epochs=1" in printed  # the run's own messages still show
     assert "LeafSpec" not in printed
     assert "Tip" not in printed
 

@@ -17,7 +17,6 @@ import pandas as pd
 import pytest
 
 import src.checkpoints
-import src.fast_predict
 import src.files
 import src.loop
 import tests.test_accumulation_clipping as accumulation_clipping
@@ -413,31 +412,12 @@ def test_resume_catches_a_datamodule_that_keeps_the_loaders_position_to_itself(
 # -- predict without Lightning ------------------------------------------------------------------------
 
 
-def test_fast_predict_catches_regression_values_left_in_standardized_units(
-    regression_checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    mutate(
-        monkeypatch,
-        src.fast_predict,
-        "outputs_of",
-        'output.squeeze(-1) * state["target_std"] + state["target_mean"]',
-        "output.squeeze(-1)",
-    )
-    with pytest.raises(AssertionError):
-        fast_predict_tests.test_regression_file_is_the_trainers_byte_for_byte(regression_checkpoint, tmp_path)
-
-
 def test_fast_predict_catches_a_checkpoint_let_through_unchecked(
     messy_trained, planted: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Only the net it imports checked: a name it never uses, which the full CLI would refuse, gets by."""
-    mutate(
-        monkeypatch,
-        src.fast_predict,
-        "predict",
-        "check_names(checkpoint, ckpt_path, set(), import_trusted=False)",
-        "pass",
-    )
+    """The one loader unchecked: a name the model's loading never uses, which the full CLI would refuse,
+    gets by."""
+    mutate(monkeypatch, src.checkpoints, "load_model", "check_names(checkpoint, path, named)", "pass")
     with pytest.raises((AssertionError, pytest.fail.Exception)):
         fast_predict_tests.test_a_checkpoint_naming_code_of_elsewhere_is_refused_before_anything_is_imported(
             messy_trained, planted, workdir, "optimizer"
@@ -452,7 +432,7 @@ def test_the_ensemble_test_catches_a_task_that_trains_the_members_mean(
         BaseTask,
         "_shared_step",
         "if members > 1:",
-        "if members > 1:\n            output = output.mean(dim=1, keepdim=True)",
+        "if members > 1:\n        output = output.mean(dim=1, keepdim=True)",
     )
     with pytest.raises(AssertionError, match="not close"):
         models.test_an_ensemble_trains_each_member_on_every_row_and_predicts_their_mean()
