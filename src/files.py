@@ -1,8 +1,9 @@
 """The one rule for every file the project writes from a path it was given or chose itself.
 
 - :func:`check_output`, before any work: never over an input of the run (a checkpoint, a data file, a
-  config: anything it reads), never over a file that exists unless ``overwrite`` was asked for, and only
-  ever a regular file (a device, a pipe or a folder is refused, ``overwrite`` or not).
+  config: anything it reads) nor anywhere inside a folder the run reads (a folder of images), never over
+  a file that exists unless ``overwrite`` was asked for, and only ever a regular file (a device, a pipe
+  or a folder is refused, ``overwrite`` or not).
 - :func:`written`, for the writing itself: each file is written under a temporary name in its own
   folder, flushed to disk and renamed onto its destination only when the whole block succeeded, so a
   crash or a kill leaves the destination whole or absent. A temporary file that a killed writer left
@@ -59,22 +60,57 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
+def _inside(target: Path, folder: Path) -> bool:
+    """Whether ``target`` lies anywhere under ``folder`` (through links or not), or is a hard link to a file
+    there."""
+    if not folder.is_dir():
+        return False
+    if any(_same(parent, folder) for parent in target.absolute().parents if parent.exists()):
+        return True
+    if not target.is_file() or target.stat().st_nlink < 2:  # a file of one name has no other name inside
+        return False
+    inode = (target.stat().st_dev, target.stat().st_ino)
+    for root, _, names in os.walk(folder):
+        for name in names:
+            try:
+                found = os.stat(os.path.join(root, name), follow_symlinks=False)
+            except OSError:
+                continue
+            if (found.st_dev, found.st_ino) == inode:
+                return True
+    return False
+
+
+def _flat(inputs: Iterable[object]) -> Iterator[Path]:
+    """The local paths among ``inputs``: ``None`` and URLs skipped, lists (several files) opened."""
+    for given in inputs:
+        if isinstance(given, list | tuple):
+            yield from _flat(given)
+        elif isinstance(given, str | os.PathLike) and "://" not in str(given):
+            yield Path(given)
+
+
 def check_output(
-    path: str | Path, inputs: Iterable[str | Path | None], overwrite: bool, option: str = "--output"
+    path: str | Path, inputs: Iterable[object], overwrite: bool, option: str = "--output"
 ) -> Path:
     """``path`` as a file this run may write, or one sentence saying why not (:class:`UserInputError`).
 
     Args:
         path: The file to be written.
-        inputs: Every file the run reads (``None`` entries are skipped): never written, ``overwrite`` or not.
+        inputs: Every file or folder the run reads (``None`` entries are skipped, lists opened): never
+            written, nor anything inside a folder among them, ``overwrite`` or not.
         overwrite: Whether the user asked for an existing file to be replaced.
         option: How the user named ``path``, for the sentence (``--output``, or what it derives from).
     """
     target = Path(path)
     named = f"{option}={str(path)!r}"
-    for given in inputs:
-        if given is not None and "://" not in str(given) and _same(target, Path(given)):
+    for given in _flat(inputs):
+        if _same(target, given):
             raise UserInputError(f"{named} is {str(given)!r}, an input of this run; name another file.")
+        if _inside(target, given):
+            raise UserInputError(
+                f"{named} is inside {str(given)!r}, a folder this run reads; name a file outside it."
+            )
     if target.is_symlink():  # a rename would replace the link itself, wherever it pointed
         raise UserInputError(f"{named} is a symbolic link; name the file itself.")
     if target.is_dir() or str(path).endswith(("/", os.sep)):  # Path() drops a trailing slash
