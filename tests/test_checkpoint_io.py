@@ -1,20 +1,27 @@
-"""A checkpoint is whole or absent: a save cut short leaves the previous file and no debris behind."""
+"""A checkpoint is whole or absent: a save cut short leaves the previous file and no debris behind, and a
+save in the background is ordered, waited for and said when it fails as one on the training thread."""
 
+import errno
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
+import lightning as L
 import pytest
 import torch
+from lightning.pytorch.callbacks import Callback
 
-from src.checkpoint_io import AtomicCheckpointIO
+from src.checkpoint_io import AtomicCheckpointIO, BackgroundCheckpointIO
 from src.checkpoints import load_checkpoint
 from src.cli import main
-from src.files import TEMPORARY, remove_leftovers
+from src.files import TEMPORARY, NoRoomError, remove_leftovers
 from tests.conftest import BARE, CONFIGS, QUIET, ROOT
 
 
@@ -69,9 +76,147 @@ def test_debris_of_a_killed_save_is_removed_and_a_live_save_is_left_alone(tmp_pa
     assert busy.exists()
 
 
-def test_the_shipped_trainer_saves_through_it(workdir: Path) -> None:
+def test_the_shipped_trainer_saves_through_it_in_the_background_and_one_switch_keeps_it_inline(
+    workdir: Path,
+) -> None:
     run = main(["--config", str(CONFIGS / "spiral.yaml"), *QUIET], run=False)
-    assert isinstance(run.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+    plugin = run.trainer.strategy.checkpoint_io
+    assert isinstance(plugin, BackgroundCheckpointIO)
+    assert isinstance(plugin.writer, AtomicCheckpointIO)
+    off = ["--trainer.plugins=src.checkpoint_io.AtomicCheckpointIO"]  # the switch configs/defaults.yaml names
+    inline = main(["--config", str(CONFIGS / "spiral.yaml"), *off, *QUIET], run=False)
+    assert type(inline.trainer.strategy.checkpoint_io) is AtomicCheckpointIO
+
+
+# -- in the background ---------------------------------------------------------------------------------
+
+
+class Held(AtomicCheckpointIO):
+    """The atomic writer, each of whose writes waits until ``go`` is set: a write under way for as long as
+    a test needs. Records what was on disk when each removal came."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+        self.on_disk_at_removal: list[list[str]] = []
+
+    def save_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+        assert self.go.wait(timeout=120)  # bounds a hang only
+        super().save_checkpoint(*args, **kwargs)
+
+    def remove_checkpoint(self, path: Any) -> None:
+        self.on_disk_at_removal.append(sorted(p.name for p in Path(path).parent.iterdir()))
+        super().remove_checkpoint(path)
+
+
+def go_soon(held: Held) -> None:
+    """Let the held write go from another thread, while this one is (or should be) waiting for it."""
+    threading.Timer(0.2, held.go.set).start()
+
+
+def test_a_save_returns_before_its_write_and_the_next_save_waits_for_it(tmp_path: Path) -> None:
+    held = Held()
+    plugin = BackgroundCheckpointIO(held)
+    first, second = tmp_path / "first.ckpt", tmp_path / "second.ckpt"
+    state = checkpoint(1.0)
+    plugin.save_checkpoint(state, first)
+    assert not first.exists()  # returned while its write is held
+    state["state_dict"]["w"].fill_(7.0)  # training goes on: the checkpoint is the state when it was saved
+    go_soon(held)
+    plugin.save_checkpoint(checkpoint(2.0), second)
+    assert load_checkpoint(first)["state_dict"]["w"].unique().tolist() == [1.0]  # on disk before it returned
+    plugin.teardown()  # the end of a Trainer run
+    assert load_checkpoint(second)["epoch"] == 2
+    assert [p.name for p in tmp_path.iterdir() if TEMPORARY.match(p.name)] == []
+
+
+def test_a_displaced_checkpoint_is_removed_only_once_the_one_displacing_it_is_on_disk(tmp_path: Path) -> None:
+    """ModelCheckpoint asks for the new best file, then removes the old one at once: a kill in between
+    must leave the old one, not neither."""
+    held = Held()
+    held.go.set()
+    plugin = BackgroundCheckpointIO(held)
+    old, new = tmp_path / "best-epoch1.ckpt", tmp_path / "best-epoch2.ckpt"
+    plugin.save_checkpoint(checkpoint(1.0), old)
+    plugin.wait()
+    held.go.clear()
+    plugin.save_checkpoint(checkpoint(2.0), new)
+    go_soon(held)
+    plugin.remove_checkpoint(old)
+    assert held.on_disk_at_removal == [["best-epoch1.ckpt", "best-epoch2.ckpt"]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best-epoch2.ckpt"]
+
+
+def test_a_write_that_failed_in_the_background_ends_the_next_save_and_the_run_in_one_sentence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plugin, target = BackgroundCheckpointIO(), tmp_path / "last.ckpt"
+    plugin.save_checkpoint(checkpoint(1.0), target)
+    plugin.wait()
+    before = target.read_bytes()
+    real_save = torch.save
+
+    def full_disk(obj: object, file: Any) -> None:  # as torch's writer fails on a full disk
+        real_save(obj, file)
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos") from OSError(
+            errno.ENOSPC, "No space left on device"
+        )
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    plugin.save_checkpoint(checkpoint(2.0), target)  # returns: its write fails on the writer's thread
+    sentence = f"cannot write {str(target)!r}: no space left on device ("
+    with pytest.raises(NoRoomError, match=re.escape(sentence)):
+        plugin.save_checkpoint(checkpoint(3.0), target)  # said before anything more is written
+    with pytest.raises(NoRoomError, match=re.escape(sentence)):
+        plugin.teardown()  # and at the run's end, were there no next save
+    assert target.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+class SlowWrites(Callback):
+    """Holds each checkpoint write on the writer's thread a moment: a run that does not wait for its last
+    write would end with it still under way."""
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        plugin = trainer.strategy.checkpoint_io
+        assert isinstance(plugin, BackgroundCheckpointIO)
+        inner = plugin.writer
+        real_save = inner.save_checkpoint
+
+        def slow(*args: Any, **kwargs: Any) -> None:
+            time.sleep(0.3)
+            real_save(*args, **kwargs)
+
+        inner.save_checkpoint = slow  # type: ignore[method-assign]
+
+
+FIT = [
+    "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=200", "--baselines=null",
+    "--validation_figures=null", "--trainer.callbacks+=tests.test_checkpoint_io.SlowWrites", *QUIET,
+]  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty:UserWarning")  # resumed
+def test_fit_returns_with_its_last_checkpoint_whole_and_last_reads_it(workdir: Path) -> None:
+    run = main(["fit", *FIT, "--trainer.max_epochs=3", "--trainer.logger.init_args.version=r"])
+    last = Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt"
+    assert load_checkpoint(last)["epoch"] == 2  # the last epoch's, whole when fit returned
+    assert [p for p in last.parent.iterdir() if TEMPORARY.match(p.name)] == []
+    resumed = main(["fit", *FIT, "--trainer.max_epochs=4", "--trainer.logger.init_args.version=r",
+                    "--ckpt_path=last"])  # fmt: skip
+    assert resumed.trainer.current_epoch == 4
+    assert load_checkpoint(last)["epoch"] == 3
+
+
+def test_sigterms_checkpoint_is_whole_before_the_process_exits(workdir: Path) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main([
+            "fit", *FIT, "--trainer.max_epochs=3", "--trainer.callbacks+=tests.test_resume.SigtermAt",
+            "--trainer.callbacks.step=3",
+        ])  # fmt: skip
+    assert exit_.value.code == 128 + signal.SIGTERM
+    (last,) = workdir.rglob("last.ckpt")
+    assert load_checkpoint(last)["global_step"] == 4  # the step under way finished, then its save
 
 
 @pytest.mark.slow

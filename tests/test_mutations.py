@@ -351,8 +351,8 @@ def test_trust_catches_an_output_check_that_forgets_the_inputs(
         monkeypatch,
         src.files,
         "check_output",
-        "if given is not None and",
-        "if False and given is not None and",
+        "for given in _flat(inputs):",
+        "for given in _flat(()):",
     )
     for module in list(sys.modules.values()):  # the modules that imported the original by name
         if getattr(module, "check_output", None) is original:
@@ -361,6 +361,19 @@ def test_trust_catches_an_output_check_that_forgets_the_inputs(
         trust.test_no_output_lands_on_an_input_even_when_overwriting(
             messy_trained, workdir, capsys, "the checkpoint", True
         )
+
+
+def test_predict_catches_an_output_check_that_looks_only_at_an_input_folder_itself(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The check compares an output with a folder, not with the files in it."""
+    original = src.files.check_output
+    mutate(monkeypatch, src.files, "check_output", "if _inside(target, given):", "if False:")
+    for module in list(sys.modules.values()):  # the modules that imported the original by name
+        if getattr(module, "check_output", None) is original:
+            monkeypatch.setattr(module, "check_output", src.files.check_output)
+    with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
+        predict.test_the_output_rule_covers_a_folder_the_run_reads_at_any_depth_and_through_links(tmp_path)
 
 
 # -- any LightningModule ----------------------------------------------------------------------------

@@ -14,8 +14,9 @@ import torch
 from src.cli import main
 from src.data.preprocessing import CategoricalColumn, CellReport, Location, NumericColumn, Preprocessor
 from src.errors import UserInputError
+from src.files import check_output
 from src.predict import Predictor
-from tests.conftest import QUIET
+from tests.conftest import QUIET, fit_in
 from tests.test_dashboard import Run, parse_counts, read_events
 
 TINY = ["--trainer.max_epochs=3", "--trainer.limit_val_batches=2"]
@@ -276,3 +277,74 @@ def test_predicting_a_moved_checkpoint_under_the_trainer_says_nothing_of_its_old
         main(["predict", "--ckpt_path", str(moved), "--data.predict_path=new.csv", "--output=o.csv", *QUIET])
     assert (tmp_path / "o.csv").is_file()
     assert not [w for w in caught if "dirpath has changed" in str(w.message)]
+
+
+# -- where predict may write -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def image_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short fit on tiny generated PNG files: its last checkpoint."""
+    from tests.test_images import tiny, write_images
+
+    folder = tmp_path_factory.mktemp("image-run")
+    last = [
+        "--last_checkpoint=lightning.pytorch.callbacks.ModelCheckpoint",
+        "--last_checkpoint.filename=last",
+    ]
+    fit_in(folder, *tiny(write_images(folder / "train")), *last)
+    return next(folder.rglob("last.ckpt"))
+
+
+@pytest.mark.parametrize("how", ["--output", "the prediction writer's output_path"])
+@pytest.mark.parametrize(
+    "target",
+    ["an image in it", "an image in a sub-folder", "a new file in it", "a hard link to an image in it"],
+)
+def test_no_output_lands_inside_a_folder_predict_reads_even_when_overwriting(
+    image_checkpoint: Path, workdir: Path, capsys, target: str, how: str
+) -> None:
+    from tests.test_images import write_images
+
+    folder = write_images(workdir / "imgs" / "a", per_class=2)
+    output = {
+        "an image in it": folder / "cat" / "000.png",
+        "an image in a sub-folder": folder / "dog" / "001.png",
+        "a new file in it": folder / "predictions.csv",
+        "a hard link to an image in it": workdir / "linked.png",
+    }[target]
+    if target.startswith("a hard link"):
+        output.hardlink_to(folder / "owl" / "000.png")
+    before = {path: path.read_bytes() for path in workdir.rglob("*") if path.is_file()}
+    option = "--output" if how == "--output" else "--prediction_writer.init_args.output_path"
+    words = ["predict", "--ckpt_path", str(image_checkpoint), f"--data.predict_path={folder}"]
+    overwrite = "--overwrite=true" if how == "--output" else "--prediction_writer.init_args.overwrite=true"
+    with pytest.raises(SystemExit) as exit_:
+        main([*words, f"{option}={output}", overwrite, *QUIET])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: --output={str(output)!r} is inside {str(folder)!r}, a folder this run reads; name a file "
+        "outside it."
+    )
+    assert {path: path.read_bytes() for path in workdir.rglob("*") if path.is_file()} == before
+
+
+def test_the_output_rule_covers_a_folder_the_run_reads_at_any_depth_and_through_links(tmp_path: Path) -> None:
+    folder = tmp_path / "imgs"
+    (folder / "cat" / "deeper").mkdir(parents=True)
+    image = folder / "cat" / "deeper" / "000.png"
+    image.write_bytes(b"an image")
+    (tmp_path / "via").symlink_to(folder)
+    (tmp_path / "hard.png").hardlink_to(image)
+    outputs = [
+        image,
+        folder / "new.csv",
+        tmp_path / "via" / "cat" / "000.png",  # through a link to the folder
+        tmp_path / "hard.png",  # another name of a file in it
+        folder / ".." / "imgs" / "cat" / "new.csv",
+    ]
+    for output in outputs:
+        with pytest.raises(UserInputError, match=r"a folder this run reads; name a file outside it\.$"):
+            check_output(output, [None, [str(tmp_path / "elsewhere.csv"), str(folder)]], overwrite=True)
+    assert check_output(tmp_path / "out.csv", [str(folder)], overwrite=True) == tmp_path / "out.csv"
+    assert image.read_bytes() == b"an image"

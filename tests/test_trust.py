@@ -420,7 +420,7 @@ def test_a_killed_writers_leftovers_are_removed_by_the_next_write(
 
 
 def test_a_failed_predict_leaves_no_file(
-    messy_trained: Trained, rows: Path, workdir: Path, monkeypatch
+    messy_trained: Trained, rows: Path, workdir: Path, monkeypatch, capsys
 ) -> None:
     """Written whole or not at all: a CSV writer that dies halfway leaves neither file nor leftover."""
 
@@ -429,8 +429,10 @@ def test_a_failed_predict_leaves_no_file(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(pd.DataFrame, "to_csv", dies)
-    with pytest.raises(OSError, match="No space left"):
-        main(predict_words(messy_trained.checkpoint, rows, f"--output={workdir / 'out.csv'}"))
+    words = predict_words(messy_trained.checkpoint, rows, f"--output={workdir / 'out.csv'}")
+    assert refusal(main, words, capsys).startswith(
+        f"cannot write {str(workdir / 'out.csv')!r}: no space left"
+    )
     assert list(workdir.iterdir()) == []
 
 

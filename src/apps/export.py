@@ -51,6 +51,7 @@ sidecar alone and holds the two equal.
 
 import argparse
 import functools
+import io
 import json
 import logging
 import sys
@@ -603,13 +604,17 @@ def export(
                 else:
                     onnx.save(prepared.raw(onnx_program.model_proto), graph_temp)
             else:
-                torch.export.save(program, graph_temp)
+                # into memory, then written by Python: torch's writer aborts the whole process when a
+                # write to a file fails (a full disk), where Python raises an error to report
+                serialized = io.BytesIO()
+                torch.export.save(program, serialized)
+                graph_temp.write_bytes(serialized.getvalue())
             if fmt == "onnx" and prepared.check_raw is not None:
                 worst = prepared.check_raw(graph_temp)
             else:
                 worst = check(fmt, graph_temp, module, x)
             sidecar_temp.write_text(json.dumps(sidecar, indent=2) + "\n")
-    except OSError as err:
+    except OSError as err:  # a full disk is NoRoomError already (src.files.written): one sentence
         raise UserInputError(f"cannot write {str(graph_path)!r} ({err.strerror or err}).") from err
     return graph_path, sidecar_path, worst
 
