@@ -18,7 +18,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 from typing_extensions import override
 
 from src.errors import UserInputError
-from src.files import refusal_to_create
+from src.files import free_space, out_of_room, refusal_to_create
 
 NOISE = (
     "Does not validate against any of the",
@@ -131,4 +131,12 @@ def user_error(err: BaseException) -> str | None:
                 "config the checkpoint was trained with, or leave --config out to use the one it carries."
             )
         cause = cause.__cause__ or cause.__context__
+    room = out_of_room(err)
+    if room is not None:  # a writer that is not the project's own (TensorBoard's event files, say)
+        if room.filename is None:
+            return "a file of the run could not be written: no space left on its disk; free some space."
+        return (
+            f"cannot write {room.filename!r}: no space left on its disk ({free_space(room.filename)} free); "
+            "free some space or write elsewhere."
+        )
     return None

@@ -217,6 +217,11 @@ def no_room_sentence(paths: Iterable[Path], err: OSError) -> str:
     )
 
 
+def free_space(path: str | Path | None) -> str:
+    """The space left on the disk of ``path`` (a file or folder; the working folder's for ``None``)."""
+    return _free(Path(path).parent if path is not None else Path.cwd())
+
+
 def _free(folder: Path) -> str:
     """The space this process may still fill on ``folder``'s disk, as ``40.0 KiB``."""
     existing = next((p for p in (folder, *folder.absolute().parents) if p.exists()), Path("/"))

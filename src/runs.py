@@ -23,6 +23,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
 from src.callbacks.dashboard import environment_text
+from src.files import written
 from src.loggers import tensorboard_writer
 from src.settings import CARRIED, PER_INVOCATION
 
@@ -128,11 +129,18 @@ class SaveConfig(SaveConfigCallback):
 
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        # config.yaml goes into the run folder. predict has none (it writes its predictions file only), nor
-        # has a run without a logger: Lightning would write the file into the working folder, over any
-        # config.yaml of the user's there. Checkpoints carry the config either way.
-        if stage != "predict" and trainer.logger is not None:
-            super().setup(trainer, pl_module, stage)
+        # config.yaml goes into the run folder, whole or not at all (src.files.written). predict has none (it
+        # writes its predictions file only), nor has a run without a logger: Lightning would write the file
+        # into the working folder, over any config.yaml of the user's there. Checkpoints carry the config.
+        if stage == "predict" or trainer.logger is None or self.already_saved:
+            return
+        folder = trainer.log_dir  # a collective under DDP: every process asks
+        if trainer.is_global_zero and folder is not None:
+            with written(Path(folder) / self.config_filename) as (partial,):
+                partial.write_text(self.config_text)
+            self.save_config(trainer, pl_module, stage)
+            self.already_saved = True
+        self.already_saved = trainer.strategy.broadcast(self.already_saved)
 
     def refusal(self, folder: Path) -> str | None:
         """Why this fit may not write into the run folder ``folder``, or ``None``; the first process then

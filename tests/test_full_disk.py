@@ -134,6 +134,27 @@ def test_a_fit_whose_checkpoint_does_not_fit_ends_in_one_sentence(
     assert_nothing_lost(disk, before)
 
 
+def test_a_fit_whose_run_folder_has_no_room_ends_in_one_sentence(
+    disk: Path, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run folder's own files (config.yaml, TensorBoard's) on a full disk: one sentence, and the runs
+    already there as they were."""
+    words = [
+        "fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=200", "--baselines=null",
+        "--validation_figures=null", f"--trainer.logger.init_args.save_dir={disk}", "--trainer.max_epochs=1",
+        *QUIET,
+    ]  # fmt: skip
+    main(words)
+    before = contents(disk)
+    fill(disk)
+    sentence = refused(main, words, capsys)
+    assert sentence.startswith(
+        f"cannot write '{disk}/spiral/version_1/config.yaml': no space left on device ("
+    )
+    assert sentence.endswith("free there), and nothing was replaced; free some space or write elsewhere.")
+    assert contents(disk) == before  # the first run as it was, and nothing of the refused one left
+
+
 @pytest.fixture
 def rows(messy_trained: Trained, tmp_path: Path) -> Path:
     path = tmp_path / "new.csv"  # every row of the training file: their predictions take some 30 KB
