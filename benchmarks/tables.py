@@ -50,7 +50,7 @@ from typing_extensions import override
 
 from benchmarks import competitors, report
 from benchmarks.child import run_python
-from src.data import TabularDataModule
+from src.data import Columns, TabularDataModule
 from src.data.preprocessing import Task
 
 #: the goals: mean ratio to the best gradient boosting library, no table's worst seed below the second,
@@ -198,7 +198,7 @@ def words(table: Table, csv: Path, seed: int, log_dir: str, extra: list[str]) ->
         f"--data.path={csv}",
         f"--data.target_column={table.target}",
         f"--data.task={table.task}",
-        f"--data.drop_columns={json.dumps(table.drop)}",
+        f"--data.columns.drop={json.dumps(table.drop)}",
         f"--seed_everything={seed}",
         f"--data.seed={seed}",
         "--test_after_fit=true",
@@ -217,7 +217,11 @@ CACHE = Path(tempfile.gettempdir()) / "tables-competitors.json"
 def libraries(table: Table, csv: Path, seed: int, models: list[str]) -> dict[str, dict[str, float]]:
     """Each library's validation and test figure and seconds on the template's split of ``csv``."""
     data = TabularDataModule(
-        path=str(csv), target_column=table.target, task=table.task, drop_columns=table.drop, seed=seed
+        path=str(csv),
+        target_column=table.target,
+        task=table.task,
+        columns=Columns(drop=list(table.drop)),
+        seed=seed,
     )
     split = data.split_rows
     key = hashlib.sha256(b"".join(split[s].tobytes() for s in competitors.SPLITS)).hexdigest()[:16]

@@ -84,7 +84,7 @@ from typing_extensions import override
 
 from benchmarks import report
 from src.cli import ONLY_IN, main
-from src.data import TabularDataModule
+from src.data import Split, TabularDataModule
 from src.loop import fit
 from src.models import Classifier
 from src.nets import MLP
@@ -353,8 +353,7 @@ def template_data(setup: Setup, data: Data) -> TabularDataModule:
         target_column="label",
         task="classification",
         batch_size=setup.batch_size,
-        val_fraction=HELD_OUT,
-        test_fraction=HELD_OUT,
+        split=Split(val_fraction=HELD_OUT, test_fraction=HELD_OUT),
         seed=setup.seed,
     )
 
@@ -386,8 +385,8 @@ def cli_words(setup: Setup, data: Data) -> list[str]:
         "--data.target_column=label",
         "--data.task=classification",
         f"--data.batch_size={setup.batch_size}",
-        f"--data.val_fraction={HELD_OUT}",
-        f"--data.test_fraction={HELD_OUT}",
+        f"--data.split.val_fraction={HELD_OUT}",
+        f"--data.split.test_fraction={HELD_OUT}",
         f"--data.seed={setup.seed}",
         # one epoch of exactly the step count: a max_steps that ends an epoch early would leave the shipped
         # EarlyStopping without the val/loss it checks at the epoch's end, and stop the run with an error

@@ -90,7 +90,8 @@ def predict(words: list[str]) -> bool:
     sources.check_predict_path(path)
     predictor = Predictor.from_checkpoint(ckpt_path, batch_size=data.get("batch_size", 32))
     fmt = sources.file_format(path)
-    frame = sources.read_file(path, fmt, data.get("na_values") or [], key="data.predict_path")
+    na_values = (data.get("columns") or {}).get("na_values") or []
+    frame = sources.read_file(path, fmt, na_values, key="data.predict_path")
     threads, before = cpu_threads(), torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)

@@ -123,8 +123,8 @@ def messy_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     frame.to_csv(folder / "train.csv", index=False)
     run = fit_in(
         folder, "--config", str(CONFIGS / "digits.yaml"), "--data.source=csv", "--data.path=train.csv",
-        "--data.target_column=label", "--data.task=classification", "--data.max_categories=4",
-        "--data.missing_indicator=true", "--model.init_args.net=null",
+        "--data.target_column=label", "--data.task=classification", "--data.encoding.max_categories=4",
+        "--data.encoding.missing_indicator=true", "--model.init_args.net=null",
     )  # fmt: skip
     return Trained(run, frame, Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt")
 

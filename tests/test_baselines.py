@@ -26,7 +26,7 @@ import src.callbacks.baselines as fitting
 from src.callbacks import Baselines
 from src.callbacks.baselines import TAG
 from src.cli import main
-from src.data import TabularDataModule
+from src.data import Split, TabularDataModule
 from src.data.preprocessing import MISSING
 from src.models import Classifier
 from tests.conftest import BARE, CONFIGS, QUIET
@@ -254,7 +254,9 @@ def test_a_small_table_repeats_its_rows_to_fill_the_minimum_of_batches() -> None
 
 def test_refit_trains_on_the_validation_rows_too_and_leaves_the_test_rows_alone() -> None:
     plain = TabularDataModule(source="spiral", num_samples=200).split_rows
-    refit = TabularDataModule(source="spiral", num_samples=200, train_on_validation=True).split_rows
+    refit = TabularDataModule(
+        source="spiral", num_samples=200, split=Split(train_on_validation=True)
+    ).split_rows
     np.testing.assert_array_equal(refit["train"], np.sort(np.concatenate([plain["train"], plain["val"]])))
     np.testing.assert_array_equal(refit["val"], plain["val"])
     np.testing.assert_array_equal(refit["test"], plain["test"])

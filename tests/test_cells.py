@@ -65,7 +65,7 @@ def docs_example(folder: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
 @pytest.fixture(scope="module")
 def target_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     """The messy fit of ``messy_trained`` with its columns of more than 4 values (region, city) read by
-    their target means (``data.high_cardinality: target``)."""
+    their target means (``data.encoding.high_cardinality: target``)."""
     from tests.test_preprocessing import messy_frame
 
     folder = tmp_path_factory.mktemp("target-trained")
@@ -74,8 +74,9 @@ def target_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     run = fit_in(
         folder, "--config", str(ROOT / "configs" / "digits.yaml"), "--data.source=csv",
         "--data.path=train.csv", "--data.target_column=label", "--data.task=classification",
-        "--data.max_categories=4", "--data.missing_indicator=true", "--model.init_args.net=null",
-        "--data.high_cardinality=target",
+        "--data.encoding.max_categories=4", "--data.encoding.missing_indicator=true",
+        "--model.init_args.net=null",
+        "--data.encoding.high_cardinality=target",
     )  # fmt: skip
     assert [c.name for c in run.datamodule.preprocessor.categorical if c.encodings is not None] == [
         "region", "city"

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from src.apps.cv import cross_validate, mean_std, repeat
-from src.data import TabularDataModule
+from src.data import Split, TabularDataModule
 from src.errors import UserInputError
 from tests.conftest import BARE, CONFIGS, QUIET
 
@@ -22,7 +22,7 @@ TINY = [
 
 
 def fold_modules(folds: int, **kwargs) -> list[TabularDataModule]:
-    return [TabularDataModule(folds=folds, fold=k, **kwargs) for k in range(folds)]
+    return [TabularDataModule(split=Split(folds=folds, fold=k), **kwargs) for k in range(folds)]
 
 
 @pytest.mark.parametrize("source", ["digits", "friedman"])
@@ -76,7 +76,7 @@ def test_each_folds_preprocessing_and_class_weights_are_fitted_on_its_own_traini
         assert dm.target_stats()[0] == pytest.approx(dm.table.target.iloc[train].mean())
         means.append(fitted)
     assert not np.allclose(means[0], means[1])
-    dm = TabularDataModule(source="digits", folds=3, fold=1)
+    dm = TabularDataModule(source="digits", split=Split(folds=3, fold=1))
     counts = np.bincount(dm.train_targets(), minlength=10)
     np.testing.assert_allclose(dm.class_weights().numpy(), len(dm.train_targets()) / (10 * counts), rtol=1e-6)
 
@@ -84,7 +84,7 @@ def test_each_folds_preprocessing_and_class_weights_are_fitted_on_its_own_traini
 @pytest.mark.parametrize(("folds", "fold"), [(1, 0), (3, 3), (3, -1)])
 def test_a_fold_that_does_not_exist_is_refused(folds: int, fold: int) -> None:
     with pytest.raises(UserInputError, match=r"data\.folds"):
-        TabularDataModule(folds=folds, fold=fold)
+        TabularDataModule(split=Split(folds=folds, fold=fold))
 
 
 def test_cross_validate_trains_one_run_per_fold_and_reports_mean_and_std(workdir: Path, capsys) -> None:

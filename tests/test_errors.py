@@ -57,9 +57,9 @@ def test_missing_target_column(cli, capsys, write_csv, nothing_written) -> None:
 
 def test_text_in_a_column_named_numeric(cli, capsys, write_csv, nothing_written) -> None:
     path = write_csv({"a": [1, 2, 3] * 5, "b": ["0.5", "oops", "1"] * 5, "label": [0, 1, 0] * 5})
-    line = fails(cli, capsys, *csv_args(path), "--data.numeric_columns=[b]")
+    line = fails(cli, capsys, *csv_args(path), "--data.columns.numeric=[b]")
     assert "column 'b', line 3 holds 'oops', which is not a number" in line
-    assert "data.na_values" in line
+    assert "data.columns.na_values" in line
 
 
 def test_value_too_large_for_float32(cli, capsys, write_csv, nothing_written) -> None:
@@ -78,8 +78,8 @@ def test_non_numeric_regression_target(cli, capsys, write_csv, nothing_written) 
 
 def test_target_among_the_features(cli, capsys, write_csv, nothing_written) -> None:
     path = write_csv({"a": [1.0, 2.0, 3.0, 4.0] * 5, "label": [0, 1] * 10})
-    line = fails(cli, capsys, *csv_args(path), "--data.feature_columns=[a, label]")
-    assert "data.feature_columns lists the target 'label'" in line
+    line = fails(cli, capsys, *csv_args(path), "--data.columns.features=[a, label]")
+    assert "data.columns.features lists the target 'label'" in line
 
 
 def test_a_copy_of_the_target_under_another_name(cli, capsys, write_csv, nothing_written) -> None:
@@ -89,7 +89,7 @@ def test_a_copy_of_the_target_under_another_name(cli, capsys, write_csv, nothing
     )
     line = fails(cli, capsys, *csv_args(path))
     assert "column 'copy' is a copy of the target 'label'" in line
-    assert "data.drop_columns" in line
+    assert "data.columns.drop" in line
 
 
 def test_every_target_cell_empty(cli, capsys, write_csv, nothing_written) -> None:
@@ -123,8 +123,8 @@ def test_a_path_with_a_bundled_source(cli, capsys, write_csv, nothing_written) -
 
 def test_unknown_column_names(cli, capsys, write_csv, nothing_written) -> None:
     path = write_csv({"a": [1.0, 2.0], "label": [0, 1]})
-    line = fails(cli, capsys, *csv_args(path), "--data.drop_columns=[b]")
-    assert "has no column(s) ['b']; fix data.drop_columns" in line
+    line = fails(cli, capsys, *csv_args(path), "--data.columns.drop=[b]")
+    assert "has no column(s) ['b']; fix data.columns.drop" in line
 
 
 def test_a_column_both_numeric_and_categorical(cli, capsys, nothing_written) -> None:
@@ -133,8 +133,8 @@ def test_a_column_both_numeric_and_categorical(cli, capsys, nothing_written) -> 
         capsys,
         "--config",
         "digits.yaml",
-        "--data.numeric_columns=[a]",
-        "--data.categorical_columns=[a, b]",
+        "--data.columns.numeric=[a]",
+        "--data.columns.categorical=[a, b]",
     )
     assert "both name ['a']" in line
 
@@ -142,9 +142,14 @@ def test_a_column_both_numeric_and_categorical(cli, capsys, nothing_written) -> 
 @pytest.mark.parametrize(("val", "test"), [(0.5, 0.5), (0.0, 0.2), (0.1, 1.2), (-0.1, 0.3)])
 def test_split_fractions_that_do_not_fit(cli, capsys, val: float, test: float, nothing_written) -> None:
     line = fails(
-        cli, capsys, "--config", "digits.yaml", f"--data.val_fraction={val}", f"--data.test_fraction={test}"
+        cli,
+        capsys,
+        "--config",
+        "digits.yaml",
+        f"--data.split.val_fraction={val}",
+        f"--data.split.test_fraction={test}",
     )
-    assert f"data.val_fraction={val} and data.test_fraction={test} do not fit" in line
+    assert f"data.split.val_fraction={val} and data.split.test_fraction={test} do not fit" in line
 
 
 def test_too_few_rows_to_split(cli, capsys, write_csv, nothing_written) -> None:

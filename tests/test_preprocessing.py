@@ -6,6 +6,7 @@ import os
 import weakref
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -16,7 +17,7 @@ import torch
 from sklearn.model_selection import StratifiedKFold
 from sklearn.preprocessing import TargetEncoder
 
-from src.data import TabularDataModule, preprocessing, sources
+from src.data import Encoding, TabularDataModule, preprocessing, sources
 from src.data.preprocessing import (
     MISSING,
     CellReport,
@@ -63,11 +64,12 @@ def messy_csv(tmp_path: Path) -> Path:
     return path
 
 
-def data(path: Path, **kwargs) -> TabularDataModule:
-    options = {
-        "target_column": "label", "task": "classification", "max_categories": 4, "high_cardinality": "other"
-    } | kwargs  # fmt: skip
-    return TabularDataModule(path=str(path), **options)
+def data(
+    path: Path, target_column: str = "label", task: str = "classification", **encoding: Any
+) -> TabularDataModule:
+    """The messy table's DataModule, its encoding as given (``missing_indicator=True`` ...)."""
+    options = Encoding(**({"max_categories": 4, "high_cardinality": "other"} | encoding))
+    return TabularDataModule(path=str(path), target_column=target_column, task=task, encoding=options)
 
 
 def test_column_kinds_are_read_from_the_data_and_can_be_named(messy_csv: Path, caplog) -> None:
@@ -164,8 +166,8 @@ def test_a_column_of_many_values_is_read_as_its_target_means_fitted_on_the_train
     assert report.columns["city"].read_as == "the training mean"
     # the notice says what it did and which settings change it
     assert "Column 'city' has 30 distinct values" in caplog.text
-    assert "data.high_cardinality: target; other gives one-hot columns" in caplog.text
-    assert "data.max_categories=4" in caplog.text
+    assert "data.encoding.high_cardinality: target; other gives one-hot columns" in caplog.text
+    assert "data.encoding.max_categories=4" in caplog.text
 
 
 def test_unseen_values_land_in_the_other_column_or_nowhere(messy_csv: Path) -> None:
@@ -293,7 +295,7 @@ def test_identifier_like_columns_are_capped_or_left_out(tmp_path: Path, caplog) 
     assert customer.other
     assert "Column 'customer' has " in caplog.text
     assert "like an identifier" in caplog.text
-    assert "(data.max_categories=10; data.high_cardinality: target reads" in caplog.text
+    assert "(data.encoding.max_categories=10; data.encoding.high_cardinality: target reads" in caplog.text
     assert "name" not in prep.columns
     assert "the column(s) ['name'] hold a different text in every training row" in caplog.text
 

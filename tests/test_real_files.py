@@ -93,7 +93,7 @@ def test_parquet_rows_count_from_zero_and_categoricals_stay_categories(tmp_path:
     [
         (
             {"categorical_columns": ["regoin"]},
-            "has no feature column(s) ['regoin']; fix data.categorical_columns",
+            "has no feature column(s) ['regoin']; fix data.columns.categorical",
         ),
         ({"numeric_columns": ["agee"]}, "has no feature column(s) ['agee']"),
     ],
@@ -145,7 +145,7 @@ class TestTheApiReadsRowsAsTheCli:
         monkeypatch.setattr(sys, "argv", ["src.cli"])
         run = main(["fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.source=csv",
                     "--data.path=train.csv", "--data.target_column=label", "--data.task=classification",
-                    '--data.na_values=["?"]', *TINY, *QUIET])  # fmt: skip
+                    '--data.columns.na_values=["?"]', *TINY, *QUIET])  # fmt: skip
         checkpoint = next((tmp_path / "logs").rglob("last.ckpt"))
         new = frame.drop(columns="label").head(30)
         new.to_csv(tmp_path / "new.csv", index=False)

@@ -38,7 +38,7 @@ Metrics = dict[str, float]
 
 def fold_words(words: Sequence[str], folds: int, fold: int) -> list[str]:
     """The CLI words of fold ``fold`` of ``folds``: the DataModule selects the fold's rows itself."""
-    return [*words, f"--data.folds={folds}", f"--data.fold={fold}"]
+    return [*words, f"--data.split.folds={folds}", f"--data.split.fold={fold}"]
 
 
 def run_metrics(run: CLI, prefixes: tuple[str, ...] = ("val/",)) -> Metrics:

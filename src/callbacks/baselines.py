@@ -392,7 +392,7 @@ class Baselines(Callback):
             return None
         return (
             f"The net's best val/{metric} {ours:.4g} trails {TITLE[best]}'s {theirs:.4g} on the same "
-            f"validation rows ({shortfall:.1%} behind): try more rows (a smaller data.val_fraction / "
+            f"validation rows ({shortfall:.1%} behind): try more rows (a smaller data.split.val_fraction / "
             "test_fraction), a longer run (trainer.max_epochs, early_stopping patience), or the "
             f"{best} model itself."
         )

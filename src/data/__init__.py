@@ -3,9 +3,9 @@
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from src.data.datamodule import TabularDataModule, TensorBatches
+    from src.data.datamodule import Columns, Encoding, Split, TabularDataModule, TensorBatches
 
-__all__ = ["TabularDataModule", "TensorBatches"]
+__all__ = ["Columns", "Encoding", "Split", "TabularDataModule", "TensorBatches"]
 
 
 def __getattr__(name: str) -> Any:

@@ -5,6 +5,7 @@ import math
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
@@ -119,11 +120,11 @@ class ResumableLoader(DataLoader):
         self._skip = int(state_dict["done"])
 
 
-def check_fractions(val_fraction: float, test_fraction: float, items: str) -> None:
+def check_fractions(val_fraction: float, test_fraction: float, items: str, key: str = "data") -> None:
     """The validation and test shares of the data must leave ``items`` (rows, images, text) to train on."""
     if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
         raise UserInputError(
-            f"data.val_fraction={val_fraction} and data.test_fraction={test_fraction} do not fit: each "
+            f"{key}.val_fraction={val_fraction} and {key}.test_fraction={test_fraction} do not fit: each "
             f"must lie in (0, 1) and together they must stay below 1, leaving {items} to train on."
         )
 
@@ -231,6 +232,81 @@ class ResumableDataModule(L.LightningDataModule, ABC):
         return batch
 
 
+@dataclass
+class Columns:
+    """Which columns of your file the net reads, and as what.
+
+    Args:
+        features: The columns to read as features; all but the target when left out.
+        drop: Columns to leave out (IDs, free-text notes, anything known only after the fact).
+        categorical: Columns to encode as categories even if they hold numbers (say, codes 1, 2, 3).
+        numeric: Columns to read as numbers; a cell that is not one is then an error.
+        na_values: Further texts that mean "missing" in your file (empty cells and ``NA``, ``NaN``,
+            ``null`` already do), say ``["?", "-"]``.
+    """
+
+    features: list[str] | None = None
+    drop: list[str] = field(default_factory=list)
+    categorical: list[str] = field(default_factory=list)
+    numeric: list[str] = field(default_factory=list)
+    na_values: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Encoding:
+    """How numbers and categories become the net's inputs, fitted on the training rows only.
+
+    Args:
+        impute_strategy: What fills a missing numeric cell: the training ``median`` or ``mean``.
+        missing_indicator: Add a 0/1 column per numeric column that had missing cells in training.
+        standardize: Scale numeric features to zero mean and unit variance (training statistics).
+        scaling: How ``standardize`` scales: ``standard`` by the mean and standard deviation, ``robust``
+            by the median and the interquartile range.
+        max_categories: One-hot columns per categorical column at most: its ``max_categories - 1`` most
+            frequent training values, and one column for the rest and for values never seen in training.
+        min_category_frequency: Training values rarer than this share the "rest" column.
+        high_cardinality: A categorical column of more than ``max_categories`` distinct training values:
+            ``target`` reads each value as its smoothed mean of the training target (per class), one
+            column per class (one for regression and two classes), standardized; ``other`` gives one-hot
+            columns to its most frequent values and one to the rest (the default: on a table of house
+            prices whose zip codes have 68 values, the target means scored worse, benchmarks/tables.py).
+    """
+
+    impute_strategy: Literal["median", "mean"] = "median"
+    missing_indicator: bool = False
+    standardize: bool = True
+    scaling: Literal["standard", "robust"] = "standard"
+    max_categories: int = 50
+    min_category_frequency: int = 1
+    high_cardinality: Literal["target", "other"] = "other"
+
+
+@dataclass
+class Split:
+    """Which rows train, validate and test.
+
+    Args:
+        val_fraction: Share of all rows held out for validation.
+        test_fraction: Share of all rows held out for the final test; touched only by ``test``.
+        folds: Cross-validation: split the train and validation rows together into this many folds
+            (stratified by class for classification, seeded by ``seed``); ``fold`` is then the
+            validation split and the other folds the training split. The test split is unchanged.
+        fold: Which fold (0 to ``folds - 1``) is the validation split when ``folds`` is set.
+        train_on_validation: Refit: train on the training and validation rows together (the
+            preprocessing is fitted on both too), for a final model once a first run has chosen the
+            epoch count. The validation split is still evaluated, but it is no longer held out, so its
+            figures flatter the model and must not pick a checkpoint or stop the run: give
+            ``trainer.max_epochs`` and ``early_stopping: null``, keep ``last.ckpt`` (docs/data.md). The
+            test split is untouched.
+    """
+
+    val_fraction: float = 0.1
+    test_fraction: float = 0.2
+    folds: int | None = None
+    fold: int = 0
+    train_on_validation: bool = False
+
+
 class TabularDataModule(ResumableDataModule):
     """Rows of a table with a class or a value to predict: bundled data, synthetic data, or your file.
 
@@ -247,45 +323,11 @@ class TabularDataModule(ResumableDataModule):
         path: Your CSV or Parquet file.
         target_column: The column to predict (your file).
         task: ``classification`` or ``regression`` (your file).
-        feature_columns: The columns to read as features; all but the target when left out.
-        drop_columns: Columns to leave out (IDs, free-text notes, anything known only after the fact).
-        categorical_columns: Columns to one-hot encode even if they hold numbers (say, codes 1, 2, 3).
-        numeric_columns: Columns to read as numbers; a cell that is not one is then an error.
-        na_values: Further texts that mean "missing" in your file (empty cells and ``NA``, ``NaN``,
-            ``null`` already do), say ``["?", "-"]``.
-        impute_strategy: What fills a missing numeric cell: the training ``median`` or ``mean``.
-        missing_indicator: Add a 0/1 column per numeric column that had missing cells in training.
-        max_categories: One-hot columns per categorical column at most: its ``max_categories - 1`` most
-            frequent training values, and one column for the rest and for values never seen in training.
-        min_category_frequency: Training values rarer than this share the "rest" column.
-        high_cardinality: A categorical column of more than ``max_categories`` distinct training values:
-            ``target`` reads each value as its smoothed mean of the training target (per class), one
-            column per class (one for regression and two classes), standardized; ``other`` gives one-hot
-            columns to its most frequent values and one to the rest (the default: on a table of house
-            prices whose zip codes have 68 values, the target means scored worse, benchmarks/tables.py).
-        predict_path: A CSV or Parquet file to predict (``predict``): every row, in order; a target
-            column in it is ignored. Left out, ``predict`` uses the validation split (never the test split).
-        preprocessing_from: A checkpoint whose fitted preprocessing to use instead of fitting one;
-            the CLI sets it to ``--ckpt_path``.
-        num_samples: Row count of a synthetic source.
-        noise: Noise of a synthetic source (spiral: angle jitter; friedman: target std).
-        val_fraction: Share of all rows held out for validation.
-        test_fraction: Share of all rows held out for the final test; touched only by ``test``.
-        folds: Cross-validation: split the train and validation rows together into this many folds
-            (stratified by class for classification, seeded by ``seed``); ``fold`` is then the
-            validation split and the other folds the training split. The test split is unchanged.
-        fold: Which fold (0 to ``folds - 1``) is the validation split when ``folds`` is set.
-        train_on_validation: Refit: train on the training and validation rows together (the
-            preprocessing is fitted on both too), for a final model once a first run has chosen the
-            epoch count. The validation split is still evaluated, but it is no longer held out, so its
-            figures flatter the model and must not pick a checkpoint or stop the run: give
-            ``trainer.max_epochs`` and ``early_stopping: null``, keep ``last.ckpt`` (docs/data.md). The
-            test split is untouched.
-        seed: Seeds the split, the folds, the synthetic data and the training shuffle.
-        standardize: Scale numeric features to zero mean and unit variance (training statistics).
-        scaling: How ``standardize`` scales: ``standard`` by the mean and standard deviation, ``robust``
-            by the median and the interquartile range.
+        columns: Which columns the net reads, and as what (:class:`Columns`: ``data.columns.drop`` ...).
+        encoding: How they are encoded (:class:`Encoding`: ``data.encoding.max_categories`` ...).
+        split: Which rows train, validate and test (:class:`Split`: ``data.split.val_fraction`` ...).
         batch_size: Rows per batch, per process.
+        seed: Seeds the split, the folds, the synthetic data and the training shuffle.
         min_batches_per_epoch: A training epoch of fewer batches repeats the training rows (each as
             often as the others, in a fresh order) until it has at least this many: the run's budget,
             early stopping's patience and the checks between epochs are counted in epochs, so a table
@@ -294,6 +336,12 @@ class TabularDataModule(ResumableDataModule):
             A table of 16 batches or more is not affected.
         num_workers: Loader worker processes; 0 loads in the main process (best for in-memory data).
         drop_last: Drop the last, smaller training batch of each epoch.
+        predict_path: A CSV or Parquet file to predict (``predict``): every row, in order; a target
+            column in it is ignored. Left out, ``predict`` uses the validation split (never the test split).
+        preprocessing_from: A checkpoint whose fitted preprocessing to use instead of fitting one;
+            the CLI sets it to ``--ckpt_path``.
+        num_samples: Row count of a synthetic source.
+        noise: Noise of a synthetic source (spiral: angle jitter; friedman: target std).
     """
 
     def __init__(
@@ -302,43 +350,35 @@ class TabularDataModule(ResumableDataModule):
         path: str | None = None,
         target_column: str | None = None,
         task: Literal["classification", "regression"] | None = None,
-        feature_columns: list[str] | None = None,
-        drop_columns: list[str] | None = None,
-        categorical_columns: list[str] | None = None,
-        numeric_columns: list[str] | None = None,
-        na_values: list[str] | None = None,
-        impute_strategy: Literal["median", "mean"] = "median",
-        missing_indicator: bool = False,
-        max_categories: int = 50,
-        min_category_frequency: int = 1,
-        high_cardinality: Literal["target", "other"] = "other",
+        columns: Columns | None = None,
+        encoding: Encoding | None = None,
+        split: Split | None = None,
+        batch_size: int = 64,
+        seed: int = 42,
+        min_batches_per_epoch: int | None = 16,
+        num_workers: int = 0,
+        drop_last: bool = False,
         predict_path: str | None = None,
         preprocessing_from: str | None = None,
         num_samples: int = 3000,
         noise: float | None = None,
-        val_fraction: float = 0.1,
-        test_fraction: float = 0.2,
-        folds: int | None = None,
-        fold: int = 0,
-        train_on_validation: bool = False,
-        seed: int = 42,
-        standardize: bool = True,
-        scaling: Literal["standard", "robust"] = "standard",
-        batch_size: int = 64,
-        min_batches_per_epoch: int | None = 16,
-        num_workers: int = 0,
-        drop_last: bool = False,
     ) -> None:
         super().__init__(seed, batch_size, num_workers, drop_last)
-        check_fractions(val_fraction, test_fraction, "rows")
+        self.columns, self.encoding, self.split = (
+            columns or Columns(),
+            encoding or Encoding(),
+            split or Split(),
+        )
+        check_fractions(self.split.val_fraction, self.split.test_fraction, "rows", "data.split")
         if min_batches_per_epoch is not None and min_batches_per_epoch < 1:
             raise UserInputError(
                 f"data.min_batches_per_epoch={min_batches_per_epoch} must be at least 1, or null for one "
                 "pass over the training rows per epoch."
             )
+        folds, fold = self.split.folds, self.split.fold
         if folds is not None and not (folds >= 2 and 0 <= fold < folds):
             raise UserInputError(
-                f"data.folds={folds} and data.fold={fold} do not fit: folds must be at least 2 "
+                f"data.split.folds={folds} and data.split.fold={fold} do not fit: folds must be at least 2 "
                 "and fold lie in 0 … folds - 1."
             )
         if source is None:
@@ -352,13 +392,17 @@ class TabularDataModule(ResumableDataModule):
             raise UserInputError(f"data.source={source} needs data.path, data.target_column and data.task.")
         if predict_path is not None:
             sources.check_predict_path(predict_path)
-        overlap = set(categorical_columns or []) & set(numeric_columns or [])
+        overlap = set(self.columns.categorical) & set(self.columns.numeric)
         if overlap:
             raise UserInputError(
-                f"data.categorical_columns and data.numeric_columns both name {sorted(overlap)}; pick one."
+                f"data.columns.categorical and data.columns.numeric both name {sorted(overlap)}; pick one."
             )
         self.source: Source = source
-        self.save_hyperparameters()
+        # plain data in checkpoints (weights_only=True reads them): the groups as mappings
+        self.save_hyperparameters(ignore=["columns", "encoding", "split"])
+        self.hparams.update(
+            columns=asdict(self.columns), encoding=asdict(self.encoding), split=asdict(self.split)
+        )
         self._datasets: dict[Stage, TensorBatches] = {}
         self._stat: os.stat_result | None = None  # the data file's, when it was first read
 
@@ -391,9 +435,9 @@ class TabularDataModule(ResumableDataModule):
             sources.check_unchanged(hp.path, self.source, self._stat)
         else:
             self._stat = os.stat(hp.path) if Path(hp.path).is_file() else None
-        frame = sources.read_file(hp.path, self.source, hp.na_values or [])
+        frame = sources.read_file(hp.path, self.source, self.columns.na_values)
         return sources.select(
-            frame, hp.target_column, hp.task, location, hp.feature_columns, hp.drop_columns or []
+            frame, hp.target_column, hp.task, location, self.columns.features, self.columns.drop
         )
 
     @cached_property
@@ -403,39 +447,40 @@ class TabularDataModule(ResumableDataModule):
         With ``folds`` set, ``train`` and ``val`` are fold ``fold``'s training and held-out rows of the
         train and validation rows together; ``test`` is the same as without folds.
         """
-        table, hp = self.table, self.settings
+        table, hp, split = self.table, self.settings, self.split
         rows = np.arange(len(table.target))
         stratify = label_values(table.target) if table.task == "classification" else None
         try:
             rest, test = train_test_split(
-                rows, test_size=hp.test_fraction, random_state=hp.seed, stratify=stratify
+                rows, test_size=split.test_fraction, random_state=hp.seed, stratify=stratify
             )
             train, val = train_test_split(
                 rest,
-                test_size=hp.val_fraction / (1 - hp.test_fraction),
+                test_size=split.val_fraction / (1 - split.test_fraction),
                 random_state=hp.seed,
                 stratify=stratify[rest] if stratify is not None else None,
             )
         except ValueError as err:
             raise UserInputError(
                 f"The {len(rows)} rows of {table.location.what} cannot be split with "
-                f"val_fraction={hp.val_fraction} and test_fraction={hp.test_fraction} ({err}); "
+                f"data.split.val_fraction={split.val_fraction} and test_fraction={split.test_fraction} "
+                f"({err}); "
                 "use more rows, other fractions, or drop the rarest classes."
             ) from err
-        if hp.folds is not None:
+        if split.folds is not None:
             rest = np.sort(rest)
             splitter = (StratifiedKFold if stratify is not None else KFold)(
-                n_splits=hp.folds, shuffle=True, random_state=hp.seed
+                n_splits=split.folds, shuffle=True, random_state=hp.seed
             )
             try:
                 folds = list(splitter.split(rest, stratify[rest] if stratify is not None else None))
             except ValueError as err:
                 raise UserInputError(
                     f"The {len(rest)} train and validation rows of {table.location.what} cannot be split "
-                    f"into data.folds={hp.folds} folds ({err}); use fewer folds or more rows."
+                    f"into data.split.folds={split.folds} folds ({err}); use fewer folds or more rows."
                 ) from err
-            train, val = (rest[positions] for positions in folds[hp.fold])
-        if hp.train_on_validation:
+            train, val = (rest[positions] for positions in folds[split.fold])
+        if split.train_on_validation:
             train = np.concatenate([train, val])
         return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
 
@@ -471,24 +516,23 @@ class TabularDataModule(ResumableDataModule):
         )
 
     def _kinds(self) -> tuple[list[str], list[str], dict[str, list[str]]]:
-        hp = self.settings
         return infer_kinds(
-            self.table.features, self.table.location, hp.categorical_columns or [], hp.numeric_columns or []
+            self.table.features, self.table.location, self.columns.categorical, self.columns.numeric
         )
 
     def _options(self) -> Options:
-        hp = self.settings
+        encoding = self.encoding
         return Options(
-            categorical_columns=hp.categorical_columns or [],
-            numeric_columns=hp.numeric_columns or [],
-            standardize=hp.standardize,
-            impute_strategy=hp.impute_strategy,
-            missing_indicator=hp.missing_indicator,
-            max_categories=hp.max_categories,
-            min_category_frequency=hp.min_category_frequency,
-            na_values=hp.na_values or [],
-            high_cardinality=hp.high_cardinality,
-            scaling=hp.scaling,
+            categorical_columns=self.columns.categorical,
+            numeric_columns=self.columns.numeric,
+            na_values=self.columns.na_values,
+            standardize=encoding.standardize,
+            scaling=encoding.scaling,
+            impute_strategy=encoding.impute_strategy,
+            missing_indicator=encoding.missing_indicator,
+            max_categories=encoding.max_categories,
+            min_category_frequency=encoding.min_category_frequency,
+            high_cardinality=encoding.high_cardinality,
         )
 
     @property
@@ -552,7 +596,7 @@ class TabularDataModule(ResumableDataModule):
         if hp.predict_path is None:
             return self.table.features.iloc[self.split_rows["val"]]
         fmt = sources.file_format(hp.predict_path)
-        return sources.read_file(hp.predict_path, fmt, hp.na_values or [], key="data.predict_path")
+        return sources.read_file(hp.predict_path, fmt, self.columns.na_values, key="data.predict_path")
 
     def predict_index(self) -> pd.Index:
         """Which row of its file (0-based, header not counted) each predicted row is, in order."""
@@ -607,7 +651,7 @@ class TabularDataModule(ResumableDataModule):
             # pandas while its columns were checked) would keep them alive until the next collection
             gc.collect()
             columns = sources.ParquetColumns(
-                self.settings.path, preprocessor.columns, in_file, self.settings.na_values or [], self._stat
+                self.settings.path, preprocessor.columns, in_file, self.columns.na_values, self._stat
             )
             x = torch.from_numpy(preprocessor.encode(columns, len(order), location))
         else:

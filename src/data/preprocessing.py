@@ -18,7 +18,7 @@ file, :class:`src.predict.Predictor`, the server, and the exported ONNX graph, w
 in its own operators):
 
 - A cell is *missing* when it is ``None``, ``NaN``, an empty or blank text, or a text listed as missing
-  (``data.na_values``, and the texts training found among a numeric column's numbers, say ``"?"``).
+  (``data.columns.na_values``, and the texts training found among a numeric column's numbers, say ``"?"``).
   A missing number takes the column's fill (its indicator says so); a missing category is the category
   :data:`MISSING`, learnt like any other.
 - In a numeric column, a text that is not a number (``"lots"``), an infinite number, or one beyond
@@ -30,7 +30,7 @@ in its own operators):
 Each :meth:`Preprocessor.transform` counts those cells per column in a :class:`CellReport` and, unless
 the caller asked for the report (the server answers it in each response), logs it as ONE warning:
 ``column: count, e.g. value``. Fitting is stricter than encoding: a column named numeric
-(``data.numeric_columns``) whose training cells hold text it was not told about, or a training value
+(``data.columns.numeric``) whose training cells hold text it was not told about, or a training value
 beyond float32, stops the fit with one sentence, since the fitted numbers would depend on it.
 """
 
@@ -165,7 +165,8 @@ class CellReport:
             f"{what}: {'; '.join(parts)} (text that is not a number or a number beyond float32 is read as "
             "missing, a category without a column of its own as (other) or none, and one a column read by "
             "its target means never saw as the training mean; list texts that mean missing in "
-            "data.na_values, and train with a larger data.max_categories to give more categories a column)."
+            "data.columns.na_values, and train with a larger data.encoding.max_categories to give more "
+            "categories a column)."
         )
 
     def as_json(self) -> dict[str, dict[str, Any]]:
@@ -258,7 +259,8 @@ def numeric_values(column: pd.Series, location: Location, missing_tokens: Sequen
             first = int(np.flatnonzero(unparsed)[~known][0])
             raise UserInputError(
                 f"{location.cell(str(column.name), column.index[first])} holds {column.iloc[first]!r}, "
-                "which is not a number; fix the cell, or list the text in data.na_values if it means missing."
+                "which is not a number; fix the cell, or list the text in data.columns.na_values if it "
+                "means missing."
             )
     too_large = np.abs(np.nan_to_num(values, nan=0.0)) > FLOAT32_MAX
     if too_large.any():
@@ -287,8 +289,8 @@ def infer_kinds(
     unknown = [c for c in [*categorical, *numeric] if c not in frame.columns]
     if unknown:
         raise UserInputError(
-            f"{location.what} has no feature column(s) {unknown}; fix data.categorical_columns or "
-            "data.numeric_columns."
+            f"{location.what} has no feature column(s) {unknown}; fix data.columns.categorical or "
+            "data.columns.numeric."
         )
     numeric_columns, categorical_columns, tokens = [], [], {}
     for name in frame.columns:
@@ -296,7 +298,7 @@ def infer_kinds(
         if pd.api.types.is_datetime64_any_dtype(column) or pd.api.types.is_timedelta64_dtype(column):
             raise UserInputError(
                 f"{location.what}, column {name!r} holds dates or durations; turn them into numbers that "
-                "mean something (days since an event, day of week) or drop the column with data.drop_columns."
+                "mean something (days since an event, day of week) or drop the column with data.columns.drop."
             )
         guessed_categorical = pd.api.types.is_bool_dtype(column) or isinstance(
             column.dtype, pd.CategoricalDtype
@@ -315,8 +317,9 @@ def infer_kinds(
             if found:
                 notice(
                     f"Column {name!r}: {int(unparsed.sum())} cell(s) holding {found[:5]} are read as missing "
-                    "(the rest are numbers); list them in data.na_values to say so, or name the column in "
-                    "data.categorical_columns."
+                    "(the rest are numbers); list them in data.columns.na_values to say so, or name the "
+                    "column in "
+                    "data.columns.categorical."
                 )
                 tokens[name] = found
             numeric_columns.append(name)
@@ -700,9 +703,10 @@ def fit_preprocessor(
                 notice(
                     f"Column {name!r} has {distinct} distinct values in {count} training rows, like an "
                     f"identifier or free text: only its {len(values) - len(rare_set)} most frequent values "
-                    f"get a column of their own (data.max_categories={options.max_categories}; "
-                    "data.high_cardinality: target reads every value as its mean of the target instead); "
-                    "drop it with data.drop_columns if it carries no signal."
+                    f"get a column of their own (data.encoding.max_categories={options.max_categories}; "
+                    "data.encoding.high_cardinality: target reads every value as its mean of the target "
+                    "instead); "
+                    "drop it with data.columns.drop if it carries no signal."
                 )
             categorical_columns.append(
                 CategoricalColumn(
@@ -755,9 +759,11 @@ def _target_column(
     values = encoder.categories_[i]
     notice(
         f"Column {name!r} has {len(values)} distinct values in {count} training rows, more than "
-        f"data.max_categories={options.max_categories}: each is read as its smoothed mean of the training "
-        "target (data.high_cardinality: target; other gives one-hot columns to the most frequent values "
-        "instead, and a larger data.max_categories more of them)."
+        f"data.encoding.max_categories={options.max_categories}: each is read as its smoothed mean of the "
+        "training "
+        "target (data.encoding.high_cardinality: target; other gives one-hot columns to the most frequent "
+        "values "
+        "instead, and a larger data.encoding.max_categories more of them)."
     )
     return CategoricalColumn(
         name=name,
@@ -816,8 +822,8 @@ def _checked_columns(
         raise UserInputError(f"{location.what} has no feature column with values in the training rows.")
     if options.max_categories < 2 or options.min_category_frequency < 1:
         raise UserInputError(
-            f"data.max_categories={options.max_categories} must be at least 2 and "
-            f"data.min_category_frequency={options.min_category_frequency} at least 1."
+            f"data.encoding.max_categories={options.max_categories} must be at least 2 and "
+            f"data.encoding.min_category_frequency={options.min_category_frequency} at least 1."
         )
     return numeric, categorical, tokens
 

@@ -350,14 +350,14 @@ def select(
         raise UserInputError(
             f"{location.what} has no column {target_column!r}; set data.target_column to one of {columns}."
         )
-    named = {"data.feature_columns": feature_columns or [], "data.drop_columns": drop_columns}
+    named = {"data.columns.features": feature_columns or [], "data.columns.drop": drop_columns}
     for key, names in named.items():
         unknown = [c for c in names if c not in columns]
         if unknown:
             raise UserInputError(f"{location.what} has no column(s) {unknown}; fix {key}.")
     if feature_columns and target_column in feature_columns:
         raise UserInputError(
-            f"data.feature_columns lists the target {target_column!r}: the model would read the answer; "
+            f"data.columns.features lists the target {target_column!r}: the model would read the answer; "
             "remove it."
         )
     features = [c for c in (feature_columns or columns) if c != target_column and c not in drop_columns]
@@ -397,14 +397,14 @@ def select(
         if first is not None and isinstance(values[first], dict | list | tuple | np.ndarray):
             raise UserInputError(
                 f"{location.what}, column {column!r} holds nested values (lists or records), not numbers or "
-                "text; flatten them into columns of their own, or leave it out with data.drop_columns."
+                "text; flatten them into columns of their own, or leave it out with data.columns.drop."
             )
     classes = target.nunique() if task == "classification" else 0
     for column in features:
         if _same_as_target(frame[column], target, task, classes):
             raise UserInputError(
                 f"{location.what}: column {column!r} is a copy of the target {target_column!r}, so the model "
-                "would read the answer; drop it with data.drop_columns."
+                "would read the answer; drop it with data.columns.drop."
             )
     return Table(frame[features], target, task, location)
 

@@ -64,7 +64,8 @@ def non_finite(x: Splits, y: Splits, names: list[str]) -> Finding | None:
         "data-non-finite",
         "NaN or infinite values: " + "; ".join(parts),
         "one NaN in a batch makes its loss NaN, and the step then writes NaN into every weight it updates",
-        "fill or drop them before training (empty cells are filled by data.impute_strategy; a value such as "
+        "fill or drop them before training (empty cells are filled by data.encoding.impute_strategy; a "
+        "value such as "
         "'inf' or 1e400 in the file is not empty and passes through)",
     )
 
@@ -92,7 +93,7 @@ def constant_in_training(x: Splits, names: list[str]) -> Finding | None:
         f"{rows} validation/test rows",
         "a weight never sees its input vary in training, so it learns nothing about it (it stays at its "
         "random start), then multiplies the values validation, test and new rows bring",
-        "drop the column (data.drop_columns), or fix the split or source so that training rows show it vary",
+        "drop the column (data.columns.drop), or fix the split or source so that training rows show it vary",
     )
 
 
@@ -139,7 +140,7 @@ def feature_determines_target(x: Splits, y: Splits, names: list[str], classifica
         "decision tree fitted on the training rows)",
         "a column this close to the answer is usually the answer itself, recorded after the fact or derived "
         "from it; the model leans on it and fails on new rows, where it is missing or means something else",
-        f"drop {names[column]!r} (data.drop_columns) unless it is truly known when predicting",
+        f"drop {names[column]!r} (data.columns.drop) unless it is truly known when predicting",
     )
 
 
