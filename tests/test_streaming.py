@@ -273,6 +273,28 @@ def test_resumed_in_the_middle_of_an_epoch_equals_uninterrupted(workdir: Path) -
         )
 
 
+def test_stopped_twice_in_one_epoch_and_resumed_equals_uninterrupted(workdir: Path) -> None:
+    """The second stop counts the batches of the whole epoch, those the resumed run skipped included."""
+    folder = write_folder(workdir / "rows", frame_of())
+    uninterrupted = build(folder)
+    uninterrupted.trainer.fit(uninterrupted.model, datamodule=uninterrupted.datamodule)
+    batches = uninterrupted.trainer.num_training_batches
+    checkpoint: str | None = None
+    for stop in (batches + 3, batches + 6, None):  # twice in epoch 1, then to the end
+        run = build(folder)
+        # each run has the callbacks of the run that wrote its checkpoint (Lightning restores their state)
+        saver = ModelCheckpoint(dirpath=workdir / str(stop), filename="mid", every_n_train_steps=1)
+        run.trainer.callbacks.extend([saver, *([StopAt(stop)] if stop else [])])
+        run.trainer.fit(run.model, datamodule=run.datamodule, ckpt_path=checkpoint)
+        if stop is not None:
+            checkpoint = str(workdir / str(stop) / "mid.ckpt")
+            saved = torch.load(checkpoint, weights_only=True)
+            assert (saved["global_step"], saved["epoch"]) == (stop, 1)
+            assert saved["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]["done"] == stop - batches
+    assert run.trainer.global_step == uninterrupted.trainer.global_step
+    torch.testing.assert_close(run.model.state_dict(), uninterrupted.model.state_dict(), rtol=0, atol=0)
+
+
 @pytest.mark.slow
 def test_killed_with_sigkill_mid_epoch_then_resumed_equals_uninterrupted(workdir: Path) -> None:
     """``kill -9`` of a streaming run that saves every step, then ``--ckpt_path last.ckpt``: the same

@@ -669,8 +669,8 @@ def _start(ends: np.ndarray, i: int) -> int:
 
 class StreamLoader(ResumableLoader):
     """The training loader of a :class:`SplitStream`: resumable in mid-epoch as :class:`ResumableLoader`
-    is (the same state: the generator before the epoch, the batches processed), but the stream skips
-    the batches done by its row counts instead of drawing them.
+    is (the same state: the generator before the epoch, the batches processed, the batching), but the
+    stream skips the batches done by its row counts instead of drawing them.
 
     Args:
         dataset: The training split's stream.
@@ -685,27 +685,21 @@ class StreamLoader(ResumableLoader):
         super().__init__(
             dataset, batch_size=None, collate_fn=keep_batch, generator=generator, pin_memory=pin_memory
         )
-        self.epoch_start: torch.Tensor | None = None
-        self.resume_done = 0
-
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # a generator
-        generator = cast(torch.Generator, self.generator)
-        if self.resume_done and self.epoch_start is not None:
-            generator.set_state(self.epoch_start)  # the interrupted epoch's order, again
-        else:
-            self.epoch_start = generator.get_state()
-        self.dataset.epoch_seed = int(torch.randint(0, 2**62, (), generator=generator))
-        self.dataset.skip, self.processed, self.resume_done = self.resume_done, self.resume_done, 0
-        yield from super().__iter__()
 
     @override
-    def state_dict(self) -> dict[str, Any]:
-        return {"epoch_start": self.epoch_start, "done": self.processed}
+    def batching(self) -> dict[str, Any]:
+        stream = self.dataset
+        return {
+            "batch_size": stream.batch_size,
+            "drop_last": stream.drop_last,
+            "processes": stream.world,
+            "items": stream.total,
+        }
 
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.epoch_start = state_dict["epoch_start"]
-        self.resume_done = int(state_dict["done"])
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # not a _BaseDataLoaderIter
+        self.dataset.skip = self.start_epoch()
+        self.dataset.epoch_seed = int(torch.randint(0, 2**62, (), generator=self.generator))
+        return DataLoader.__iter__(self)  # not ResumableLoader's: the stream skips by itself
 
 
 def quiet_length_warning() -> None:
