@@ -8,7 +8,7 @@ out clean too.
 """
 
 import math
-import time
+import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -25,15 +25,20 @@ from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, OneC
 from torch.utils.data import DataLoader
 
 from src.apps.doctor import Doctor, Finding, examine
+from src.apps.doctor import callback as doctor_callback
 from src.apps.doctor.__main__ import main as doctor_main
 from src.apps.doctor.model import layers_in_python_lists
+from src.apps.doctor.probe import OVERFIT_STEPS, input_free_loss, overfit_one_batch
 from src.cli import main
 from src.data import TabularDataModule
 from src.data.datamodule import Stage, TensorBatches
 from src.data.images import ImageDataModule
+from src.data.text import TextDataModule, bundled_text
 from src.models import Classifier, Regressor
+from src.models.language import LanguageModel
 from src.nets import MLP
 from src.nets.cnn import SmallCNN
+from src.nets.transformer import CharTransformer
 from tests.conftest import CONFIGS, QUIET
 from tests.test_images import CLASSES, write_images
 
@@ -198,6 +203,64 @@ def test_a_model_that_cannot_overfit_one_batch() -> None:
     assert doctor(Regressor(**settings), data) == {}  # the same, fixed
 
 
+def test_the_bar_is_the_loss_of_the_best_prediction_that_ignores_the_input() -> None:
+    """Fitted with the task's own loss, it is the closed form: the entropy of the batch's class (or
+    character) frequencies for cross-entropy, the variance of its standardized targets for squared error."""
+    labels = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2, 2])
+    frequencies = torch.bincount(labels).double() / len(labels)
+    entropy = float(-(frequencies * frequencies.log()).sum())
+    task = classifier()
+    assert input_free_loss(task.loss, torch.zeros(10, 3), labels) == pytest.approx(entropy, rel=1e-5)
+    characters = labels.reshape(2, 5)  # (B, T): every position of every window is one target
+    language = LanguageModel(in_features=3, out_features=3, net=partial(CharTransformer, block_size=5))
+    assert input_free_loss(language.loss, torch.zeros(2, 5, 3), characters) == pytest.approx(
+        entropy, rel=1e-5
+    )
+    regressor = Regressor(in_features=2, out_features=1, net=mlp(), optimizer=ADAM)
+    regressor.target_mean.fill_(3.0)  # as setup() fits them on a training split
+    regressor.target_std.fill_(2.0)
+    values = torch.tensor([1.0, 2.0, 4.0, 8.0, 9.0])
+    variance = float(((values - 3.0) / 2.0).var(unbiased=False))
+    assert input_free_loss(regressor.loss, torch.zeros(5, 1), values) == pytest.approx(variance, rel=1e-5)
+    # label smoothing moves the best constant away from the frequencies: fitted, not assumed
+    smoothed = classifier(label_smoothing=0.3)
+    fitted = input_free_loss(smoothed.loss, torch.zeros(10, 3), labels)
+    assert fitted < float(smoothed.loss(frequencies.log().float().expand(10, 3), labels)) - 1e-4
+
+
+class Unigram(nn.Module):
+    """BUG: the same next-character logits at every position, whatever the characters before it."""
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.logits = nn.Parameter(torch.zeros(out_features))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.logits.expand(*ids.shape, -1)
+
+
+def test_a_language_model_learns_one_batch_by_heart_and_one_cut_off_from_its_input_cannot(
+    tmp_path: Path,
+) -> None:
+    """A batch of 8 windows of 64 characters is cut to its first 2 (128 targets): a working transformer
+    goes well below the characters' frequencies in 40 steps; a net that ignores its input stays on them."""
+    text = tmp_path / "text.txt"
+    text.write_text(bundled_text()[:20_000], encoding="utf-8")
+    data = TextDataModule(path=str(text), block_size=64, batch_size=8)
+    vocabulary = data.in_features
+
+    def language(net: Callable[[int, int], nn.Module]) -> LanguageModel:
+        return LanguageModel(in_features=vocabulary, out_features=vocabulary, net=net, optimizer=ADAM)
+
+    transformer = partial(CharTransformer, block_size=64, d_model=64, n_heads=4, n_layers=2, dropout=0.0)
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False)
+    assert overfit_one_batch(language(transformer), data, trainer, OVERFIT_STEPS) is None
+    found = overfit_one_batch(language(Unigram), data, trainer, OVERFIT_STEPS)
+    assert found is not None
+    assert "on one fixed batch of 2 rows (128 targets)" in found.saw
+    assert "where the best prediction that ignores the input scores" in found.saw
+
+
 class ZeroGradBeforeStep(Classifier):
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         optimizer.zero_grad()  # BUG: wipes the gradients backward just computed
@@ -343,20 +406,120 @@ def test_validation_outputs_that_carry_a_graph() -> None:
 # -- data -----------------------------------------------------------------------------------------------
 
 
-class SlowLoader(TabularDataModule):
-    """A training loader that builds each batch slowly (per-row work in the loader)."""
+class Machine:
+    """A controlled clock for the doctor's timing: time passes only where a test spends it (a loader
+    building a batch, a net computing) and, on a busy machine, where another process takes the CPU before
+    the loop's next step starts, which the kernel reports as time this thread waited for a CPU."""
 
-    def train_dataloader(self) -> DataLoader:
-        def slow(batch: Any) -> Any:
-            time.sleep(0.1)  # BUG: the work of building a batch, in the training loop's path
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.waited = 0.0
+        #: seconds another process holds the CPU just before each step starts (a busy machine)
+        self.preempted = 0.0
+        self._readings = 0
+
+    def spend(self, seconds: float) -> None:
+        self.now += seconds
+
+    def perf_counter(self) -> float:
+        # the doctor reads the clock as a step starts, then as it ends: every other reading starts a step
+        if self._readings % 2 == 0:
+            self.now += self.preempted
+            self.waited += self.preempted
+        self._readings += 1
+        return self.now
+
+    def waited_for_cpu(self) -> float:
+        return self.waited
+
+
+#: the machine of the running test: a module global, so that the probes' deep copies of a model share it
+MACHINE = Machine()
+
+
+@pytest.fixture
+def machine(monkeypatch: pytest.MonkeyPatch) -> Machine:
+    fresh = Machine()
+    monkeypatch.setattr(sys.modules[__name__], "MACHINE", fresh)
+    monkeypatch.setattr(doctor_callback, "perf_counter", fresh.perf_counter)
+    monkeypatch.setattr(doctor_callback, "waited_for_cpu", fresh.waited_for_cpu)
+    return fresh
+
+
+class Computing(nn.Module):
+    """The shipped MLP, whose forward pass takes 5 ms of the controlled clock."""
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.net = mlp()(in_features, out_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        MACHINE.spend(0.005)
+        return self.net(x)
+
+
+class TimedLoaders(TabularDataModule):
+    """Training batches that take ``train_seconds`` each to build, validation batches ``val_seconds``."""
+
+    def __init__(self, train_seconds: float, val_seconds: float = 0.0) -> None:
+        super().__init__(source="spiral", num_samples=300, batch_size=32, min_batches_per_epoch=None)
+        self.seconds = {"train": train_seconds, "val": val_seconds}
+
+    def _timed(self, stage: Stage) -> DataLoader:
+        def build(batch: Any) -> Any:
+            MACHINE.spend(self.seconds[stage])
             return batch
 
-        return DataLoader(self.dataset("train"), batch_size=32, collate_fn=slow)
+        return DataLoader(self.dataset(stage), batch_size=32, collate_fn=build)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._timed("train")
+
+    def val_dataloader(self) -> DataLoader:
+        return self._timed("val")
 
 
-def test_the_loader_takes_most_of_the_step_time() -> None:
-    data = SlowLoader(source="spiral", num_samples=300, batch_size=32)
-    assert "loader-share" in doctor(classifier(), data)
+def test_the_loader_takes_most_of_the_step_time(machine: Machine) -> None:
+    """BUG planted: each batch takes 100 ms to build (per-row work in the loader) for a 5 ms step."""
+    found = doctor(classifier(net=Computing), TimedLoaders(train_seconds=0.1))["loader-share"]
+    assert "waited for the next batch 95% of the time over 6 steps (100 ms of 105 ms per step)" in found.saw
+
+
+def test_a_fast_loader_on_a_busy_machine_is_not_reported(
+    machine: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process takes the CPU for 50 ms before every step: the loop is not waiting for data then,
+    and the kernel says so; the wall clock alone would have reported the loader."""
+    machine.preempted = 0.05
+    assert "loader-share" not in doctor(classifier(net=Computing), TimedLoaders(train_seconds=0.0005))
+    monkeypatch.setattr(doctor_callback, "waited_for_cpu", lambda: 0.0)  # a kernel that does not say
+    assert "loader-share" in doctor(classifier(net=Computing), TimedLoaders(train_seconds=0.0005))
+
+
+def test_a_validation_inside_the_epoch_is_no_wait_for_data(machine: Machine) -> None:
+    """val_check_interval runs a validation between two steps; its slow batches are not the loader's."""
+    watcher = Doctor(steps=6, report=False)
+    trainer = L.Trainer(
+        max_epochs=1, val_check_interval=3, limit_val_batches=1, num_sanity_val_steps=0, accelerator="cpu",
+        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        callbacks=[watcher],
+    )  # fmt: skip
+    trainer.fit(classifier(net=Computing), TimedLoaders(train_seconds=0.0005, val_seconds=1.0))
+    assert trainer.global_step == 7  # the watch ended with the run, two validations inside it
+    assert [f.id for f in watcher.findings if f.id == "loader-share"] == []
+
+
+def test_the_clock_leaves_out_the_time_the_kernel_says_the_thread_waited_for_a_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schedstat = tmp_path / "schedstat"
+    schedstat.write_text("81200000 2500000000 731\n")  # ns on a CPU, ns waiting for one, time slices
+    monkeypatch.setattr(doctor_callback, "SCHEDSTAT", schedstat)
+    assert doctor_callback.waited_for_cpu() == pytest.approx(2.5)
+    monkeypatch.setattr(doctor_callback, "perf_counter", lambda: 10.0)
+    assert doctor_callback.clock() == pytest.approx(7.5)
+    monkeypatch.setattr(doctor_callback, "SCHEDSTAT", tmp_path / "absent")  # not Linux: the wall clock
+    assert doctor_callback.clock() == 10.0
 
 
 class LogFeature(TabularDataModule):

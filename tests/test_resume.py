@@ -12,8 +12,10 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from src.callbacks import Preemption, RandomState
 from src.cli import CLI, main
-from src.data.datamodule import ResumableLoader
-from tests.conftest import CONFIGS, ONE_PASS, QUIET
+from src.data.datamodule import ResumableLoader, check_batching
+from src.data.text import bundled_text
+from src.errors import UserInputError
+from tests.conftest import BARE, CONFIGS, ONE_PASS, QUIET
 
 EPOCHS, BATCHES = 4, 9  # spiral: 1050 training rows in batches of 128
 ARGS = [
@@ -154,3 +156,168 @@ def test_sigterm_writes_no_checkpoint_when_checkpointing_is_off(cli, workdir: Pa
         "Stopped by SIGTERM after step 4; nothing was saved, since trainer.enable_checkpointing is"
         in caplog.text
     )
+
+
+# -- a mid-epoch resume under other batching: refused in one sentence, for every kind of data -----------
+
+
+def kind_words(kind: str, folder: Path) -> tuple[list[str], str, int]:
+    """A short fit of each shipped DataModule kind that a SIGTERM can stop in the middle of epoch 1: its
+    words, the key of its batch size and that size. (The data is written into ``folder``.)"""
+    from tests.test_images import tiny as tiny_images  # test_images imports this module
+    from tests.test_images import write_images
+    from tests.test_streaming import config as streaming_config
+    from tests.test_streaming import frame_of, write_folder
+    from tests.test_text import tiny as tiny_text
+
+    resumable = ["--preemption=src.callbacks.Preemption", "--random_state=src.callbacks.RandomState"]
+    if kind == "tables":
+        return [*ARGS, *QUIET], "--data.batch_size", 128
+    if kind == "tables-repeated":  # the shipped data.min_batches_per_epoch: two passes an epoch
+        return [*(w for w in ARGS if w not in ONE_PASS), *QUIET], "--data.batch_size", 128
+    if kind == "images":
+        return [*tiny_images(write_images(folder / "images")), *resumable], "--data.init_args.batch_size", 16
+    if kind == "text":
+        text = folder / "text.txt"
+        text.write_text(bundled_text()[:12_000], encoding="utf-8")
+        words = [*tiny_text(text), *BARE, *resumable, "--trainer.limit_train_batches=6", *QUIET]
+        return words, "--data.init_args.batch_size", 32
+    streamed = streaming_config(write_folder(folder / "rows", frame_of()), shuffle_row_groups=2)
+    return ["--config", streamed, *QUIET], "--data.init_args.batch_size", 32
+
+
+def stopped_in_epoch_1(words: list[str], step: int) -> Path:
+    """Runs ``fit`` until SIGTERM arrives during optimizer step ``step``; the checkpoint it left."""
+    with pytest.raises(SystemExit) as exit_:
+        main(
+            [
+                "fit",
+                *words,
+                "--trainer.callbacks+=tests.test_resume.SigtermAt",
+                f"--trainer.callbacks.step={step}",
+            ]
+        )
+    assert exit_.value.code == 128 + signal.SIGTERM
+    (last,) = Path.cwd().rglob("last.ckpt")
+    checkpoint = torch.load(last, weights_only=True)
+    assert checkpoint["epoch"] == 1  # in the middle of epoch 1
+    assert checkpoint["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]["done"] > 0
+    return last
+
+
+@pytest.mark.parametrize(
+    ("kind", "batches", "other"),
+    [
+        ("tables", BATCHES, 64),
+        ("tables", BATCHES, 512),
+        ("tables-repeated", 17, 64),
+        ("images", 4, 8),
+        ("text", 6, 16),  # 6: trainer.limit_train_batches
+        ("streaming", 13, 64),
+    ],
+    ids=["tables-smaller", "tables-larger", "tables-repeated", "images", "text", "streaming"],
+)
+def test_a_mid_epoch_resume_with_another_batch_size_is_one_sentence(
+    workdir: Path, capsys: pytest.CaptureFixture[str], kind: str, batches: int, other: int
+) -> None:
+    """A batch size that would cut the rest of the interrupted epoch otherwise (of ``batches``): the
+    resume is refused before any step, in one sentence saying why and what to type, and the checkpoint
+    stays as it was."""
+    words, key, size = kind_words(kind, workdir)
+    last = stopped_in_epoch_1(words, batches + 2)
+    before = last.read_bytes()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", *words, f"{key}={other}", "--ckpt_path", str(last)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert (
+        f"error: this checkpoint stopped in the middle of an epoch, whose remaining batches cannot go on "
+        f"exactly under other batching (data.batch_size={other} where the interrupted run had {size}); "
+        f"resume with data.batch_size={size}, or resume from a checkpoint written at an epoch's end to "
+        "change it.\n"
+    ) in err
+    assert last.read_bytes() == before
+
+
+def test_a_mid_epoch_resume_with_another_drop_last_is_one_sentence(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    last = stopped_in_epoch_1([*ARGS, *QUIET], BATCHES + 2)
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", *ARGS, *QUIET, "--data.drop_last=true", "--ckpt_path", str(last)])
+    assert exit_.value.code == 2
+    assert "(data.drop_last=true where the interrupted run had false); resume with data.drop_last=false" in (
+        capsys.readouterr().err
+    )
+
+
+def test_a_checkpoint_that_did_not_record_its_batching_is_refused_only_past_the_epochs_end() -> None:
+    """Checkpoints written before the batching was saved: a position inside the new epoch cannot be
+    told from a good one, a position past its end can."""
+    now = {"batch_size": 512, "drop_last": False, "processes": 1, "items": 1050, "passes": 1}
+    check_batching(None, now, done=2, batches=3)
+    with pytest.raises(
+        UserInputError, match=r"\(4 batches done of an epoch that now has 3\); resume with its "
+    ):
+        check_batching(None, now, done=4, batches=3)
+    check_batching(now, now, done=2, batches=3)
+    with pytest.raises(
+        UserInputError, match=r"\(2 processes where the interrupted run had 1; a training split"
+    ):
+        check_batching(now, {**now, "processes": 2, "items": 1100}, done=2, batches=3)
+
+
+def test_more_passes_an_epoch_are_named_unless_another_batch_size_made_them() -> None:
+    """data.min_batches_per_epoch repeats the rows of a small split: a batch size changed on its own changes
+    the passes too, and the sentence names the batch size only."""
+    saved = {"batch_size": 128, "drop_last": False, "processes": 1, "items": 1050, "passes": 2}
+    with pytest.raises(
+        UserInputError, match=r"\(1 pass over the training items an epoch where the interrupted"
+    ):
+        check_batching(saved, {**saved, "passes": 1}, done=2, batches=9)
+    with pytest.raises(
+        UserInputError, match=r"\(data.batch_size=64 where the interrupted run had 128\); res"
+    ):
+        check_batching(saved, {**saved, "batch_size": 64, "passes": 1}, done=2, batches=17)
+
+
+def test_ddp_resumed_in_the_middle_of_an_epoch_equals_uninterrupted_and_one_process_is_refused(
+    workdir: Path,
+) -> None:
+    """Two processes, each its DistributedSampler's share: stopped 3 steps into epoch 1 and resumed on
+    two, the replicas end bit for bit where the uninterrupted run's do; resumed on one process, whose
+    batches would hold other rows, the run is refused."""
+    from tests.test_distributed import TRAINER, B, RankReport
+    from tests.test_distributed import build as build_spiral
+
+    step = 7 + 3  # 210 training rows in 2 x 15 a step: 7 steps an epoch
+
+    def fit(report: Path, *callbacks: Callback, ckpt_path: str | None = None, ddp: bool = True) -> None:
+        parallel = ["--config", str(TRAINER / "ddp.yaml"), "--trainer.strategy=ddp_fork"] if ddp else []
+        run = build_spiral(
+            *parallel, f"--data.batch_size={B}", "--model.init_args.net.init_args.dropout=0.2",
+            "--trainer.max_epochs=3",
+        )  # fmt: skip
+        report.mkdir()
+        saver = ModelCheckpoint(report / "checkpoints", "mid", every_n_train_steps=step)
+        run.trainer.callbacks.extend([RankReport(report), saver, RandomState(), *callbacks])
+        run.trainer.fit(run.model, datamodule=run.datamodule, ckpt_path=ckpt_path)
+
+    fit(workdir / "uninterrupted")
+    fit(workdir / "first", StopAt(step))
+    middle = workdir / "first" / "checkpoints" / "mid.ckpt"
+    checkpoint = torch.load(middle, weights_only=True)
+    assert (checkpoint["global_step"], checkpoint["epoch"]) == (step, 1)
+    assert checkpoint["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]["done"] == 3
+    fit(workdir / "resumed", ckpt_path=str(middle))
+    for rank in range(2):
+        resumed = torch.load(workdir / "resumed" / f"rank{rank}.pt", weights_only=True)
+        uninterrupted = torch.load(workdir / "uninterrupted" / f"rank{rank}.pt", weights_only=True)
+        assert resumed["global_step"] == uninterrupted["global_step"] == 21
+        torch.testing.assert_close(resumed["weights"], uninterrupted["weights"], rtol=0, atol=0)
+    with pytest.raises(
+        UserInputError, match=r"\(1 process where the interrupted run had 2\); resume on 2 proc"
+    ):
+        fit(workdir / "alone", ckpt_path=str(middle), ddp=False)

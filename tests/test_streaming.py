@@ -2,6 +2,7 @@
 a documented hash, every training row once per epoch across processes, and a resume bit for bit."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,6 +12,8 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
@@ -24,12 +27,14 @@ from src.data.datamodule import preprocessing_of
 from src.data.preprocessing import Location, Options, fit_preprocessor
 from src.data.streaming import (
     CODE,
+    SPLITS,
     SplitStream,
     StreamingTableDataModule,
     StreamLoader,
     infrequent,
     split_codes,
 )
+from src.errors import UserInputError
 from tests.conftest import BARE, CONFIGS, QUIET, ROOT
 from tests.test_distributed import free_port, launch_env, wait_all
 from tests.test_resume import StopAt
@@ -268,6 +273,28 @@ def test_resumed_in_the_middle_of_an_epoch_equals_uninterrupted(workdir: Path) -
         )
 
 
+def test_stopped_twice_in_one_epoch_and_resumed_equals_uninterrupted(workdir: Path) -> None:
+    """The second stop counts the batches of the whole epoch, those the resumed run skipped included."""
+    folder = write_folder(workdir / "rows", frame_of())
+    uninterrupted = build(folder)
+    uninterrupted.trainer.fit(uninterrupted.model, datamodule=uninterrupted.datamodule)
+    batches = uninterrupted.trainer.num_training_batches
+    checkpoint: str | None = None
+    for stop in (batches + 3, batches + 6, None):  # twice in epoch 1, then to the end
+        run = build(folder)
+        # each run has the callbacks of the run that wrote its checkpoint (Lightning restores their state)
+        saver = ModelCheckpoint(dirpath=workdir / str(stop), filename="mid", every_n_train_steps=1)
+        run.trainer.callbacks.extend([saver, *([StopAt(stop)] if stop else [])])
+        run.trainer.fit(run.model, datamodule=run.datamodule, ckpt_path=checkpoint)
+        if stop is not None:
+            checkpoint = str(workdir / str(stop) / "mid.ckpt")
+            saved = torch.load(checkpoint, weights_only=True)
+            assert (saved["global_step"], saved["epoch"]) == (stop, 1)
+            assert saved["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]["done"] == stop - batches
+    assert run.trainer.global_step == uninterrupted.trainer.global_step
+    torch.testing.assert_close(run.model.state_dict(), uninterrupted.model.state_dict(), rtol=0, atol=0)
+
+
 @pytest.mark.slow
 def test_killed_with_sigkill_mid_epoch_then_resumed_equals_uninterrupted(workdir: Path) -> None:
     """``kill -9`` of a streaming run that saves every step, then ``--ckpt_path last.ckpt``: the same
@@ -404,3 +431,212 @@ def test_a_missing_or_corrupt_file_is_one_sentence_naming_it(cli, workdir: Path,
         err = capsys.readouterr().err
         assert "Traceback" not in err
         assert ("'nowhere' does not exist" if words else "part-1.parquet' could not be read") in err
+
+
+def damage(file: Path, column: str, group: int, how: str, checksums: bool) -> None:
+    """``file`` written again in row groups of 100 rows (with page checksums if asked), then one of its
+    column chunks damaged with its footer intact: ``random`` writes 400 random bytes over the chunk's
+    middle, ``swap`` swaps two of its 8-byte values (each still inside the range the footer records)."""
+    pd.read_parquet(file).to_parquet(file, row_group_size=100, write_page_checksum=checksums)
+    chunk = pq.ParquetFile(file).metadata.row_group(group).column(frame_of().columns.get_loc(column))
+    start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+    middle = start + chunk.total_compressed_size // 2
+    raw = bytearray(file.read_bytes())
+    if how == "random":
+        raw[middle - 200 : middle + 200] = np.random.default_rng(0).bytes(400)
+    else:
+        raw[middle - 8 : middle + 8] = raw[middle : middle + 8] + raw[middle - 8 : middle]
+    file.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize(
+    ("how", "checksums", "caught_by"),
+    [
+        ("random", False, "is damaged: column 'a' holds values from"),
+        ("random", True, "CRC checksum verification failed"),
+        ("swap", True, "CRC checksum verification failed"),
+    ],
+    ids=["random-bytes-no-checksums", "random-bytes-page-checksums", "swapped-values-page-checksums"],
+)
+def test_a_damaged_page_is_one_sentence_naming_the_file_and_row_group(
+    cli, workdir: Path, capsys, how: str, checksums: bool, caught_by: str
+) -> None:
+    """The page still decodes: without checksums, its values leave the range the footer records; with them
+    (Spark's default; pyarrow's ``write_page_checksum=True``), any change to it is caught."""
+    folder = write_folder(workdir / "rows", frame_of())
+    damage(folder / "part-1.parquet", "a", group=1, how=how, checksums=checksums)
+    with pytest.raises(SystemExit) as exit_:
+        cli("fit", "--config", config(folder), "--trainer.max_epochs=1")
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "part-1.parquet', row group 1, " in err
+    assert caught_by in err
+
+
+def test_a_page_damaged_after_the_fit_is_one_sentence_when_the_stream_reads_it(tmp_path: Path) -> None:
+    """A resumed run takes the checkpoint's preprocessing and reads the files only as its epochs stream
+    them, on the reading thread: the sentence still reaches the loop."""
+    folder = write_folder(tmp_path / "rows", frame_of())
+    fitted = StreamingTableDataModule(str(folder), "label", "classification", batch_size=16)
+    fitted.preprocessor  # noqa: B018
+    damage(folder / "part-1.parquet", "a", group=1, how="random", checksums=False)
+    resumed = StreamingTableDataModule(str(folder), "label", "classification", batch_size=16)
+    resumed.load_state_dict(fitted.state_dict())
+    with pytest.raises(UserInputError, match=r"part-1.parquet', row group 1, is damaged: column 'a'"):
+        list(resumed.dataset("val"))
+
+
+def rewrite(file: Path, **columns: object) -> None:
+    """``file`` written again with ``columns`` replaced (pandas picks each one's Parquet type)."""
+    pd.read_parquet(file).assign(**columns).to_parquet(file, row_group_size=60)
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "stored"),
+    [
+        ("a", "3.5", "as double and as large_string"),
+        ("b", pd.Timestamp("2024-01-01"), "as float and as timestamp"),
+        ("b", [[1.0, 2.0]] * 200, "as float and as list<element: double>"),
+        ("label", 1, "as large_string and as int64"),
+    ],
+    ids=["text-among-numbers", "dates-among-numbers", "lists-among-numbers", "numbers-among-labels"],
+)
+def test_files_that_store_a_column_as_types_that_do_not_mix_are_one_sentence_naming_both(
+    tmp_path: Path, column: str, value: object, stored: str
+) -> None:
+    folder = write_folder(tmp_path / "rows", frame_of())
+    rewrite(folder / "part-1.parquet", **{column: value})
+    where = re.escape(str(folder))
+    data = StreamingTableDataModule(str(folder), "label", "classification")
+    with pytest.raises(
+        UserInputError,
+        match=rf"^Parquet files '{where}/part-0.parquet' and '{where}/part-1.parquet' store column "
+        rf"'{column}' {re.escape(stored)}.*; write the column with one type in every file\.$",
+    ):
+        data.in_features  # noqa: B018
+
+
+def test_a_file_without_a_column_is_one_sentence_naming_it_and_one_that_has_it(tmp_path: Path) -> None:
+    folder = write_folder(tmp_path / "rows", frame_of())
+    pd.read_parquet(folder / "part-2.parquet").drop(columns="b").to_parquet(folder / "part-2.parquet")
+    where = re.escape(str(folder))
+    with pytest.raises(
+        UserInputError,
+        match=rf"^Parquet file '{where}/part-2.parquet' has no column 'b', which '{where}/part-0.parquet' "
+        "has; give every file the same columns.$",
+    ):
+        StreamingTableDataModule(str(folder), "label", "classification").in_features  # noqa: B018
+
+
+def test_text_among_numbers_is_one_sentence_through_the_cli(cli, workdir: Path, capsys) -> None:
+    folder = write_folder(workdir / "rows", frame_of())
+    rewrite(folder / "part-2.parquet", a="3.5")
+    with pytest.raises(SystemExit) as exit_:
+        cli("fit", "--config", config(folder), "--trainer.max_epochs=1")
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert (
+        f"error: Parquet files '{folder}/part-0.parquet' and '{folder}/part-2.parquet' store column 'a'"
+        in err
+    )
+
+
+@pytest.mark.parametrize(
+    ("files", "columns", "sentence"),
+    [
+        (
+            [0, 1, 2],
+            {"seen": pd.Timestamp("2024-01-01")},
+            r"^Parquet file '{folder}/part-0.parquet', column 'seen', holds dates or durations \(timestamp.*"
+            r"\), not numbers or text; turn them into numbers .*or drop the column with data.drop_columns\.$",
+        ),
+        (
+            [0, 1, 2],
+            {"tags": [[1, 2]] * 200},
+            r"^Parquet file '{folder}/part-0.parquet', column 'tags', holds nested values \(list<element: "
+            r"int64>: lists or records\), not numbers or text; .*drop the column with data.drop_columns\.$",
+        ),
+        (
+            [0, 1, 2],
+            {"point": [{"x": 1.0, "y": 2.0}] * 200},
+            r"^Parquet file '{folder}/part-0.parquet', column 'point', holds nested values \(struct<x: "
+            r"double, y: double>: lists or records\).*",
+        ),
+        (
+            [0, 1, 2],
+            {"label": pd.Timestamp("2024-01-01")},
+            r"^Parquet file '{folder}/part-0.parquet', column 'label', holds dates or durations .*; the "
+            r"target must be classes \(text or integers\) or numbers: convert it, or set data.target_column "
+            r"to another column\.$",
+        ),
+        (
+            [1],
+            {"label": None},
+            r"^Parquet file '{folder}/part-1.parquet' has no value in its column 'label' \(all 200 rows "
+            r"empty\); fill in the targets, or move the file out of data.path .*data.predict_path\)\.$",
+        ),
+        (
+            [0, 1, 2],
+            {"label": None},
+            r"^Parquet file '{folder}/part-0.parquet' has no value in its column 'label' \(all 200 rows "
+            r"empty\)",
+        ),
+    ],
+    ids=["dates", "lists", "records", "dates-as-target", "a-file-without-labels", "no-file-with-labels"],
+)
+def test_a_column_the_run_cannot_read_is_one_sentence_naming_the_file_and_column(
+    tmp_path: Path, files: list[int], columns: dict[str, object], sentence: str
+) -> None:
+    folder = write_folder(tmp_path / "rows", frame_of())
+    for i in files:
+        rewrite(folder / f"part-{i}.parquet", **columns)
+    with pytest.raises(UserInputError, match=sentence.format(folder=re.escape(str(folder)))):
+        StreamingTableDataModule(str(folder), "label", "classification").in_features  # noqa: B018
+
+
+def test_types_that_mix_are_read_as_one_type_in_every_file(tmp_path: Path) -> None:
+    """Whole numbers stored as integers in one file, text as a dictionary (a pandas category) in another, a
+    column without any value (Arrow's null type) in a third: the same fit and the same tensors as when
+    every file stores each column with one type."""
+    frame = frame_of().assign(b=lambda f: f["b"].round())
+    frame.loc[400:, "sparse"] = np.nan  # part-2's rows
+    same = StreamingTableDataModule(
+        str(write_folder(tmp_path / "same", frame)), "label", "classification", standardize=False
+    )
+    folder = write_folder(tmp_path / "mixed", frame)
+    rewrite(folder / "part-0.parquet", b=lambda f: f["b"].astype("int64"))
+    rewrite(folder / "part-1.parquet", colour=lambda f: f["colour"].astype("category"))
+    rewrite(folder / "part-2.parquet", sparse=None)
+    stored = [pq.read_schema(folder / f"part-{i}.parquet").field(name).type for i, name in
+              enumerate(["b", "colour", "sparse"])]  # fmt: skip
+    assert [pa.types.is_int64(stored[0]), pa.types.is_dictionary(stored[1]), pa.types.is_null(stored[2])] == [
+        True,
+        True,
+        True,
+    ]
+    mixed = StreamingTableDataModule(str(folder), "label", "classification", standardize=False)
+    assert mixed.preprocessor == same.preprocessor
+    everything = list(range(len(same.groups)))
+    for stage in SPLITS:
+        torch.testing.assert_close(
+            mixed.encode_window(everything, stage), same.encode_window(everything, stage), rtol=0, atol=0
+        )
+
+
+def test_a_target_of_nan_is_a_missing_target(tmp_path: Path) -> None:
+    """NaN is no value: its rows are left out, as empty cells are, though the footer counts no empty cell."""
+    frame = frame_of()
+    target = frame["a"].to_numpy().copy()
+    target[::7] = np.nan
+    table = pa.Table.from_pandas(frame.drop(columns="a"), preserve_index=False)
+    table = table.append_column("a", pa.array(target, from_pandas=False))  # NaN kept as NaN, not as null
+    (tmp_path / "rows").mkdir()
+    pq.write_table(table, tmp_path / "rows" / "part-0.parquet", row_group_size=100)
+    footer = pq.ParquetFile(tmp_path / "rows" / "part-0.parquet").metadata
+    assert footer.row_group(0).column(6).statistics.null_count == 0
+    data = StreamingTableDataModule(str(tmp_path / "rows"), "a", "regression", drop_columns=["label"])
+    assert data.counts.sum() == len(frame) - np.isnan(target).sum()
+    _, y = data.encode_window(list(range(len(data.groups))), "train")
+    assert torch.isfinite(y).all()

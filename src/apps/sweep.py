@@ -22,14 +22,17 @@ for a resumed sweep). At the end the best value and parameters are printed and
 """
 
 import argparse
+import io
 import json
+import logging
 import os
 import socket
 import sqlite3
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, redirect_stderr
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -45,7 +48,7 @@ from optuna.trial import TrialState
 from typing_extensions import override
 
 from src.apps.cv import cross_validate, mean_std
-from src.cli import main
+from src.cli import CLI, main
 from src.errors import UserInputError
 from src.files import check_output
 from src.settings import config_files
@@ -171,7 +174,51 @@ class OptunaPruning(Callback):
 
 
 class TrialStopped(RuntimeError):
-    """A trial's run stopped with an error the CLI has already printed (a bad key or value, bad data)."""
+    """A trial's run stopped on bad input (a bad key or value, bad data): the sweep stops with its one
+    sentence, printed once (``said``: the run printed it already).
+
+    Args:
+        sentence: What stopped the trial.
+        said: Whether the run has printed the sentence itself.
+    """
+
+    def __init__(self, sentence: str, said: bool = False) -> None:
+        super().__init__(sentence)
+        self.said = said
+
+
+class QuietOwnFailures(logging.Filter):
+    """Drops Optuna's report of a trial that ended with one of the sweep's own exceptions (a trial stopped
+    on bad input, said in one sentence; a trial the study no longer needed): its warning, whose
+    traceback runs the whole chain from the CLI up, and the line after it on the value."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped: int | None = None  # the trial whose report was just dropped
+
+    @override
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        message = record.getMessage()
+        if isinstance(error, TrialStopped | Surplus):
+            self.dropped = int(message.split()[1]) if message.startswith("Trial ") else None
+            return False
+        after, self.dropped = self.dropped, None
+        return not (after is not None and message.startswith(f"Trial {after} failed with value "))
+
+
+@contextmanager
+def quiet_own_failures() -> Iterator[None]:
+    """:class:`QuietOwnFailures` on Optuna's log handlers, for the time of the block."""
+    handlers = logging.getLogger("optuna").handlers
+    quiet = QuietOwnFailures()
+    for handler in handlers:
+        handler.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(quiet)
 
 
 class Surplus(Exception):
@@ -195,18 +242,21 @@ class Objective:
         version = f"{self.group}/trial{trial.number:03d}"
         trial.set_user_attr("command", " ".join(["python -m src.cli fit", *words]))
         trial.set_user_attr("process", f"{socket.gethostname()}:{os.getpid()}")
+        which = f"trial {trial.number} ({' '.join(param_words(params))})"
         try:
             if self.space.cv is not None:
                 return self._cross_validate(trial, words, version)
-            run = main([*words, f"--trainer.logger.init_args.version={version}"], run=False)
+            run = _built([*words, f"--trainer.logger.init_args.version={version}"], which)
             run.trainer.callbacks.append(OptunaPruning(trial, self.space.metric))  # type: ignore[attr-defined]
             trial.set_user_attr("log_dir", run.trainer.log_dir)
             run.trainer.fit(run.model, datamodule=run.datamodule)
-        except SystemExit as err:  # main() has printed its one-sentence error
-            raise TrialStopped(f"trial {trial.number} stopped with exit status {err.code}") from err
-        value = run.trainer.callback_metrics.get(self.space.metric)
-        if value is None:
-            raise UserInputError(f"the sweep's metric {self.space.metric!r} is not logged by the run.")
+            value = run.trainer.callback_metrics.get(self.space.metric)
+            if value is None:
+                raise UserInputError(f"the sweep's metric {self.space.metric!r} is not logged by the run.")
+        except UserInputError as err:  # bad data or a refusal met while training
+            raise TrialStopped(f"{which} stopped: {err}") from err
+        except SystemExit as err:  # a fold's run (cv) has printed its one-sentence error
+            raise TrialStopped(f"{which} stopped with exit status {err.code}", said=True) from err
         return float(value)
 
     def _cross_validate(self, trial: optuna.Trial, words: list[str], version: str) -> float:
@@ -226,6 +276,23 @@ class Objective:
 
         cross_validate(words, self.space.cv, group=version, after_fold=after_fold)
         return mean_std(values)[0]
+
+
+def _built(words: list[str], which: str) -> CLI:
+    """The trial's run, built by the CLI as ``fit`` would build it; a refusal of its words or data stops
+    the trial with the CLI's sentence (held back from stderr, to be said once, by the sweep)."""
+    said = io.StringIO()
+    try:
+        with redirect_stderr(said):
+            return main(words, run=False)
+    except SystemExit as err:
+        errors = [line for line in said.getvalue().splitlines() if line.startswith("error: ")]
+        sentence = errors[0].removeprefix("error: ") if errors else f"exit status {err.code}"
+        raise TrialStopped(f"{which} stopped: {sentence}") from err
+    finally:
+        # whatever else was printed while building (warnings), as it came
+        lines = said.getvalue().splitlines(keepends=True)
+        sys.stderr.writelines(line for line in lines if not line.startswith("error: "))
 
 
 def open_study(name: str, storage: str | None, space: Space, worker: int = 0) -> optuna.Study:
@@ -395,7 +462,8 @@ def run_sweep(
         if finished + running >= trials:  # the last trials are under way elsewhere (or died): wait
             time.sleep(space.heartbeat)
             continue
-        study.optimize(objective, n_trials=1, catch=(Surplus,))
+        with quiet_own_failures():
+            study.optimize(objective, n_trials=1, catch=(Surplus,))
     report(study, words, space, name)
     return study
 
@@ -459,7 +527,11 @@ def cli_main(argv: list[str]) -> None:
         space = Space.read(options.space)
         name = options.study or Path(options.space).stem
         run_sweep(words, space, options.trials, name, options.storage, options.worker)
-    except (UserInputError, TrialStopped) as err:
+    except TrialStopped as err:
+        if not err.said:
+            print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from err
+    except UserInputError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from err
 

@@ -1,10 +1,11 @@
 """The DataModule: source → seeded split → preprocessing fitted on train only → tensors → loaders."""
 
 import gc
+import itertools
 import math
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sized
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -83,9 +84,11 @@ class ResumableLoader(DataLoader):
 
     Lightning saves a loader's ``state_dict`` in each checkpoint and hands it back on resume when the
     loader has one. The state is the shuffle generator as it stood before this epoch's order was drawn,
-    and how many batches the epoch has processed (:attr:`processed`); the resumed loader draws the same
-    order again and skips those batches, so the run goes on with the very batch the interrupted one
-    would have taken. (Batches drawn are not batches processed: Lightning draws one ahead.)
+    how many batches the epoch has processed (:attr:`processed`) and how the epoch was cut into batches
+    (:meth:`batching`); the resumed loader draws the same order again and skips those batches, so the run
+    goes on with the very batch the interrupted one would have taken. (Batches drawn are not batches
+    processed: Lightning draws one ahead.) A resume under other batching (another batch size, process
+    count, ``drop_last`` or training split) could not go on exactly and is refused in one sentence.
 
     Args:
         *args: What ``DataLoader`` takes.
@@ -96,28 +99,96 @@ class ResumableLoader(DataLoader):
         super().__init__(*args, **kwargs)
         #: batches of the current epoch that reached a training step; the DataModule counts them
         self.processed = 0
+        #: processes that share each epoch, each its own part (the DataModule sets the Trainer's world size)
+        self.processes = 1
         self._epoch_start: torch.Tensor | None = None
         self._skip = 0
 
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # a generator, not _BaseDataLoaderIter
+    def batching(self) -> dict[str, Any]:
+        """What cuts an epoch into batches: the items per batch, whether the last short batch is dropped,
+        the processes sharing the epoch, the items of the training split and the passes over them."""
+        passes = self.dataset.repeat if isinstance(self.dataset, TensorBatches) else 1
+        return {
+            "batch_size": self.batch_size,
+            "drop_last": self.drop_last,
+            "processes": self.processes,
+            "items": len(cast(Sized, self.dataset)) // passes,
+            "passes": passes,
+        }
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # not a _BaseDataLoaderIter
+        skip = self.start_epoch()
+        return itertools.islice(super().__iter__(), skip, None)
+
+    def start_epoch(self) -> int:
+        """Sets the generator where this epoch's order is drawn from (where the interrupted epoch's was, on
+        resume) and the count of batches processed; the batches of the interrupted epoch to skip."""
+        skip, self._skip = self._skip, 0
         if self.generator is not None:
-            if self._skip and self._epoch_start is not None:
+            if skip and self._epoch_start is not None:
                 self.generator.set_state(self._epoch_start)  # the interrupted epoch's order, again
             else:
                 self._epoch_start = self.generator.get_state()
-        skip, self._skip = self._skip, 0
         self.processed = skip
-        batches = super().__iter__()
-        for _ in range(skip):
-            next(batches)
-        yield from batches
+        return skip
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch_start": self._epoch_start, "done": self.processed}
+        return {"epoch_start": self._epoch_start, "done": self.processed, "batching": self.batching()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """The interrupted epoch's position; one sentence if this loader cuts epochs otherwise (checked
+        here, before Lightning starts the epoch: one it counts as done already never draws a batch)."""
+        done = int(state_dict["done"])
+        if done:  # "batching" is absent from checkpoints of older versions
+            check_batching(state_dict.get("batching"), self.batching(), done, len(self))
         self._epoch_start = state_dict["epoch_start"]
-        self._skip = int(state_dict["done"])
+        self._skip = done
+
+
+def check_batching(saved: dict[str, Any] | None, now: dict[str, Any], done: int, batches: int) -> None:
+    """Refuses, in one sentence, to go on with an epoch interrupted after ``done`` batches under batching
+    other than the interrupted run's (``saved``; ``None`` from a checkpoint that did not record it, where
+    only a position past this epoch's ``batches`` shows the difference)."""
+    differs = [key for key in now if saved is not None and saved.get(key) != now[key]]
+    if "batch_size" in differs and "passes" in differs:
+        differs.remove("passes")  # data.min_batches_per_epoch gives small batches fewer passes
+    changes = [_change(key, cast(dict, saved)[key], now[key]) for key in differs]
+    if not changes and done < batches:
+        return
+    if not changes:
+        changes = [(f"{done} batches done of an epoch that now has {batches}", "with its batching")]
+    raise UserInputError(
+        "this checkpoint stopped in the middle of an epoch, whose remaining batches cannot go on exactly "
+        f"under other batching ({'; '.join(what for what, _ in changes)}); resume "
+        f"{', '.join(fix for _, fix in changes)}, or resume from a checkpoint written at an epoch's end to "
+        "change it."
+    )
+
+
+def _change(key: str, saved: Any, now: Any) -> tuple[str, str]:
+    """What changed in one part of the batching, and how a resume puts it back."""
+    if key == "processes":
+        return (
+            f"{now} process{'es' * (now != 1)} where the interrupted run had {saved}",
+            f"on {saved} process{'es' * (saved != 1)} (trainer.devices x trainer.num_nodes)",
+        )
+    if key == "items":
+        return (
+            f"a training split of {now} items where the interrupted run had {saved}",
+            "on the data the interrupted run trained on",
+        )
+    if key == "passes":
+        return (
+            f"{now} pass{'es' * (now != 1)} over the training items an epoch where the interrupted run had "
+            f"{saved}",
+            "with the interrupted run's data.min_batches_per_epoch",
+        )
+    setting = f"data.{key}={{}}"
+    shown = (lambda v: str(v).lower()) if isinstance(saved, bool) else str
+    return (
+        f"{setting.format(shown(now))} where the interrupted run had {shown(saved)}",
+        f"with {setting.format(shown(saved))}",
+    )
 
 
 def check_fractions(val_fraction: float, test_fraction: float, items: str, key: str = "data") -> None:
@@ -185,6 +256,8 @@ class ResumableDataModule(L.LightningDataModule, ABC):
             drop_last=self._loading[2],
             **self._loader_options(),
         )
+        # kept by the copy with a DistributedSampler that Lightning makes of this loader under DDP
+        loader.processes = self.trainer.world_size if self.trainer is not None else 1
         if self._loader_state is not None:
             loader.load_state_dict(self._loader_state)
             self._loader_state = None
@@ -227,8 +300,14 @@ class ResumableDataModule(L.LightningDataModule, ABC):
         # Lightning calls this once for each batch it runs a step on, after drawing it (and the one it
         # draws ahead), so the training loader learns how many batches its epoch has processed. (A
         # LightningModule's own on_before_batch_transfer then yields to this one, as Lightning warns.)
-        if self.trainer is not None and self.trainer.training and self._train_loader is not None:
-            self._train_loader.processed += 1
+        if self.trainer is not None and self.trainer.training:
+            running = self.trainer.train_dataloader
+            if isinstance(running, ResumableLoader):
+                # under DDP, the copy of train_dataloader()'s loader that Lightning gave a
+                # DistributedSampler: the one iterated, and the one whose state Lightning saves
+                self._train_loader = running
+            if self._train_loader is not None:
+                self._train_loader.processed += 1
         return batch
 
 

@@ -22,6 +22,9 @@ time, read by pyarrow (docs/streaming.md):
 - **Processes**: the epoch's rows, in that order, are cut into one contiguous share per process (sizes
   differing by one row at most), each cut into the same number of batches: every training row is seen
   exactly once per epoch across all processes, and no process waits for a batch another lacks.
+- **Verified reads**: pages are checked against the checksums their writer stored, if any, and each row
+  group's values against the range and empty-cell count its footer records; files that store a column
+  with types that do not mix, or that lack one, are refused before the run, naming two files.
 - **Resume** in mid-epoch: the loader's position (the order's generator before the epoch, the batches
   done) is saved as :class:`~src.data.datamodule.ResumableDataModule` saves it; the resumed loader
   finds the window of its next batch from the row counts alone, without reading what it skips.
@@ -41,6 +44,7 @@ from typing import Any, Literal, cast
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 from lightning.pytorch.utilities import AttributeDict, rank_zero_info
@@ -108,13 +112,13 @@ def parquet_files(path: str) -> list[Path]:
 
 
 def open_parquet(file: Path) -> pq.ParquetFile:
-    """The file with its footer read; one sentence naming it when it is missing or not Parquet."""
+    """The file with its footer read, its pages checked against the checksums its writer stored (if any) as
+    they are read; one sentence naming it when it is missing or not Parquet."""
     try:
-        return pq.ParquetFile(file)
+        return pq.ParquetFile(file, page_checksum_verification=True)
     except (OSError, pa.ArrowException) as err:
-        problem = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserInputError(
-            f"Parquet file {str(file)!r} could not be read ({problem}); fix or remove the file."
+            f"Parquet file {str(file)!r} could not be read ({_problem(err)}); fix or remove the file."
         ) from err
 
 
@@ -140,10 +144,136 @@ def split_codes(group: RowGroup, seed: int, val_fraction: float, test_fraction: 
     return codes
 
 
-def _read(group: RowGroup, columns: Sequence[str], file: pq.ParquetFile | None = None) -> pa.Table:
-    """Columns of one row group (names without surrounding spaces); one sentence when it cannot be read."""
+def column_types(
+    schemas: dict[Path, pa.Schema], columns: Sequence[str]
+) -> dict[str, tuple[pa.DataType, Path]]:
+    """The type each of ``columns`` is read as, and the first file that stores it so.
+
+    Where the files agree, their type; where they differ, the type Arrow promotes theirs to (numbers of
+    any width to the widest, an all-empty column to the others' type, dictionary-encoded text to text).
+    Any other difference (text in one file, numbers in another) is one sentence naming two files.
+    """
+    files = list(schemas)
+    found: dict[str, dict[pa.DataType, Path]] = {name: {} for name in columns}
+    for file, schema in schemas.items():
+        written = data_columns(schema)
+        for name in columns:
+            if name not in written:
+                raise UserInputError(
+                    f"Parquet file {str(file)!r} has no column {name!r}, which {str(files[0])!r} has; give "
+                    "every file the same columns."
+                )
+            found[name].setdefault(schema.field(written[name]).type, file)
+    return {name: _common_type(name, kinds) for name, kinds in found.items()}
+
+
+def _common_type(name: str, kinds: dict[pa.DataType, Path]) -> tuple[pa.DataType, Path]:
+    """One column's type across files (``kinds``: each type stored, and the first file storing it)."""
+    if len(kinds) == 1:
+        return next(iter(kinds.items()))
+    plain = {
+        (kind.value_type if pa.types.is_dictionary(kind) else kind): file for kind, file in kinds.items()
+    }
+    common: pa.DataType | None = None
+    for kind, file in plain.items():
+        try:
+            common = kind if common is None else _promoted(name, common, kind)
+        except (pa.ArrowTypeError, pa.ArrowInvalid) as err:
+            other = next(k for k in plain if k != kind and not _mix(name, k, kind))
+            raise UserInputError(
+                f"Parquet files {str(plain[other])!r} and {str(file)!r} store column {name!r} as {other} "
+                f"and as {kind}, which do not mix; write the column with one type in every file."
+            ) from err
+    assert common is not None
+    return common, next((f for k, f in plain.items() if k == common and not pa.types.is_null(k)), file)
+
+
+def _promoted(name: str, a: pa.DataType, b: pa.DataType) -> pa.DataType:
+    """The type Arrow reads ``a`` and ``b`` together as; raises when there is none."""
+    schemas = [pa.schema([(name, a)]), pa.schema([(name, b)])]
+    return pa.unify_schemas(schemas, promote_options="permissive").field(name).type
+
+
+def _mix(name: str, a: pa.DataType, b: pa.DataType) -> bool:
     try:
-        file = file or pq.ParquetFile(group.file)
+        _promoted(name, a, b)
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        return False
+    return True
+
+
+def recorded_statistics(metadata: pq.FileMetaData, index: int) -> dict[str, pq.Statistics | None]:
+    """``{column as written: its statistics in row group index}`` from the file's footer (flat columns)."""
+    group = metadata.row_group(index)
+    return {group.column(j).path_in_schema: group.column(j).statistics for j in range(group.num_columns)}
+
+
+def value_range(column: pa.ChunkedArray) -> tuple[Any, Any] | None:
+    """The smallest and largest value of a column of numbers, text or booleans, NaN and empty cells left
+    out; ``None`` for other types or when no value is left. (Numbers through numpy, many times faster than
+    Arrow's NaN-aware ``min_max`` kernel.)"""
+    if pa.types.is_dictionary(column.type):
+        column = column.cast(column.type.value_type)
+    kind = column.type
+    if pa.types.is_integer(kind) or (pa.types.is_floating(kind) and not pa.types.is_float16(kind)):
+        values = (column.drop_null() if column.null_count else column).to_numpy()
+        if not len(values):
+            return None
+        low, high = np.fmin.reduce(values).item(), np.fmax.reduce(values).item()  # NaN only if all are
+        return None if math.isnan(low) else (low, high)
+    if not (
+        pa.types.is_decimal(kind)
+        or pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_boolean(kind)
+    ):
+        return None
+    low, high = pc.min_max(column).values()
+    return (low.as_py(), high.as_py()) if low.is_valid else None
+
+
+def _shown(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else repr(value)
+
+
+def check_against_footer(group: RowGroup, table: pa.Table, metadata: pq.FileMetaData) -> None:
+    """Each column of a row group just read against what the footer records of it: its count of empty
+    cells and the range of its values. A page damaged after it was written that still decodes (and that
+    no page checksum caught: most writers store none) shows as values outside that range or another count
+    of empty cells; one sentence naming the file, the row group and the column."""
+    statistics = recorded_statistics(metadata, group.index)
+    for written in table.column_names:
+        recorded, column = statistics.get(written), table.column(written)
+        if recorded is None:
+            continue
+        if recorded.has_null_count and column.null_count != recorded.null_count:
+            found = f"{column.null_count} empty cells where its footer records {recorded.null_count}"
+        elif recorded.has_min_max and (span := value_range(column)) is not None:
+            low, high = span
+            if recorded.min <= low and high <= recorded.max:
+                continue
+            found = (
+                f"values from {_shown(low)} to {_shown(high)} where its footer records "
+                f"{_shown(recorded.min)} to {_shown(recorded.max)}"
+            )
+        else:
+            continue
+        raise UserInputError(
+            f"Parquet file {str(group.file)!r}, row group {group.index}, is damaged: column "
+            f"{written.strip()!r} holds {found}; write the file again from its source, or remove it."
+        )
+
+
+def _read(
+    group: RowGroup,
+    columns: Sequence[str],
+    types: dict[str, tuple[pa.DataType, Path]],
+    file: pq.ParquetFile | None = None,
+) -> pa.Table:
+    """Columns of one row group (names without surrounding spaces), checked against the footer's record of
+    them and cast to the ``types`` the files share; one sentence when they cannot be read."""
+    try:
+        file = file or open_parquet(group.file)
         written = data_columns(file.schema_arrow)
         table = file.read_row_group(group.index, columns=[written[name] for name in columns])
     except KeyError as err:
@@ -152,12 +282,29 @@ def _read(group: RowGroup, columns: Sequence[str], file: pq.ParquetFile | None =
             "give every file the same columns."
         ) from err
     except (OSError, pa.ArrowException) as err:
-        problem = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserInputError(
-            f"Parquet file {str(group.file)!r}, row group {group.index}, could not be read ({problem}); fix "
-            "or remove the file."
+            f"Parquet file {str(group.file)!r}, row group {group.index}, could not be read "
+            f"({_problem(err)}); fix or remove the file."
         ) from err
-    return table.rename_columns(list(columns))
+    check_against_footer(group, table, file.metadata)
+    table = table.rename_columns(list(columns))
+    for i, name in enumerate(columns):
+        kind = types[name][0] if name in types else table.schema.field(i).type
+        if table.schema.field(i).type != kind:
+            try:
+                table = table.set_column(i, name, table.column(i).cast(kind))
+            except (pa.ArrowTypeError, pa.ArrowInvalid) as err:
+                raise UserInputError(
+                    f"Parquet file {str(group.file)!r}, row group {group.index}, column {name!r} cannot be "
+                    f"read as {kind}, the type the other files give it ({_problem(err)}); write the column "
+                    "with one type in every file."
+                ) from err
+    return table
+
+
+def _problem(err: Exception) -> str:
+    """The first line of an error's message, or its type's name."""
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 def columns_of(table: pa.Table) -> Callable[[str], pd.Series]:
@@ -222,29 +369,50 @@ class Kinds:
 
 
 def column_kinds(
-    schema: pa.Schema, features: list[str], categorical: Sequence[str], numeric: Sequence[str], what: str
+    types: dict[str, tuple[pa.DataType, Path]],
+    features: list[str],
+    categorical: Sequence[str],
+    numeric: Sequence[str],
 ) -> Kinds:
-    """Numbers (integers, floats, decimals) are numeric, booleans, text and dictionaries categorical,
-    unless named otherwise. Dates and nested values are refused, as the in-memory path refuses them."""
+    """Numbers (integers, floats, decimals) and columns empty in every file are numeric, booleans, text and
+    dictionaries categorical, unless named otherwise. Dates and nested values are refused, as the in-memory
+    path refuses them."""
     kinds = Kinds([], [])
     for name in features:
-        kind = schema.field(data_columns(schema)[name]).type
-        if pa.types.is_temporal(kind):
-            raise UserInputError(
-                f"{what}, column {name!r} holds dates or durations; turn them into numbers that mean "
-                "something (days since an event, day of week) or drop the column with data.drop_columns."
-            )
-        if pa.types.is_nested(kind):
-            raise UserInputError(
-                f"{what}, column {name!r} holds nested values (lists or records), not numbers or text; "
-                "flatten them into columns of their own, or leave it out with data.drop_columns."
-            )
-        is_number = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+        kind, file = types[name]
+        refuse_unreadable(
+            name,
+            kind,
+            file,
+            "turn them into numbers or text of their own columns (days since an event, a list's length), or "
+            "drop the column with data.drop_columns.",
+        )
+        is_number = (
+            pa.types.is_integer(kind)
+            or pa.types.is_floating(kind)
+            or pa.types.is_decimal(kind)
+            or pa.types.is_null(kind)  # no value anywhere: left out as a number without training values
+        )
         if name in categorical or (name not in numeric and not is_number):
             kinds.categorical.append(name)
         else:
             kinds.numeric.append(name)
     return kinds
+
+
+def refuse_unreadable(name: str, kind: pa.DataType, file: Path, fix: str) -> None:
+    """Dates, durations and nested values (lists, records) in a column the run reads: one sentence naming
+    the file, the column and ``fix``."""
+    if pa.types.is_temporal(kind):
+        raise UserInputError(
+            f"Parquet file {str(file)!r}, column {name!r}, holds dates or durations ({kind}), not numbers or "
+            f"text; {fix}"
+        )
+    if pa.types.is_nested(kind):
+        raise UserInputError(
+            f"Parquet file {str(file)!r}, column {name!r}, holds nested values ({kind}: lists or records), "
+            f"not numbers or text; {fix}"
+        )
 
 
 class StreamingFit:
@@ -501,8 +669,8 @@ def _start(ends: np.ndarray, i: int) -> int:
 
 class StreamLoader(ResumableLoader):
     """The training loader of a :class:`SplitStream`: resumable in mid-epoch as :class:`ResumableLoader`
-    is (the same state: the generator before the epoch, the batches processed), but the stream skips
-    the batches done by its row counts instead of drawing them.
+    is (the same state: the generator before the epoch, the batches processed, the batching), but the
+    stream skips the batches done by its row counts instead of drawing them.
 
     Args:
         dataset: The training split's stream.
@@ -517,27 +685,21 @@ class StreamLoader(ResumableLoader):
         super().__init__(
             dataset, batch_size=None, collate_fn=keep_batch, generator=generator, pin_memory=pin_memory
         )
-        self.epoch_start: torch.Tensor | None = None
-        self.resume_done = 0
-
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # a generator
-        generator = cast(torch.Generator, self.generator)
-        if self.resume_done and self.epoch_start is not None:
-            generator.set_state(self.epoch_start)  # the interrupted epoch's order, again
-        else:
-            self.epoch_start = generator.get_state()
-        self.dataset.epoch_seed = int(torch.randint(0, 2**62, (), generator=generator))
-        self.dataset.skip, self.processed, self.resume_done = self.resume_done, self.resume_done, 0
-        yield from super().__iter__()
 
     @override
-    def state_dict(self) -> dict[str, Any]:
-        return {"epoch_start": self.epoch_start, "done": self.processed}
+    def batching(self) -> dict[str, Any]:
+        stream = self.dataset
+        return {
+            "batch_size": stream.batch_size,
+            "drop_last": stream.drop_last,
+            "processes": stream.world,
+            "items": stream.total,
+        }
 
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.epoch_start = state_dict["epoch_start"]
-        self.resume_done = int(state_dict["done"])
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # not a _BaseDataLoaderIter
+        self.dataset.skip = self.start_epoch()
+        self.dataset.epoch_seed = int(torch.randint(0, 2**62, (), generator=self.generator))
+        return DataLoader.__iter__(self)  # not ResumableLoader's: the stream skips by itself
 
 
 def quiet_length_warning() -> None:
@@ -645,9 +807,35 @@ class StreamingTableDataModule(ResumableDataModule):
     # -- the files and the split ----------------------------------------------------------------------
 
     @cached_property
+    def footers(self) -> dict[Path, tuple[pq.FileMetaData, pa.Schema]]:
+        """Each file's footer: its row groups and their statistics, and its columns as Arrow reads them."""
+        footers = {}
+        for file in self.files:
+            opened = open_parquet(file)
+            footers[file] = (opened.metadata, opened.schema_arrow)
+            opened.close()
+        return footers
+
+    @property
     def schema(self) -> pa.Schema:
-        """The first file's schema; every file must hold the columns it names."""
-        return open_parquet(self.files[0]).schema_arrow
+        """The first file's schema: the columns there are to choose from."""
+        return self.footers[self.files[0]][1]
+
+    @cached_property
+    def types(self) -> dict[str, tuple[pa.DataType, Path]]:
+        """The type each column read (the features and the target) is read as in every file, and the first
+        file storing it so; files that lack a column or store it otherwise are one sentence
+        (:func:`column_types`)."""
+        target = self.settings.target_column
+        schemas = {file: schema for file, (_, schema) in self.footers.items()}
+        types = column_types(schemas, [*self.features, target])
+        refuse_unreadable(
+            target,
+            *types[target],
+            "the target must be classes (text or integers) or numbers: convert it, or set "
+            "data.target_column to another column.",
+        )
+        return types
 
     @cached_property
     def files(self) -> list[Path]:
@@ -687,8 +875,7 @@ class StreamingTableDataModule(ResumableDataModule):
         """Every row group of every file, from the files' footers."""
         root = Path(self.settings.path)
         found = []
-        for file in self.files:
-            metadata = open_parquet(file).metadata
+        for file, (metadata, _) in self.footers.items():
             name = file.name if root.is_file() else file.relative_to(root).as_posix()
             first = 0
             for index in range(metadata.num_row_groups):
@@ -703,33 +890,43 @@ class StreamingTableDataModule(ResumableDataModule):
         hp = self.settings
         return split_codes(group, hp.seed, hp.val_fraction, hp.test_fraction)
 
-    def _has_target(self, group: RowGroup, file: pq.ParquetFile | None = None) -> np.ndarray | None:
-        """``(rows,)`` whether each row has a target, or ``None`` when all do (the footer's statistics say
-        so without reading the column)."""
-        file = file or open_parquet(group.file)
-        written = data_columns(file.schema_arrow)
-        if self.settings.target_column not in written:
-            raise UserInputError(
-                f"Parquet file {str(group.file)!r} has no column {self.settings.target_column!r}, which "
-                "the other files have; give every file the same columns."
-            )
-        position = file.schema_arrow.get_field_index(written[self.settings.target_column])
-        statistics = file.metadata.row_group(group.index).column(position).statistics
-        if statistics is not None and statistics.has_null_count and statistics.null_count == 0:
+    def _has_target(self, group: RowGroup, file: pq.ParquetFile) -> np.ndarray | None:
+        """``(rows,)`` whether each row has a target (not empty, not NaN), or ``None`` when all do (the
+        footer's statistics say so without reading the column, when it cannot hold NaN)."""
+        target = self.settings.target_column
+        written = data_columns(file.schema_arrow).get(target)
+        statistics = recorded_statistics(file.metadata, group.index).get(written or target)
+        kind = file.schema_arrow.field(written).type if written is not None else pa.null()
+        if (
+            statistics is not None
+            and statistics.has_null_count
+            and statistics.null_count == 0
+            and not pa.types.is_floating(kind)
+        ):
             return None
-        target = _read(group, [self.settings.target_column], file).column(0)
-        return ~target.is_null(nan_is_null=True).to_numpy(zero_copy_only=False)
+        values = _read(group, [target], self.types, file).column(0)
+        return ~values.is_null(nan_is_null=True).to_numpy(zero_copy_only=False)
 
     @cached_property
     def counts(self) -> np.ndarray:
-        """``(groups, 3)``: rows with a target per row group and split (train, validation, test)."""
+        """``(groups, 3)``: rows with a target per row group and split (train, validation, test); one
+        sentence for a file without any target (rows to predict, in among those to train on)."""
         counts = np.zeros((len(self.groups), len(SPLITS)), np.int64)
-        files: dict[Path, pq.ParquetFile] = {}
-        for i, group in enumerate(self.groups):
-            file = files.setdefault(group.file, open_parquet(group.file))
-            codes = self._codes(group)
-            kept = self._has_target(group, file)
-            counts[i] = np.bincount(codes if kept is None else codes[kept], minlength=len(SPLITS))
+        for path, numbers in itertools.groupby(range(len(self.groups)), key=lambda i: self.groups[i].file):
+            file, rows, kept_rows = open_parquet(path), 0, 0
+            for i in numbers:
+                group = self.groups[i]
+                codes = self._codes(group)
+                kept = self._has_target(group, file)
+                counts[i] = np.bincount(codes if kept is None else codes[kept], minlength=len(SPLITS))
+                rows, kept_rows = rows + group.rows, kept_rows + int(counts[i].sum())
+            file.close()
+            if rows and not kept_rows:
+                raise UserInputError(
+                    f"Parquet file {str(path)!r} has no value in its column {self.settings.target_column!r} "
+                    f"(all {rows} rows empty); fill in the targets, or move the file out of data.path (rows "
+                    "to predict go to predict with data.predict_path)."
+                )
         dropped = sum(g.rows for g in self.groups) - int(counts.sum())
         if dropped:
             rank_zero_info(
@@ -741,9 +938,9 @@ class StreamingTableDataModule(ResumableDataModule):
         """The columns of one row group's rows of ``stage`` with a target, in file order."""
         group = self.groups[number]
         keep = self._codes(group) == CODE[stage]
-        table = _read(group, columns)
+        table = _read(group, columns, self.types)
         target = table.column(self.settings.target_column) if self.settings.target_column in columns else None
-        if target is not None and target.null_count:
+        if target is not None and (target.null_count or pa.types.is_floating(target.type)):
             keep &= ~target.is_null(nan_is_null=True).to_numpy(zero_copy_only=False)
         return table.filter(pa.array(keep))
 
@@ -762,9 +959,7 @@ class StreamingTableDataModule(ResumableDataModule):
                 f"{self.what} has no feature column(s) {unknown}; fix data.categorical_columns or "
                 "data.numeric_columns."
             )
-        return column_kinds(
-            self.schema, self.features, hp.categorical_columns or [], hp.numeric_columns or [], self.what
-        )
+        return column_kinds(self.types, self.features, hp.categorical_columns or [], hp.numeric_columns or [])
 
     @cached_property
     def preprocessor(self) -> Preprocessor:

@@ -18,9 +18,10 @@ forward passes run in eval mode on forked random-number generators, so a run dra
 numbers, and BatchNorm keeps the same statistics, with or without it.
 """
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from time import perf_counter
 from typing import Any
 
 import lightning as L
@@ -36,6 +37,24 @@ from src.apps.doctor.schedule import check_schedule, scheduler_steps
 from src.data import TabularDataModule
 from src.errors import UserInputError
 from src.models import BaseTask, Classifier, ManualClassifier
+
+#: the kernel's account of this thread's time (Linux): nanoseconds on a CPU, waiting for one, time slices
+SCHEDSTAT = Path("/proc/thread-self/schedstat")
+
+
+def waited_for_cpu() -> float:
+    """Seconds this thread has spent ready to run but waiting for a CPU (other processes had it), as the
+    kernel counts them; 0.0 where it does not say."""
+    try:
+        return int(SCHEDSTAT.read_text().split()[1]) * 1e-9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def clock() -> float:
+    """The wall clock (seconds) less the time this thread waited for a CPU that other processes held: on a
+    busy machine, time preempted between two steps is no wait for data, nor time a step took."""
+    return perf_counter() - waited_for_cpu()
 
 
 class Doctor(Callback):
@@ -158,12 +177,16 @@ class Doctor(Callback):
         self._mark = None  # the wait for an epoch's first batch includes the epoch change (validation)
 
     @override
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._mark = None  # a validation inside an epoch (val_check_interval) is no wait for data
+
+    @override
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         if not self._watching:
             return
-        now = time.perf_counter()
+        now = clock()
         # timed from the end of one step to the end of the next: an epoch's first step, which waits for
         # the epoch change too (validation, loader start), and the first-batch checks are not
         self._timing = self._mark is not None and self._first_batch_seen
@@ -235,7 +258,7 @@ class Doctor(Callback):
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if isinstance(loss, torch.Tensor):
             self._losses.append(float(loss))
-        now = time.perf_counter()
+        now = clock()
         if self._timing and self._mark is not None:
             self._step_time += now - self._mark
         self._mark = now

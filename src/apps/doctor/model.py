@@ -19,7 +19,8 @@ EXPLODING = 100.0
 STILL = 1e-5
 #: share of training time spent waiting for the next batch above which the loader is the bottleneck
 LOADER_SHARE = 0.5
-#: an overfitting run on one batch must end below this share of its first loss
+#: an overfitting run on one batch must end below this share of the loss of the best prediction of that
+#: batch that ignores the input (of its first loss, for a module without a loss function)
 OVERFIT = 0.5
 #: layers whose behaviour differs between training and evaluation
 MODE_DEPENDENT = (
@@ -250,17 +251,27 @@ def val_output_graph(names: list[str]) -> Finding | None:
     )
 
 
-def cannot_overfit(losses: list[float], rows: int) -> Finding | None:
+def cannot_overfit(losses: list[float], rows: int, targets: int, input_free: float | None) -> Finding | None:
+    """The loss on one fixed batch after training on it: below ``OVERFIT`` times the loss of the best
+    prediction that ignores the input (``input_free``), which no model cut off from its input can reach;
+    without that loss (a module with no ``loss`` function), below ``OVERFIT`` times its first loss."""
     if len(losses) < 2 or not math.isfinite(losses[0]):
         return None
     last = min(losses[-5:])
-    if last <= OVERFIT * losses[0]:
+    bar = losses[0] if input_free is None else input_free
+    if last <= OVERFIT * bar:
         return None
-    share = f" ({last / losses[0]:.0%})" if math.isfinite(last) else ""
+    share = f" ({last / bar:.0%} of it)" if math.isfinite(last) and bar > 0 else ""
+    against = (
+        f"from {losses[0]:.4g} to {last:.4g}{share}"
+        if input_free is None
+        else f"from {losses[0]:.4g} to {last:.4g}, where the best prediction that ignores the input scores "
+        f"{input_free:.4g}{share}"
+    )
+    size = f"{rows} rows" if targets <= rows else f"{rows} rows ({targets} targets)"
     return Finding(
         "overfit-one-batch",
-        f"trained {len(losses)} steps on one fixed batch of {rows} rows, the loss only went from "
-        f"{losses[0]:.4g} to {last:.4g}{share}",
+        f"trained {len(losses)} steps on one fixed batch of {size}, the loss only went {against}",
         "any working model memorizes a handful of rows quickly; one that cannot has a bug between data, net "
         "and loss (inputs paired with the wrong targets, shapes that broadcast in the loss, an output cut "
         "off from the input) or far too little capacity or LR",

@@ -5,12 +5,14 @@
 1. the configured run itself, cut off after a few optimizer steps: the same loader, precision, clipping,
    accumulation, run length (so the scheduler is built as in the real run) and one validation batch,
    watched by the :class:`~src.apps.doctor.Doctor` callback;
-2. one fixed training batch, a few dozen steps, at the optimizer's own LR (a
-   :class:`~src.models.BaseTask`'s schedule is left out, so a warmup does not hide the answer).
+2. one fixed training batch (its first rows, up to 128 targets), a few dozen steps, at the optimizer's own
+   LR (a :class:`~src.models.BaseTask`'s schedule is left out, so a warmup does not hide the answer): its
+   loss must fall well below that of the best prediction that ignores the input.
 """
 
 import copy
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import lightning as L
@@ -20,7 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 from typing_extensions import override
 
 from src.apps.doctor import model as model_checks
-from src.apps.doctor.callback import Doctor
+from src.apps.doctor.callback import Doctor, _aside, _forward
 from src.apps.doctor.findings import Finding
 from src.data.datamodule import keep_batch
 from src.models import BaseTask
@@ -29,6 +31,9 @@ from src.models import BaseTask
 WATCH_STEPS = 16
 #: steps on one fixed batch
 OVERFIT_STEPS = 40
+#: targets in that batch at most: a sequence model's batch of B rows of T targets each is cut to its first
+#: rows (a table's or an image folder's batch, one target a row, stays whole up to this many rows)
+OVERFIT_TARGETS = 128
 
 
 class _StopAfter(Callback):
@@ -47,11 +52,27 @@ class _StopAfter(Callback):
 
 
 class _Losses(Callback):
-    """The training loss of each step."""
+    """The training loss of each step, and (a task with a ``loss`` function) the loss of the best
+    prediction of the batch that ignores the input."""
 
     def __init__(self) -> None:
         self.losses: list[float] = []
         self.rows = 0
+        self.targets = 0
+        self.input_free: float | None = None
+
+    @override
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if batch_idx or not isinstance(pl_module, BaseTask) or not isinstance(batch, list | tuple):
+            return
+        x, target = batch[0], batch[1]
+        self.rows, self.targets = len(target), target.numel()
+        with _aside(pl_module):
+            output = _forward(trainer, pl_module, x)
+        if output is not None:
+            self.input_free = input_free_loss(pl_module.loss, output.float(), target)
 
     @override
     def on_train_batch_end(
@@ -61,6 +82,29 @@ class _Losses(Callback):
         if isinstance(loss, torch.Tensor):
             self.losses.append(float(loss))
         self.rows = len(batch[1]) if isinstance(batch, list | tuple) and len(batch) > 1 else 0
+
+
+def input_free_loss(
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], output: torch.Tensor, target: torch.Tensor
+) -> float:
+    """The loss of the best prediction of ``target`` that ignores the input: one output vector, the same
+    for every row (and every position of a sequence), fitted to the batch with the task's own ``loss``
+    (convex in it for cross-entropy, squared error and Huber, label smoothing and class weights
+    included): the class frequencies of the batch, or its mean. A model whose output does not depend on
+    its input can do no better on that batch, however long it trains."""
+    constant = torch.zeros(output.shape[-1], device=output.device, requires_grad=True)
+    search = torch.optim.LBFGS([constant], max_iter=200, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        search.zero_grad()
+        value = loss(constant.expand_as(output), target)
+        value.backward()
+        return value
+
+    with torch.enable_grad():
+        search.step(closure)
+    with torch.no_grad():
+        return float(loss(constant.expand_as(output), target))
 
 
 def _settings(trainer: L.Trainer) -> dict[str, Any]:
@@ -132,9 +176,21 @@ class OneBatch(L.LightningDataModule):
 
     @override
     def train_dataloader(self) -> DataLoader:
-        batch = next(iter(self.data.train_dataloader()))
+        batch = _at_most(next(iter(self.data.train_dataloader())), OVERFIT_TARGETS)
         # batch_size=None: each item is a whole batch already
         return DataLoader(_Repeated(batch, self.steps), batch_size=None, collate_fn=keep_batch)
+
+
+def _at_most(batch: Any, targets: int) -> Any:
+    """The first rows of an ``(x, y, ...)`` batch that hold ``targets`` targets at most (one row at least).
+    A batch of 64 windows of 64 characters has 4096 targets: a language model falls to the characters'
+    frequencies in a few steps and needs hundreds more to learn that many by heart; two windows it learns
+    as fast as a table model learns its batch of rows."""
+    if not isinstance(batch, list | tuple) or len(batch) < 2 or not isinstance(batch[1], torch.Tensor):
+        return batch
+    per_row = max(1, batch[1][0].numel()) if len(batch[1]) else 1
+    rows = max(1, targets // per_row)
+    return type(batch)(t[:rows] if isinstance(t, torch.Tensor) else t for t in batch)
 
 
 class _Repeated(Dataset[Any]):
@@ -169,7 +225,7 @@ def overfit_one_batch(
             probe.fit(model, datamodule=OneBatch(datamodule, steps))
     except Exception as err:
         return _failed("overfitting one batch", err)
-    return model_checks.cannot_overfit(losses.losses, losses.rows)
+    return model_checks.cannot_overfit(losses.losses, losses.rows, losses.targets, losses.input_free)
 
 
 def _failed(probe: str, err: Exception) -> Finding:
