@@ -23,7 +23,7 @@ from typing_extensions import override
 
 from src.checkpoints import load_checkpoint
 from src.cli import CLI, main
-from src.data.datamodule import preprocessing_of
+from src.data.datamodule import Columns, Encoding, preprocessing_of
 from src.data.preprocessing import Location, Options, fit_preprocessor
 from src.data.streaming import (
     CODE,
@@ -40,6 +40,9 @@ from tests.test_distributed import free_port, launch_env, wait_all
 from tests.test_resume import StopAt
 
 CLASS = "src.data.streaming.StreamingTableDataModule"
+
+#: the streamed fit without scaling: its values are the file's, easier to compare
+UNSCALED = Encoding(impute_strategy="mean", standardize=False)
 
 
 def frame_of(rows: int = 600, seed: int = 0) -> pd.DataFrame:
@@ -84,25 +87,31 @@ def train_positions(data: StreamingTableDataModule) -> np.ndarray:
 @pytest.mark.parametrize(
     "settings",
     [
-        {"task": "classification", "missing_indicator": True, "max_categories": 4},
-        {"task": "regression", "standardize": False, "min_category_frequency": 30, "drop_columns": ["label"]},
+        {"task": "classification", "encoding": {"missing_indicator": True, "max_categories": 4}},
+        {
+            "task": "regression",
+            "encoding": {"standardize": False, "min_category_frequency": 30},
+            "drop": ["label"],
+        },
     ],
     ids=["classification", "regression"],
 )
 def test_the_one_pass_fit_equals_the_in_memory_fit(tmp_path: Path, settings: dict) -> None:
     frame = frame_of()
     target = "label" if settings["task"] == "classification" else "a"
+    encoding = Encoding(impute_strategy="mean", **settings["encoding"])
     data = StreamingTableDataModule(
-        str(write_folder(tmp_path / "rows", frame)), target, batch_size=16, **settings
-    )
+        str(write_folder(tmp_path / "rows", frame)), target, settings["task"], batch_size=16,
+        columns=Columns(drop=settings.get("drop", [])), encoding=encoding,
+    )  # fmt: skip
     streamed = data.preprocessor
     features = [c for c in frame.columns if c not in (target, "label")]
     numeric = [c for c in features if c != "colour"]
     train = train_positions(data)
-    options = {k: v for k, v in settings.items() if k not in ("task", "drop_columns")}
     reference = fit_preprocessor(
         frame[features], train, (numeric, ["colour"], {}), settings["task"], target,
-        frame[target].iloc[train], Options(impute_strategy="mean", **options), Location("the rows"),
+        frame[target].iloc[train], Options(impute_strategy="mean", **settings["encoding"]),
+        Location("the rows"),
     )  # fmt: skip
     assert streamed.categorical == reference.categorical  # the same categories, "other" column, order
     assert streamed.labels == reference.labels
@@ -180,7 +189,7 @@ def test_every_training_row_once_per_epoch_in_equal_batch_counts(
 ) -> None:
     data = StreamingTableDataModule(
         str(write_folder(tmp_path / "rows", frame_of())), "label", "classification",
-        standardize=False, batch_size=32, shuffle_row_groups=3, drop_last=drop_last,
+        encoding=UNSCALED, batch_size=32, shuffle_row_groups=3, drop_last=drop_last,
     )  # fmt: skip
     train = train_positions(data)
     per_rank = [stream_ids(data, rank, world, seed=1234) for rank in range(world)]
@@ -204,7 +213,7 @@ def test_a_skipped_epoch_goes_on_with_the_same_batches(tmp_path: Path) -> None:
         str(write_folder(tmp_path / "rows", frame_of())),
         "label",
         "classification",
-        standardize=False,
+        encoding=UNSCALED,
         batch_size=16,
     )
     whole = stream_ids(data, 0, 1, seed=5)
@@ -377,7 +386,8 @@ def test_ddp_two_processes_see_every_training_row_once_per_epoch(workdir: Path) 
     folder = write_folder(workdir / "rows", frame_of())
     run = main(
         [
-            "--config", config(folder, standardize=False), "--config", str(CONFIGS / "trainer" / "ddp.yaml"),
+            "--config", config(folder, encoding={"standardize": False}),
+            "--config", str(CONFIGS / "trainer" / "ddp.yaml"),
             "--trainer.strategy=ddp_fork", "--trainer.max_epochs=2", *TINY_RUN, *QUIET,
         ],
         run=False,
@@ -391,7 +401,7 @@ def test_ddp_two_processes_see_every_training_row_once_per_epoch(workdir: Path) 
 def test_two_nodes_of_two_processes_with_torchrun_see_every_training_row_once(tmp_path: Path) -> None:
     """``torchrun --nnodes=2 --nproc_per_node=2`` twice on this machine, as two machines would run it."""
     folder = write_folder(tmp_path / "rows", frame_of(1200))
-    (tmp_path / "run.yaml").write_text(config(folder, standardize=False))
+    (tmp_path / "run.yaml").write_text(config(folder, encoding={"standardize": False}))
     port, env = free_port(), launch_env()
     launches, logs = [], []
     for node in (0, 1):
@@ -550,13 +560,13 @@ def test_text_among_numbers_is_one_sentence_through_the_cli(cli, workdir: Path, 
             [0, 1, 2],
             {"seen": pd.Timestamp("2024-01-01")},
             r"^Parquet file '{folder}/part-0.parquet', column 'seen', holds dates or durations \(timestamp.*"
-            r"\), not numbers or text; turn them into numbers .*or drop the column with data.drop_columns\.$",
+            r"\), not numbers or text; turn them into numbers .*or drop the column with data.columns.drop\.$",
         ),
         (
             [0, 1, 2],
             {"tags": [[1, 2]] * 200},
             r"^Parquet file '{folder}/part-0.parquet', column 'tags', holds nested values \(list<element: "
-            r"int64>: lists or records\), not numbers or text; .*drop the column with data.drop_columns\.$",
+            r"int64>: lists or records\), not numbers or text; .*drop the column with data.columns.drop\.$",
         ),
         (
             [0, 1, 2],
@@ -603,7 +613,7 @@ def test_types_that_mix_are_read_as_one_type_in_every_file(tmp_path: Path) -> No
     frame = frame_of().assign(b=lambda f: f["b"].round())
     frame.loc[400:, "sparse"] = np.nan  # part-2's rows
     same = StreamingTableDataModule(
-        str(write_folder(tmp_path / "same", frame)), "label", "classification", standardize=False
+        str(write_folder(tmp_path / "same", frame)), "label", "classification", encoding=UNSCALED
     )
     folder = write_folder(tmp_path / "mixed", frame)
     rewrite(folder / "part-0.parquet", b=lambda f: f["b"].astype("int64"))
@@ -616,7 +626,7 @@ def test_types_that_mix_are_read_as_one_type_in_every_file(tmp_path: Path) -> No
         True,
         True,
     ]
-    mixed = StreamingTableDataModule(str(folder), "label", "classification", standardize=False)
+    mixed = StreamingTableDataModule(str(folder), "label", "classification", encoding=UNSCALED)
     assert mixed.preprocessor == same.preprocessor
     everything = list(range(len(same.groups)))
     for stage in SPLITS:
@@ -636,7 +646,9 @@ def test_a_target_of_nan_is_a_missing_target(tmp_path: Path) -> None:
     pq.write_table(table, tmp_path / "rows" / "part-0.parquet", row_group_size=100)
     footer = pq.ParquetFile(tmp_path / "rows" / "part-0.parquet").metadata
     assert footer.row_group(0).column(6).statistics.null_count == 0
-    data = StreamingTableDataModule(str(tmp_path / "rows"), "a", "regression", drop_columns=["label"])
+    data = StreamingTableDataModule(
+        str(tmp_path / "rows"), "a", "regression", columns=Columns(drop=["label"])
+    )
     assert data.counts.sum() == len(frame) - np.isnan(target).sum()
     _, y = data.encode_window(list(range(len(data.groups))), "train")
     assert torch.isfinite(y).all()

@@ -460,6 +460,8 @@ class TabularDataModule(ResumableDataModule):
                 f"data.split.folds={folds} and data.split.fold={fold} do not fit: folds must be at least 2 "
                 "and fold lie in 0 … folds - 1."
             )
+        if num_samples < 1:
+            raise UserInputError(f"data.num_samples={num_samples} must be at least 1.")
         if source is None:
             source = sources.file_format(path) if path is not None else "digits"
         if source in BUNDLED and path is not None:

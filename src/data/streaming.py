@@ -36,7 +36,7 @@ import math
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -54,8 +54,11 @@ from typing_extensions import override
 from src.checkpoints import load_checkpoint
 from src.data import sources
 from src.data.datamodule import (
+    Columns,
+    Encoding,
     ResumableDataModule,
     ResumableLoader,
+    Split,
     Stage,
     TensorBatches,
     check_fractions,
@@ -385,7 +388,7 @@ def column_kinds(
             kind,
             file,
             "turn them into numbers or text of their own columns (days since an event, a list's length), or "
-            "drop the column with data.drop_columns.",
+            "drop the column with data.columns.drop.",
         )
         is_number = (
             pa.types.is_integer(kind)
@@ -458,7 +461,7 @@ class StreamingFit:
                 raise UserInputError(
                     f"{self.what}: column {name!r} has more than data.max_distinct_values="
                     f"{self.max_distinct} distinct values in the training rows, like an identifier; drop it "
-                    "with data.drop_columns, or raise data.max_distinct_values."
+                    "with data.columns.drop, or raise data.max_distinct_values."
                 )
         target = column_of(self.target)
         if self.task == "classification":
@@ -473,8 +476,8 @@ class StreamingFit:
         """The fitted preprocessing: what ``fit_preprocessor`` gives with ``impute_strategy: mean``."""
         if max_categories < 2 or min_frequency < 1:
             raise UserInputError(
-                f"data.max_categories={max_categories} must be at least 2 and "
-                f"data.min_category_frequency={min_frequency} at least 1."
+                f"data.encoding.max_categories={max_categories} must be at least 2 and "
+                f"data.encoding.min_category_frequency={min_frequency} at least 1."
             )
         moments, rows = self.moments, self.rows
         # the scaler is fitted on the imputed column: its mean is the observed mean, and each filled cell
@@ -714,6 +717,24 @@ def quiet_length_warning() -> None:
 # -- the DataModule -----------------------------------------------------------------------------------
 
 
+def check_streamable(encoding: Encoding, split: Split) -> None:
+    """What one pass over the rows cannot do, said in one sentence: a median, robust scaling and target
+    means need every value at once, and the hash split has no folds nor refit."""
+    unsupported = {
+        "data.encoding.impute_strategy": (encoding.impute_strategy, "mean"),
+        "data.encoding.scaling": (encoding.scaling, "standard"),
+        "data.encoding.high_cardinality": (encoding.high_cardinality, "other"),
+        "data.split.folds": (split.folds, None),
+        "data.split.train_on_validation": (split.train_on_validation, False),
+    }
+    for key, (given, streamable) in unsupported.items():
+        if given != streamable:
+            raise UserInputError(
+                f"{key}={given!r} needs every row at once, which the streaming DataModule never holds; use "
+                f"{streamable!r}, or the in-memory src.data.TabularDataModule."
+            )
+
+
 class StreamingTableDataModule(ResumableDataModule):
     """Rows of Parquet files too many to hold in memory, streamed with the in-memory path's guarantees.
 
@@ -724,24 +745,19 @@ class StreamingTableDataModule(ResumableDataModule):
             read in name order; every file with the same columns).
         target_column: The column to predict; rows without a value are left out.
         task: ``classification`` or ``regression``.
-        feature_columns: The columns to read as features; all but the target when left out.
-        drop_columns: Columns to leave out.
-        categorical_columns: Columns to one-hot encode even if Parquet stores numbers.
-        numeric_columns: Columns to read as numbers even if Parquet stores text.
-        na_values: Further texts that mean "missing".
-        impute_strategy: What fills a missing number: the training ``mean`` (a median is not streamable).
-        missing_indicator: Add a 0/1 column per numeric column that had missing cells in training.
-        max_categories: One-hot columns per categorical column at most (the rest share one).
-        min_category_frequency: Training values rarer than this share the "rest" column.
+        columns: Which columns the net reads, and as what (:class:`src.data.Columns`); ``categorical``
+            encodes a column Parquet stores as numbers, ``numeric`` reads one it stores as text.
+        encoding: How they are encoded (:class:`src.data.Encoding`), as the in-memory table's but for
+            what a single pass cannot fit: a missing number takes the training ``mean`` (a median is not
+            streamable), ``standard`` scaling, and categories beyond ``max_categories`` share ``other``.
+        split: ``val_fraction`` and ``test_fraction``, the shares of the rows held out on average
+            (:class:`src.data.Split`; its folds and refit are the in-memory table's alone).
         max_distinct_values: Distinct values counted per categorical column while fitting, at most; a
             column with more is refused (an identifier, or free text).
         predict_path: A CSV or Parquet file to predict (``predict``), read whole.
         preprocessing_from: A checkpoint whose fitted preprocessing to use instead of fitting one;
             the CLI sets it to ``--ckpt_path``.
-        val_fraction: Share of the rows held out for validation, on average.
-        test_fraction: Share of the rows held out for the final test, on average.
         seed: Seeds the split and the training order.
-        standardize: Scale numeric features to zero mean and unit variance (training statistics).
         batch_size: Rows per batch, per process.
         shuffle_row_groups: Row groups whose training rows are shuffled together: more mixes better and
             holds more in memory (twice this many groups at once, the next window being read ahead).
@@ -754,29 +770,24 @@ class StreamingTableDataModule(ResumableDataModule):
         path: str,
         target_column: str,
         task: Literal["classification", "regression"],
-        feature_columns: list[str] | None = None,
-        drop_columns: list[str] | None = None,
-        categorical_columns: list[str] | None = None,
-        numeric_columns: list[str] | None = None,
-        na_values: list[str] | None = None,
-        impute_strategy: Literal["mean"] = "mean",
-        missing_indicator: bool = False,
-        max_categories: int = 50,
-        min_category_frequency: int = 1,
+        columns: Columns | None = None,
+        encoding: Encoding | None = None,
+        split: Split | None = None,
         max_distinct_values: int = 100_000,
         predict_path: str | None = None,
         preprocessing_from: str | None = None,
-        val_fraction: float = 0.1,
-        test_fraction: float = 0.2,
         seed: int = 42,
-        standardize: bool = True,
         batch_size: int = 64,
         shuffle_row_groups: int = 4,
         num_workers: int = 0,
         drop_last: bool = False,
     ) -> None:
         super().__init__(seed, batch_size, num_workers, drop_last)
-        check_fractions(val_fraction, test_fraction, "rows")
+        self.columns = columns or Columns()
+        self.encoding = encoding or Encoding(impute_strategy="mean")
+        self.split = split or Split()
+        check_fractions(self.split.val_fraction, self.split.test_fraction, "rows", "data.split")
+        check_streamable(self.encoding, self.split)
         if num_workers != 0:
             raise UserInputError(
                 f"data.num_workers={num_workers}: the streaming DataModule reads on a thread of its own; "
@@ -784,12 +795,16 @@ class StreamingTableDataModule(ResumableDataModule):
             )
         if shuffle_row_groups < 1:
             raise UserInputError(f"data.shuffle_row_groups={shuffle_row_groups} must be at least 1.")
-        overlap = set(categorical_columns or []) & set(numeric_columns or [])
+        overlap = set(self.columns.categorical) & set(self.columns.numeric)
         if overlap:
             raise UserInputError(
-                f"data.categorical_columns and data.numeric_columns both name {sorted(overlap)}; pick one."
+                f"data.columns.categorical and data.columns.numeric both name {sorted(overlap)}; pick one."
             )
-        self.save_hyperparameters()
+        # plain data in checkpoints (weights_only=True reads them): the groups as mappings
+        self.save_hyperparameters(ignore=["columns", "encoding", "split"])
+        self.hparams.update(
+            columns=asdict(self.columns), encoding=asdict(self.encoding), split=asdict(self.split)
+        )
         self._datasets: dict[Stage, Any] = {}
         self._resume: dict[str, Any] | None = None
 
@@ -850,21 +865,21 @@ class StreamingTableDataModule(ResumableDataModule):
                 f"{self.what} has no column {hp.target_column!r}; set data.target_column to one of {columns}."
             )
         for key, names in {
-            "data.feature_columns": hp.feature_columns or [],
-            "data.drop_columns": hp.drop_columns or [],
+            "data.columns.features": self.columns.features or [],
+            "data.columns.drop": self.columns.drop,
         }.items():
             unknown = [c for c in names if c not in columns]
             if unknown:
                 raise UserInputError(f"{self.what} has no column(s) {unknown}; fix {key}.")
-        if hp.target_column in (hp.feature_columns or []):
+        if hp.target_column in (self.columns.features or []):
             raise UserInputError(
-                f"data.feature_columns lists the target {hp.target_column!r}: the model would read the "
+                f"data.columns.features lists the target {hp.target_column!r}: the model would read the "
                 "answer; remove it."
             )
         chosen = [
             c
-            for c in (hp.feature_columns or columns)
-            if c != hp.target_column and c not in (hp.drop_columns or [])
+            for c in (self.columns.features or columns)
+            if c != hp.target_column and c not in self.columns.drop
         ]
         if not chosen:
             raise UserInputError(f"{self.what} has no feature column besides {hp.target_column!r}.")
@@ -888,7 +903,7 @@ class StreamingTableDataModule(ResumableDataModule):
 
     def _codes(self, group: RowGroup) -> np.ndarray:
         hp = self.settings
-        return split_codes(group, hp.seed, hp.val_fraction, hp.test_fraction)
+        return split_codes(group, hp.seed, self.split.val_fraction, self.split.test_fraction)
 
     def _has_target(self, group: RowGroup, file: pq.ParquetFile) -> np.ndarray | None:
         """``(rows,)`` whether each row has a target (not empty, not NaN), or ``None`` when all do (the
@@ -948,18 +963,13 @@ class StreamingTableDataModule(ResumableDataModule):
 
     @cached_property
     def kinds(self) -> Kinds:
-        hp = self.settings
-        unknown = [
-            c
-            for c in [*(hp.categorical_columns or []), *(hp.numeric_columns or [])]
-            if c not in self.features
-        ]
+        unknown = [c for c in [*self.columns.categorical, *self.columns.numeric] if c not in self.features]
         if unknown:
             raise UserInputError(
-                f"{self.what} has no feature column(s) {unknown}; fix data.categorical_columns or "
-                "data.numeric_columns."
+                f"{self.what} has no feature column(s) {unknown}; fix data.columns.categorical or "
+                "data.columns.numeric."
             )
-        return column_kinds(self.types, self.features, hp.categorical_columns or [], hp.numeric_columns or [])
+        return column_kinds(self.types, self.features, self.columns.categorical, self.columns.numeric)
 
     @cached_property
     def preprocessor(self) -> Preprocessor:
@@ -968,7 +978,7 @@ class StreamingTableDataModule(ResumableDataModule):
         if hp.preprocessing_from is not None:
             return preprocessing_of(load_checkpoint(hp.preprocessing_from), hp.preprocessing_from)
         fit = StreamingFit(
-            self.kinds, hp.task, hp.target_column, hp.na_values or [], hp.max_distinct_values, self.what
+            self.kinds, hp.task, hp.target_column, self.columns.na_values, hp.max_distinct_values, self.what
         )
         columns = [*self.features, hp.target_column]
         for number, count in enumerate(self.counts[:, CODE["train"]]):
@@ -977,7 +987,13 @@ class StreamingTableDataModule(ResumableDataModule):
                 fit.update(columns_of(table), table.num_rows)
         if fit.rows == 0:
             raise UserInputError(f"{self.what} has no training rows; use more rows or other fractions.")
-        return fit.result(hp.max_categories, hp.min_category_frequency, hp.standardize, hp.missing_indicator)
+        encoding = self.encoding
+        return fit.result(
+            encoding.max_categories,
+            encoding.min_category_frequency,
+            encoding.standardize,
+            encoding.missing_indicator,
+        )
 
     @property
     def in_features(self) -> int:
@@ -1032,7 +1048,7 @@ class StreamingTableDataModule(ResumableDataModule):
                 )
             if stage not in self._datasets:
                 fmt = sources.file_format(path)
-                frame = sources.read_file(path, fmt, self.settings.na_values or [], key="data.predict_path")
+                frame = sources.read_file(path, fmt, self.columns.na_values, key="data.predict_path")
                 x = self.preprocessor.transform(frame, sources.file_location(path, fmt))
                 self._datasets[stage] = TensorBatches(torch.from_numpy(x))
             return self._datasets[stage]
