@@ -20,7 +20,7 @@ FOLDS ?= 5
 SEEDS ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: help install train doctor sweep postgres cv repeat test test-full lint format tensorboard export serve generate bench lock clean clean-all
+.PHONY: help install train doctor sweep postgres cv repeat test gpu-check test-full lint format tensorboard export serve generate bench lock clean clean-all
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -52,6 +52,10 @@ repeat: $(STAMP) ## fit and test CONFIG with SEEDS seeds; mean ± std of the tes
 
 test: $(STAMP) ## run the test suite without the slow tests
 	$(PY) -m pytest -m "not slow" --nbmake tests notebooks $(PYTEST_ARGS)
+
+gpu-check: $(STAMP) ## on a machine with a GPU: the CUDA tests, then a timed fit on the GPU beside the CPU
+	$(PY) -m pytest -m cuda tests -rs $(PYTEST_ARGS)
+	$(PY) -m benchmarks.gpu_fit
 
 test-full: $(STAMP) ## run every test, the slow ones too
 	$(PY) -m pytest --nbmake tests notebooks $(PYTEST_ARGS)

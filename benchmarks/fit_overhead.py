@@ -25,6 +25,12 @@ model and the Trainer). The variants, all on ``--epochs`` epochs (default 30) wi
   folder and one ``ModelCheckpoint(monitor="val/loss")``, no progress bar, no model summary, the shipped
   gradient clipping, Lightning's defaults otherwise (``deterministic`` off). Its data is the shipped CLI's
   DataModule (``datamodule=cli.datamodule``): the same loaders, batches and preprocessing.
+- ``hydra``: a LightningModule shaped as lightning-hydra-template's ``MNISTLitModule``, the peer people
+  compare a template with: the same net copy and optimizer as ``bare``, torchmetrics accuracy and mean
+  losses per stage updated in every step and logged with ``self.log`` per epoch, the best validation
+  accuracy tracked with ``MaxMetric``; a Trainer with ``ModelCheckpoint`` (best by ``val/acc`` and
+  ``last.ckpt``), ``EarlyStopping`` (patience beyond the run) and Lightning's ``TensorBoardLogger``, no
+  progress bar, no model summary; the same data.
 - ``no <section>``: ``shipped`` with one of the shipped callback sections (``src.cli.CALLBACK_SECTIONS``,
   as the code has them now) set to ``null``. Where Lightning would put its own callback in the section's
   place, that is switched off too: the progress bar's section also sets ``trainer.enable_progress_bar=
@@ -68,10 +74,12 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch import nn
+from torchmetrics import MaxMetric, MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
 from typing_extensions import override
 
 import src.cli
@@ -237,6 +245,86 @@ def run_bare(folder: Path, epochs: int, extra: list[str]) -> Run:
     return timed_fit(trainer, module, datamodule=cli.datamodule)
 
 
+class HydraModule(L.LightningModule):
+    """lightning-hydra-template's ``MNISTLitModule``, step for step, on the shipped net."""
+
+    def __init__(self, net: nn.Module, lr: float, weight_decay: float, classes: int) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["net"])
+        self.net = net
+        self.criterion = nn.CrossEntropyLoss()
+        self.train_acc = MulticlassAccuracy(classes, average="micro")
+        self.val_acc = MulticlassAccuracy(classes, average="micro")
+        self.train_loss, self.val_loss = MeanMetric(), MeanMetric()
+        self.val_acc_best = MaxMetric()
+
+    @override
+    def on_train_start(self) -> None:
+        self.val_loss.reset()
+        self.val_acc.reset()
+        self.val_acc_best.reset()
+
+    def model_step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        x, y = batch
+        logits = self.net(x)
+        return self.criterion(logits, y), logits.argmax(dim=1), y
+
+    @override
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss, preds, targets = self.model_step(batch)
+        self.train_loss(loss)
+        self.train_acc(preds, targets)
+        self.log("train/loss", self.train_loss, on_step=False, on_epoch=True, prog_bar=True)
+        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, prog_bar=True)
+        return loss
+
+    @override
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        loss, preds, targets = self.model_step(batch)
+        self.val_loss(loss)
+        self.val_acc(preds, targets)
+        self.log("val/loss", self.val_loss, on_step=False, on_epoch=True, prog_bar=True)
+        self.log("val/acc", self.val_acc, on_step=False, on_epoch=True, prog_bar=True)
+
+    @override
+    def on_validation_epoch_end(self) -> None:
+        self.val_acc_best(self.val_acc.compute())
+        self.log("val/acc_best", self.val_acc_best.compute(), sync_dist=True, prog_bar=True)
+
+    @override
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        hparams = self.hparams
+        return torch.optim.AdamW(self.parameters(), lr=hparams["lr"], weight_decay=hparams["weight_decay"])
+
+
+def run_hydra(folder: Path, epochs: int, extra: list[str]) -> Run:
+    cli = src.cli.main(cli_words(folder, epochs, []), run=False)
+    shipped = cli.model
+    optimizer = shipped.optimizer(shipped.parameters()) if shipped.optimizer is not None else None
+    group = optimizer.param_groups[0] if optimizer is not None else {"lr": 1e-3, "weight_decay": 1e-2}
+    classes = cli.datamodule.out_features
+    module = HydraModule(
+        copy.deepcopy(shipped.net), float(group["lr"]), float(group["weight_decay"]), classes
+    )
+    built = cli.trainer
+    torch.use_deterministic_algorithms(False)  # the CLI's Trainer set it for the process; hydra leaves it
+    trainer = L.Trainer(
+        accelerator="auto",
+        devices=1,
+        max_epochs=built.max_epochs,
+        gradient_clip_val=built.gradient_clip_val,
+        gradient_clip_algorithm=built.gradient_clip_algorithm,
+        logger=TensorBoardLogger(save_dir=folder, name="hydra"),
+        callbacks=[
+            ModelCheckpoint(monitor="val/acc", mode="max", save_last=True),
+            EarlyStopping(monitor="val/acc", mode="max", patience=PATIENCE),
+        ],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    return timed_fit(trainer, module, datamodule=cli.datamodule)
+
+
 @dataclass(frozen=True)
 class Variant:
     key: str
@@ -249,6 +337,7 @@ def variants() -> list[Variant]:
     sections = fit_sections()
     found = [
         Variant("bare", "bare LightningModule + Trainer", run_bare),
+        Variant("hydra", "lightning-hydra-template-shaped module", run_hydra),
         Variant("shipped", "shipped (every section on)", run_cli),
     ]
     for section in sections:
@@ -306,11 +395,11 @@ class Results:
 def measure(rounds: int, epochs: int, progress: bool = True, only: list[str] | None = None) -> Results:
     """Every variant (or those whose key ``only`` names) once per round, interleaved, after an unmeasured
     warm-up round; ``bare`` and ``shipped`` always run."""
-    chosen = [v for v in variants() if not only or v.key in {"bare", "shipped", *only}]
+    chosen = [v for v in variants() if not only or v.key in {"bare", "hydra", "shipped", *only}]
     runs: dict[str, list[Run]] = {variant.key: [] for variant in chosen}
     with tempfile.TemporaryDirectory(prefix="fit-overhead-") as tmp:
         root = Path(tmp)
-        for variant in chosen[:2]:  # bare and shipped: between them, everything the others use
+        for variant in chosen[:3]:  # bare, hydra and shipped: between them, everything the others use
             run_variant(variant, root, WARM_UP_EPOCHS)
         for number in range(1, rounds + 1):
             for variant in chosen:
@@ -377,6 +466,14 @@ def table(results: Results) -> str:
     lines.append(
         f"- shipped: {shipped:.2f} s, {bare / shipped:.2f}x bare ({shipped - bare:+.2f} s, "
         f"{1000 * (shipped - bare) / epochs:+.0f} ms per epoch over bare)"
+    )
+    # the comparison with the peers, progress bars off on every side: medians over the rounds
+    quiet = next((v.key for v in results.variants if v.key.startswith("no progress")), "shipped")
+    ours, hydra = results.median(quiet), results.median("hydra")
+    lines.append(
+        f"- shipped with the bar off ({quiet!r}), medians: {ours:.2f} s; speed "
+        f"{results.median('bare') / ours:.2f}x bare and {hydra / ours:.2f}x the "
+        f"lightning-hydra-template-shaped module ({hydra:.2f} s)"
     )
     offs = [v.key for v in results.variants if v.key.startswith("no ")]
     total = sum(shipped - results.best(key) for key in offs)

@@ -57,6 +57,13 @@ def prediction_frame(
     return pd.concat([frame, columns], axis=1)
 
 
+def accelerator(device: str | torch.device) -> str | torch.device:
+    """``auto``: the GPU when one is present, else the CPU; any other device as given."""
+    if device != "auto":
+        return device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 class Predictor:
     """A trained model with its fitted preprocessing: raw rows in, labelled predictions out.
 
@@ -64,21 +71,33 @@ class Predictor:
         model: The trained LightningModule, whose ``predict_step`` answers (the shipped tasks', or yours).
         preprocessor: The preprocessing fitted in the same run.
         batch_size: Rows per forward pass.
+        device: Where the model runs: ``auto`` is the GPU when one is present, else the CPU.
     """
 
-    def __init__(self, model: "LightningModule", preprocessor: Preprocessor, batch_size: int = 8192) -> None:
-        self.model = model.eval()
+    def __init__(
+        self,
+        model: "LightningModule",
+        preprocessor: Preprocessor,
+        batch_size: int = 8192,
+        device: str | torch.device = "auto",
+    ) -> None:
+        self.device = torch.device(accelerator(device))
+        self.model = model.eval().to(self.device)
         self.preprocessor = preprocessor
         self.batch_size = batch_size
 
     @classmethod
     def from_checkpoint(
-        cls, path: str | Path, model_class: "type[LightningModule] | None" = None, batch_size: int = 8192
+        cls,
+        path: str | Path,
+        model_class: "type[LightningModule] | None" = None,
+        batch_size: int = 8192,
+        device: str | torch.device = "auto",
     ) -> "Predictor":
         """The checkpoint's model (:func:`src.checkpoints.load_model`: read as data, its names checked, its
-        class the one it names or ``model_class``) with its fitted preprocessing, on the CPU."""
+        class the one it names or ``model_class``) with its fitted preprocessing, on ``device``."""
         model, checkpoint = load_model(path, model_class)
-        return cls(model, preprocessing_of(checkpoint, str(path)), batch_size)
+        return cls(model, preprocessing_of(checkpoint, str(path)), batch_size, device)
 
     def encode(
         self, frame: pd.DataFrame, source: str | Location = "the rows", report: CellReport | None = None
@@ -94,8 +113,11 @@ class Predictor:
         """Encoded rows ``(N, F)`` → the model's ``predict_step`` outputs for all of them, ``batch_size``
         rows per forward pass (the server calls this on the rows of several requests at once)."""
         batches = x.split(self.batch_size) or (x,)  # an empty frame still gives its (empty) columns
-        outputs = [self.model.predict_step((batch,), i) for i, batch in enumerate(batches)]
-        return {key: torch.cat([o[key] for o in outputs]) for key in outputs[0]}
+        outputs = [
+            self.model.predict_step((batch.to(self.device, non_blocking=True),), i)
+            for i, batch in enumerate(batches)
+        ]
+        return {key: torch.cat([o[key] for o in outputs]).cpu() for key in outputs[0]}
 
     def predict(
         self, frame: pd.DataFrame, source: str | Location = "the rows", report: CellReport | None = None

@@ -86,6 +86,7 @@ def test_bf16_mixed_learns_as_well_as_fp32(workdir: Path) -> None:
     assert accuracy["bf16.yaml"] == pytest.approx(accuracy["fp32.yaml"], abs=0.03)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="16-mixed is a CUDA precision; no CUDA device here")
 def test_fp16_fragment_on_cuda_runs_fp16_with_a_grad_scaler(workdir: Path) -> None:
     run = build(*SPIRAL, "--trainer.accelerator=gpu", "--config", str(TRAINER / "fp16.yaml"))
