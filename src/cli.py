@@ -291,6 +291,14 @@ class CLI(LightningCLI):
             self.place_logging(subcommand, ckpt_path, words)
         elif not hasattr(self, "config"):
             super().parse_arguments(parser, args)
+        typed = settings.option_value(words, "--ckpt_path")
+        if (
+            subcommand is not None
+            and typed is not None
+            and self.config.get(f"{subcommand}.ckpt_path") is None
+        ):
+            # a config file's `ckpt_path: null` (every saved run config has one) does not undo a typed path
+            self.config[subcommand]["ckpt_path"] = typed
         layers = settings.layers_of(words, settings.config_files(words), self.layer)
         for key, switch in settings.switched_classes(layers, words).items():
             settings.give_own_defaults(

@@ -83,7 +83,7 @@ def test_each_folds_preprocessing_and_class_weights_are_fitted_on_its_own_traini
 
 @pytest.mark.parametrize(("folds", "fold"), [(1, 0), (3, 3), (3, -1)])
 def test_a_fold_that_does_not_exist_is_refused(folds: int, fold: int) -> None:
-    with pytest.raises(UserInputError, match=r"data\.folds"):
+    with pytest.raises(UserInputError, match=r"data\.split\.folds"):
         TabularDataModule(split=Split(folds=folds, fold=fold))
 
 
@@ -96,7 +96,10 @@ def test_cross_validate_trains_one_run_per_fold_and_reports_mean_and_std(workdir
     folder = workdir / "logs" / "spiral" / "cv"
     for k in range(3):
         run_config = yaml.safe_load((folder / f"fold{k}" / "config.yaml").read_text())
-        assert (run_config["data"]["init_args"]["folds"], run_config["data"]["init_args"]["fold"]) == (3, k)
+        assert (
+            run_config["data"]["init_args"]["split"]["folds"],
+            run_config["data"]["init_args"]["split"]["fold"],
+        ) == (3, k)
     summary = yaml.safe_load((folder / "summary.yaml").read_text())
     accs = [r["val/acc"] for r in results]
     assert [summary["val/acc"][f"fold{k}"] for k in range(3)] == pytest.approx(accs)

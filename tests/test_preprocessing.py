@@ -17,7 +17,7 @@ import torch
 from sklearn.model_selection import StratifiedKFold
 from sklearn.preprocessing import TargetEncoder
 
-from src.data import Encoding, TabularDataModule, preprocessing, sources
+from src.data import Columns, Encoding, TabularDataModule, preprocessing, sources
 from src.data.preprocessing import (
     MISSING,
     CellReport,
@@ -65,11 +65,17 @@ def messy_csv(tmp_path: Path) -> Path:
 
 
 def data(
-    path: Path, target_column: str = "label", task: str = "classification", **encoding: Any
+    path: Path,
+    target_column: str = "label",
+    task: str = "classification",
+    columns: Columns | None = None,
+    **encoding: Any,
 ) -> TabularDataModule:
     """The messy table's DataModule, its encoding as given (``missing_indicator=True`` ...)."""
     options = Encoding(**({"max_categories": 4, "high_cardinality": "other"} | encoding))
-    return TabularDataModule(path=str(path), target_column=target_column, task=task, encoding=options)
+    return TabularDataModule(
+        path=str(path), target_column=target_column, task=task, columns=columns, encoding=options
+    )
 
 
 def test_column_kinds_are_read_from_the_data_and_can_be_named(messy_csv: Path, caplog) -> None:
@@ -328,7 +334,7 @@ def test_parquet_tensors_are_encoded_from_the_file_read_again_with_the_table_let
     path = tmp_path / "messy.parquet"
     frame.assign(**{" age": frame[" age"].astype(str)}).to_parquet(path)
     monkeypatch.setattr(sources, "READ_BLOCK_BYTES", 8 * 300 * 2)  # two columns per read
-    options = {"missing_indicator": True, "na_values": ["?"]}
+    options = {"missing_indicator": True, "columns": Columns(na_values=["?"])}
     dm, reference = data(path, **options), data(path, **options)
     expected = {
         stage: (
@@ -397,7 +403,7 @@ def test_parquet_columns_named_like_a_saved_index_or_a_nested_field_are_read_aga
         }
     )
     pq.write_table(table, tmp_path / "nested.parquet")
-    for name, options in (("index.parquet", {}), ("nested.parquet", {"drop_columns": ["s"]})):
+    for name, options in (("index.parquet", {}), ("nested.parquet", {"columns": Columns(drop=["s"])})):
         dm, reference = data(tmp_path / name, **options), data(tmp_path / name, **options)
         for stage in ("train", "val", "test"):
             rows = reference.split_rows[stage]

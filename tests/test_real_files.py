@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from src.cli import main
-from src.data import TabularDataModule, sources
+from src.data import Columns, TabularDataModule, sources
 from src.data.preprocessing import Location, infer_kinds
 from src.errors import UserInputError
 from src.predict import Predictor
@@ -92,10 +92,10 @@ def test_parquet_rows_count_from_zero_and_categoricals_stay_categories(tmp_path:
     ("override", "sentence"),
     [
         (
-            {"categorical_columns": ["regoin"]},
+            {"columns": Columns(categorical=["regoin"])},
             "has no feature column(s) ['regoin']; fix data.columns.categorical",
         ),
-        ({"numeric_columns": ["agee"]}, "has no feature column(s) ['agee']"),
+        ({"columns": Columns(numeric=["agee"])}, "has no feature column(s) ['agee']"),
     ],
 )
 def test_a_typo_in_a_column_override_is_named(messy_csv_path: Path, override, sentence: str) -> None:

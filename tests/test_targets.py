@@ -36,6 +36,7 @@ def test_auto_takes_the_log_of_skewed_amounts_only() -> None:
         use_log(np.array([-1.0, 2.0, 3.0]), "log")
 
 
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`:UserWarning")
 def test_the_net_learns_the_standardized_log_and_predicts_in_the_targets_units() -> None:
     torch.manual_seed(0)
     model = regressor("auto")

@@ -48,9 +48,10 @@ from optuna.trial import TrialState
 from typing_extensions import override
 
 from src.apps.cv import cross_validate, mean_std
+from src.callbacks import Dashboard
 from src.cli import CLI, main
 from src.errors import UserInputError
-from src.files import check_output
+from src.files import check_output, written
 from src.settings import config_files
 
 SWEEPS = Path("logs") / "sweeps"
@@ -137,6 +138,15 @@ def decode(space: Space, params: dict[str, Any]) -> dict[str, Any]:
 def param_words(params: dict[str, Any]) -> list[str]:
     """``--key=value`` words that set the parameters, as a user would type them."""
     return [f"--{key}={_text(value)}" for key, value in params.items()]
+
+
+def searched(params: dict[str, Any]) -> dict[str, bool | int | float | str]:
+    """A trial's values as HParams columns: ``model.optimizer.lr`` for
+    ``model.init_args.optimizer.init_args.lr``, lists as text."""
+    return {
+        key.replace(".init_args", ""): value if isinstance(value, bool | int | float | str) else str(value)
+        for key, value in params.items()
+    }
 
 
 def _text(value: Any) -> str:
@@ -248,6 +258,9 @@ class Objective:
                 return self._cross_validate(trial, words, version)
             run = _built([*words, f"--trainer.logger.init_args.version={version}"], which)
             run.trainer.callbacks.append(OptunaPruning(trial, self.space.metric))  # type: ignore[attr-defined]
+            for callback in run.trainer.callbacks:  # type: ignore[attr-defined]
+                if isinstance(callback, Dashboard):  # the HParams table leads with the searched values
+                    callback.hparams.update(searched(params))
             trial.set_user_attr("log_dir", run.trainer.log_dir)
             run.trainer.fit(run.model, datamodule=run.datamodule)
             value = run.trainer.callback_metrics.get(self.space.metric)
@@ -499,10 +512,10 @@ def report(study: optuna.Study, words: Sequence[str], space: Space, name: str) -
         f"# The best trial of sweep {name!r}: {space.metric} {best.value:.4f} (trial {best.number}).\n"
         f"#   python -m src.cli fit --config {path} --test_after_fit true\n"
     )
-    # every process on the study writes it at the end: whole or not at all, never half of two
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    partial.write_text(header + yaml.safe_dump(resolved, sort_keys=False))
-    partial.replace(path)
+    # every process on the study writes it at the end: whole or not at all, never half of two; a full
+    # disk is one sentence
+    with written(path) as (partial,):
+        partial.write_text(header + yaml.safe_dump(resolved, sort_keys=False))
     print(
         f"Best config written to {path}; run it: python -m src.cli fit --config {path} --test_after_fit true"
     )

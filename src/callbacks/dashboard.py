@@ -81,9 +81,13 @@ class Dashboard(Callback):
             ``weights/<param>/grad``) at the first optimizer step of every n-th epoch; 0 turns them off.
         log_graph: Trace the net (``pl_module.net`` when the module has one, else the whole module) once
             on the first training batch and write its graph (Graphs tab).
+        hparams: Further hyperparameters, name to value, shown first in the HParams table beside those
+            read from the run (a sweep gives each trial's searched values).
     """
 
-    def __init__(self, histogram_every_n_epochs: int = 0, log_graph: bool = False) -> None:
+    def __init__(
+        self, histogram_every_n_epochs: int = 0, log_graph: bool = False, hparams: HParams | None = None
+    ) -> None:
         if histogram_every_n_epochs < 0:
             raise UserInputError(
                 f"Dashboard histogram_every_n_epochs={histogram_every_n_epochs} must be 0 (off) or a "
@@ -91,6 +95,8 @@ class Dashboard(Callback):
             )
         self.histogram_every_n_epochs = histogram_every_n_epochs
         self.log_graph = log_graph
+        #: further hyperparameters shown first in the HParams table (a sweep's searched values)
+        self.hparams: HParams = dict(hparams or {})
         self._sessions: set[str] = set()  # the run folders whose HParams session is written
         self._validations: list[tuple[int, int, dict[str, float]]] = []  # (epoch, step, values) per fit
         self._graph_written = False
@@ -127,7 +133,7 @@ class Dashboard(Callback):
             return
         # fit followed by test in one process shares the run: it is written once
         self._sessions.add(writer.log_dir)
-        hparams = run_hparams(trainer, pl_module)
+        hparams = self.hparams | run_hparams(trainer, pl_module)
         _add_summary(writer, hparams_summary.hparams_pb(hparams, trial_id=run_name(trainer, writer)))
         writer.flush()
 
@@ -172,7 +178,7 @@ class Dashboard(Callback):
         for name in names:
             writer.add_scalar(f"{SUMMARY}/best_{name}", values[f"val/{name}"], step)
         writer.add_scalar(f"{SUMMARY}/best_epoch", epoch, step)
-        _add_summary(writer, experiment_pb(trainer, pl_module, names, monitor))
+        _add_summary(writer, experiment_pb(trainer, pl_module, names, monitor, self.hparams))
         writer.flush()
 
     # -- speed and the generalization gap, per epoch --------------------------------------------------
@@ -373,7 +379,11 @@ def _plain(value: Any) -> bool | int | float | str:
 
 
 def experiment_pb(
-    trainer: L.Trainer, pl_module: L.LightningModule, names: list[str], monitor: str
+    trainer: L.Trainer,
+    pl_module: L.LightningModule,
+    names: list[str],
+    monitor: str,
+    given: HParams | None = None,
 ) -> summary_pb2.Summary:
     """The HParams experiment: which columns the table has, in order. The best epoch's own values first
     (the monitored one leading), its number, the test values (the ``test`` run's ``metrics/<name>``),
@@ -389,7 +399,8 @@ def experiment_pb(
     metrics.append(_metric(f"{SUMMARY}/best_epoch", "", "best epoch"))
     metrics += [_metric(f"{GROUP}/{name}", "test", f"test {name}") for name in own]
     metrics += [_metric(f"{SUMMARY}/best_{name}", "", f"best {name}") for name in names if name not in own]
-    hparams = run_hparams(trainer, pl_module)
+    given = given or {}
+    hparams = given | run_hparams(trainer, pl_module)
     types = {bool: api_pb2.DATA_TYPE_BOOL, str: api_pb2.DATA_TYPE_STRING}
     infos = [
         api_pb2.HParamInfo(
@@ -397,7 +408,7 @@ def experiment_pb(
             display_name=DISPLAY.get(name, name),
             type=types.get(type(value), api_pb2.DATA_TYPE_FLOAT64),
             # TensorBoard's table shows five columns at first: those marked as differing between runs
-            differs=name in HEADLINE,
+            differs=name in HEADLINE or name in given,
         )
         for name, value in hparams.items()
     ]

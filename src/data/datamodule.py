@@ -5,11 +5,11 @@ import itertools
 import math
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sized
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator, Mapping, Sized
+from dataclasses import asdict, dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, TypeVar, cast, get_args
 
 import lightning as L
 import numpy as np
@@ -311,6 +311,24 @@ class ResumableDataModule(L.LightningDataModule, ABC):
         return batch
 
 
+G = TypeVar("G", "Columns", "Encoding", "Split")
+
+
+def group(value: object, kind: type[G], key: str) -> G:
+    """A settings group given as itself, left out (its defaults) or as a mapping, as ``hparams`` and
+    checkpoints hold it, so ``TabularDataModule(**datamodule.hparams)`` builds the same DataModule."""
+    if value is None:
+        return kind()
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - {f.name for f in fields(kind)})
+        if unknown:
+            raise UserInputError(f"{key} has no setting {unknown[0]!r}; see {kind.__name__}'s arguments.")
+        return kind(**value)
+    if not isinstance(value, kind):
+        raise UserInputError(f"{key} takes a {kind.__name__} or a mapping, not {type(value).__name__}.")
+    return value
+
+
 @dataclass
 class Columns:
     """Which columns of your file the net reads, and as what.
@@ -336,7 +354,8 @@ class Encoding:
     """How numbers and categories become the net's inputs, fitted on the training rows only.
 
     Args:
-        impute_strategy: What fills a missing numeric cell: the training ``median`` or ``mean``.
+        impute_strategy: What fills a missing numeric cell: the training ``median`` or ``mean``; left
+            out, the median (the streaming DataModule, which never holds every value at once: the mean).
         missing_indicator: Add a 0/1 column per numeric column that had missing cells in training.
         standardize: Scale numeric features to zero mean and unit variance (training statistics).
         scaling: How ``standardize`` scales: ``standard`` by the mean and standard deviation, ``robust``
@@ -351,7 +370,7 @@ class Encoding:
             prices whose zip codes have 68 values, the target means scored worse, benchmarks/tables.py).
     """
 
-    impute_strategy: Literal["median", "mean"] = "median"
+    impute_strategy: Literal["median", "mean"] | None = None
     missing_indicator: bool = False
     standardize: bool = True
     scaling: Literal["standard", "robust"] = "standard"
@@ -444,9 +463,9 @@ class TabularDataModule(ResumableDataModule):
     ) -> None:
         super().__init__(seed, batch_size, num_workers, drop_last)
         self.columns, self.encoding, self.split = (
-            columns or Columns(),
-            encoding or Encoding(),
-            split or Split(),
+            group(columns, Columns, "data.columns"),
+            group(encoding, Encoding, "data.encoding"),
+            group(split, Split, "data.split"),
         )
         check_fractions(self.split.val_fraction, self.split.test_fraction, "rows", "data.split")
         if min_batches_per_epoch is not None and min_batches_per_epoch < 1:
@@ -609,7 +628,7 @@ class TabularDataModule(ResumableDataModule):
             na_values=self.columns.na_values,
             standardize=encoding.standardize,
             scaling=encoding.scaling,
-            impute_strategy=encoding.impute_strategy,
+            impute_strategy=encoding.impute_strategy or "median",
             missing_indicator=encoding.missing_indicator,
             max_categories=encoding.max_categories,
             min_category_frequency=encoding.min_category_frequency,

@@ -62,6 +62,7 @@ from src.data.datamodule import (
     Stage,
     TensorBatches,
     check_fractions,
+    group,
     keep_batch,
     preprocessing_of,
 )
@@ -721,7 +722,7 @@ def check_streamable(encoding: Encoding, split: Split) -> None:
     """What one pass over the rows cannot do, said in one sentence: a median, robust scaling and target
     means need every value at once, and the hash split has no folds nor refit."""
     unsupported = {
-        "data.encoding.impute_strategy": (encoding.impute_strategy, "mean"),
+        "data.encoding.impute_strategy": (encoding.impute_strategy or "mean", "mean"),
         "data.encoding.scaling": (encoding.scaling, "standard"),
         "data.encoding.high_cardinality": (encoding.high_cardinality, "other"),
         "data.split.folds": (split.folds, None),
@@ -783,9 +784,9 @@ class StreamingTableDataModule(ResumableDataModule):
         drop_last: bool = False,
     ) -> None:
         super().__init__(seed, batch_size, num_workers, drop_last)
-        self.columns = columns or Columns()
-        self.encoding = encoding or Encoding(impute_strategy="mean")
-        self.split = split or Split()
+        self.columns = group(columns, Columns, "data.columns")
+        self.encoding = group(encoding, Encoding, "data.encoding")
+        self.split = group(split, Split, "data.split")
         check_fractions(self.split.val_fraction, self.split.test_fraction, "rows", "data.split")
         check_streamable(self.encoding, self.split)
         if num_workers != 0:

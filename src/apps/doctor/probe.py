@@ -139,7 +139,7 @@ def watch_the_run(
         callbacks=[doctor, _StopAfter(steps)],
     )
     try:
-        probe.fit(copy.deepcopy(model), datamodule=datamodule)
+        probe.fit(copy_of(model), datamodule=datamodule)
     except Exception as err:  # the user's code failing is itself a finding, beside those made before
         return [*doctor.findings, _failed("the watched run", err)]
     return doctor.findings
@@ -207,11 +207,22 @@ class _Repeated(Dataset[Any]):
         return self.item
 
 
+def copy_of(model: L.LightningModule) -> L.LightningModule:
+    """A copy to train without touching ``model``: its tensors copied, its factories (the optimizer and
+    scheduler callables a config builds, which may hold locks) shared."""
+    factories = {
+        id(value): value
+        for value in vars(model).values()
+        if callable(value) and not isinstance(value, torch.nn.Module)
+    }
+    return copy.deepcopy(model, memo=factories)
+
+
 def overfit_one_batch(
     model: L.LightningModule, datamodule: L.LightningDataModule, trainer: L.Trainer, steps: int
 ) -> Finding | None:
     """Train a copy on one fixed training batch for ``steps`` steps and see its loss fall."""
-    model = copy.deepcopy(model)
+    model = copy_of(model)
     if isinstance(model, BaseTask):
         model.scheduler = None  # at the optimizer's own LR: a warmup or a cycle's start would hide the answer
     losses = _Losses()

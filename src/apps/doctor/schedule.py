@@ -27,13 +27,11 @@ CYCLIC = (CyclicLR, CosineAnnealingWarmRestarts)
 
 def scheduler_steps(trainer: L.Trainer, model: L.LightningModule, config: LRSchedulerConfig) -> int | None:
     """How often the run steps the scheduler: once per epoch or per optimizer step, every ``frequency``."""
+    if isinstance(model, BaseTask) and model.hparams.get("scheduler_interval") == config.interval:
+        return model.run_length() // config.frequency  # the manual module counts its own accumulation
     if config.interval == "step":
-        if isinstance(model, BaseTask):  # the manual module counts its own accumulation groups
-            return model.run_length() // config.frequency
         steps = trainer.estimated_stepping_batches
         return None if steps == float("inf") else int(steps) // config.frequency
-    if isinstance(model, BaseTask):
-        return model.run_length() // config.frequency
     epochs = trainer.max_epochs
     return None if epochs is None or epochs < 0 else max(epochs, 1) // config.frequency
 
