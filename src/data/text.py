@@ -5,6 +5,7 @@ Left without a file, the DataModule reads the text that ships with Python itself
 library's help topics (``pydoc_data.topics``, about 465 000 characters of English and code).
 """
 
+import math
 import stat
 from collections import Counter
 from collections.abc import Sequence
@@ -16,10 +17,11 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 import torch
+from typing_extensions import override
 
 from src.checkpoints import load_checkpoint
 from src.data.datamodule import ResumableDataModule, TensorBatches, check_fractions
-from src.errors import UserInputError
+from src.errors import UserInputError, notice
 
 Stage = Literal["train", "val", "test", "predict"]
 #: the id of every character outside the vocabulary; the vocabulary's characters follow from id 1
@@ -290,6 +292,17 @@ class TextDataModule(ResumableDataModule):
         log_p = torch.log((counts + 1.0) / (counts.sum() + len(counts)))  # (V,), in nats
         targets = self.dataset(stage).tensors[1].flatten()
         return float(torch.exp(-log_p[targets].mean()))
+
+    @override
+    def setup(self, stage: str) -> None:
+        """Before a fit: says the baseline the model must beat, on the validation stretch it is scored on."""
+        if stage == "fit":
+            perplexity = self.unigram_perplexity("val")
+            notice(
+                f"Unigram baseline on {self.source} (each character's frequency in the training stretch, "
+                f"no context): val/loss {math.log(perplexity):.3f} nats, val/perplexity {perplexity:.1f}; a "
+                "model that reads the context ends below it."
+            )
 
     # -- tensors --------------------------------------------------------------------------------------
 
