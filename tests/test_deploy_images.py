@@ -32,6 +32,7 @@ from src.data.images import ImageDataModule, decode
 from src.errors import UserInputError
 from src.image_predict import ImagePredictor, ImagePreprocessing
 from tests.conftest import BARE, CONFIGS, QUIET, ROOT
+from tests.test_readme import page_blocks
 from tests.test_serve import READY_WITHIN, free_port
 
 CLASSES = ["cat", "dog", "owl"]
@@ -429,6 +430,14 @@ def test_the_server_answers_images_and_refuses_bad_bodies_with_one_sentence(
         assert (got, list(refused)) == (status, ["detail"]), content
         assert refused["detail"].startswith(start), refused
     assert post(server, body(files[:1]))[0] == 200  # it kept serving
+    # the client docs/images.md prints, as a user saves and runs it
+    (client,) = [
+        b for b in page_blocks(ROOT / "docs" / "images.md") if b.text.startswith("# image_client.py")
+    ]
+    namespace: dict = {"__name__": "image_client"}
+    exec(compile(client.text, "image_client.py", "exec"), namespace)
+    answers = namespace["predict"]([str(p) for p in new_images[:5]], f"{server}/predict")  # --max_rows=5
+    assert_answers({"predictions": answers}, predicted.iloc[:5])
 
 
 # -- every file Pillow fails on, and requests too large, get a sentence -----------------------------------

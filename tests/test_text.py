@@ -867,7 +867,7 @@ def test_the_speed_benchmark_times_the_command_beside_the_function(small_text: P
 
 @pytest.mark.slow
 def test_the_shipped_config_beats_the_unigram_baseline_by_far(cli) -> None:
-    """configs/charlm.yaml as make train runs it: a few minutes on two cores."""
+    """configs/charlm.yaml as make train runs it: 6 to 8.5 minutes on two idle cores."""
     run = cli("fit", "--config", "charlm.yaml")
     metrics = run.trainer.callback_metrics
     unigram = run.datamodule.unigram_perplexity("val")

@@ -288,7 +288,7 @@ def viewed(image: Image.Image, mode: Mode, turn: int = 1) -> Image.Image:
     return image.convert(mode)
 
 
-def special_source(source: "Path | bytes | Image.Image", where: str) -> None:
+def special_source(source: Path | bytes | Image.Image, where: str) -> None:
     """One sentence for a path that is no regular file (a FIFO or a device would block the read for
     ever), before anything is opened."""
     if isinstance(source, Path) and (kind := special_file(source)) is not None:
@@ -319,7 +319,7 @@ def readable(where: str, fix: str) -> Iterator[None]:
         ) from err
 
 
-def opened(source: "Path | bytes") -> Image.Image:
+def opened(source: Path | bytes) -> Image.Image:
     """``Image.open`` of a file or of a file's bytes (header only; nothing is decoded yet)."""
     return Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
 
@@ -336,7 +336,7 @@ def header(source: Path | bytes, where: str | None = None, fix: str = "replace o
 
 
 def read_image(
-    source: "Path | bytes | Image.Image",
+    source: Path | bytes | Image.Image,
     mode: Mode,
     where: str | None = None,
     fix: str = "replace or remove it",
