@@ -19,6 +19,8 @@ TRIALS ?= 20
 FOLDS ?= 5
 SEEDS ?= 3
 PYTEST_ARGS ?=
+# more words for the command a target runs: make train CONFIG=configs/images.yaml ARGS="--data.folder=my_images"
+ARGS ?=
 
 .PHONY: help install train doctor sweep postgres cv repeat test gpu-check test-full lint format tensorboard export serve generate bench lock clean clean-all
 
@@ -32,23 +34,23 @@ $(STAMP): requirements.lock
 
 install: $(STAMP) ## make .venv with the exact versions in requirements.lock (only when needed)
 
-train: $(STAMP) ## fit CONFIG (default configs/digits.yaml), then test the best checkpoint
-	$(PY) -m src.cli fit --config $(CONFIG) --test_after_fit true
+train: $(STAMP) ## fit CONFIG (default configs/digits.yaml), then test the best checkpoint; ARGS="--data.folder=..." adds CLI words
+	$(PY) -m src.cli fit --config $(CONFIG) --test_after_fit true $(ARGS)
 
 doctor: $(STAMP) ## check CONFIG's model, data and schedule for the silent training bugs (exit 1 on findings)
-	$(PY) -m src.apps.doctor --config $(CONFIG)
+	$(PY) -m src.apps.doctor --config $(CONFIG) $(ARGS)
 
 sweep: $(STAMP) ## search SPACE for CONFIG until the study has TRIALS trials (logs/sweeps/; resumable)
-	$(PY) -m src.apps.sweep --space $(SPACE) --trials $(TRIALS) --config $(CONFIG)
+	$(PY) -m src.apps.sweep --space $(SPACE) --trials $(TRIALS) --config $(CONFIG) $(ARGS)
 
 postgres: ## install Debian's PostgreSQL server when missing (apt-get): sweeps across machines, their test
 	scripts/postgres.sh install
 
 cv: $(STAMP) ## cross-validate CONFIG over FOLDS folds of the train and validation rows
-	$(PY) -m src.apps.cv --folds $(FOLDS) --config $(CONFIG)
+	$(PY) -m src.apps.cv --folds $(FOLDS) --config $(CONFIG) $(ARGS)
 
 repeat: $(STAMP) ## fit and test CONFIG with SEEDS seeds; mean ± std of the test metrics
-	$(PY) -m src.apps.cv --seeds $(SEEDS) --config $(CONFIG)
+	$(PY) -m src.apps.cv --seeds $(SEEDS) --config $(CONFIG) $(ARGS)
 
 test: $(STAMP) ## run the test suite without the slow tests
 	$(PY) -m pytest -m "not slow" --nbmake tests notebooks $(PYTEST_ARGS)
@@ -76,16 +78,16 @@ tensorboard: $(STAMP) ## serve logs/ on localhost (PORT=6006)
 
 export: $(STAMP) ## export CKPT=... to ONNX (FORMAT=torch-export for .pt2; OUTPUT=path, default beside CKPT; OVERWRITE=1 replaces)
 	@test -n "$(CKPT)" || { echo "error: say which checkpoint: make export CKPT=path/to/last.ckpt" >&2; exit 2; }
-	$(PY) -m src.apps.export --ckpt_path "$(CKPT)" --format $(FORMAT) $(if $(OUTPUT),--output "$(OUTPUT)") $(if $(OVERWRITE),--overwrite)
+	$(PY) -m src.apps.export --ckpt_path "$(CKPT)" --format $(FORMAT) $(if $(OUTPUT),--output "$(OUTPUT)") $(if $(OVERWRITE),--overwrite) $(ARGS)
 
 serve: PORT = 8000
 serve: $(STAMP) ## serve CKPT=... over HTTP on 127.0.0.1 (PORT=8000): POST /predict
 	@test -n "$(CKPT)" || { echo "error: say which checkpoint: make serve CKPT=path/to/last.ckpt" >&2; exit 2; }
-	$(PY) -m src.apps.serve --ckpt_path "$(CKPT)" --port $(PORT)
+	$(PY) -m src.apps.serve --ckpt_path "$(CKPT)" --port $(PORT) $(ARGS)
 
 generate: $(STAMP) ## continue PROMPT with the language model of CKPT=... (configs/charlm.yaml's checkpoints)
 	@test -n "$(CKPT)" || { echo "error: say which checkpoint: make generate CKPT=path/to/last.ckpt" >&2; exit 2; }
-	$(PY) -m src.apps.generate --ckpt_path "$(CKPT)" --prompt "$(PROMPT)"
+	$(PY) -m src.apps.generate --ckpt_path "$(CKPT)" --prompt "$(PROMPT)" $(ARGS)
 
 bench: $(STAMP) ## training speed side by side, make train's time, epoch time and memory by rows, the dashboard's cost, predict, the server and the exports (benchmarks/results/)
 	$(PY) -m benchmarks.train_speed --rounds 7 --write

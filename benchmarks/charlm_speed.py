@@ -19,6 +19,14 @@ the CPU with ``--threads`` torch threads. Per net and round:
   ``python -m src.apps.generate`` does it.
 
 Each number is the median over ``--rounds`` rounds, after one unmeasured warm-up round.
+
+Then **generation from the command line beside the function**, on a checkpoint of the config's net
+trained for ``--steps`` steps through the CLI: ``python -m src.apps.generate`` as a user runs it (its
+own process, its text printed as it comes, to /dev/null) with its default thread setting and with
+torch's own (``--threads null``: one per core), and :func:`src.models.language.generate` on the model
+loaded from the same checkpoint under the same two settings. A command's characters per second are
+the extra characters of a long run over a short one divided by its extra seconds, so that starting
+Python and loading the checkpoint do not count; both runs sample as above, from the same prompt.
 """
 
 import argparse
@@ -26,6 +34,9 @@ import contextlib
 import logging
 import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -46,7 +57,8 @@ from src.data.text import TextDataModule
 from src.models.language import LanguageModel, generate
 from src.nets.transformer import CharGRU, CharTransformer
 
-CONFIG = Path(__file__).resolve().parent.parent / "configs" / "charlm.yaml"
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "configs" / "charlm.yaml"
 
 
 @dataclass(frozen=True)
@@ -236,11 +248,109 @@ def table(results: Results) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class Generation:
+    """Characters per second of one way of generating, per round."""
+
+    path: str  #: "python -m src.apps.generate" or "generate()"
+    threads: str  #: the thread setting, as its user writes it
+    speeds: list[float]
+
+
+def trained_checkpoint(setup: Setup, folder: Path) -> Path:
+    """configs/charlm.yaml's net fitted ``setup.steps`` steps by the CLI, without samples: its last.ckpt."""
+    from src.cli import main
+
+    with contextlib.chdir(folder):
+        main([
+            "fit", "--config", str(CONFIG), f"--trainer.limit_train_batches={setup.steps}",
+            "--trainer.max_epochs=1", "--trainer.limit_val_batches=2", "--trainer.callbacks=[]",
+            "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
+            *([f"--data.init_args.path={setup.text_path}"] if setup.text_path else []),
+            *(f"--model.init_args.net.init_args.{k}={v}" for k, v in setup.net.items()),
+            f"--data.init_args.block_size={setup.block_size}",
+            f"--data.init_args.batch_size={setup.batch_size}",
+        ])  # fmt: skip
+    (found,) = folder.rglob("last.ckpt")
+    return found
+
+
+def command_seconds(ckpt: Path, prompt: str, new_tokens: int, threads: str) -> float:
+    """Wall seconds of ``python -m src.apps.generate`` generating ``new_tokens`` characters."""
+    words = [
+        "--ckpt_path", str(ckpt), "--prompt", prompt, "--strategy", "sample", "--temperature", "0.8",
+        "--top_k", "40", "--max_new_tokens", str(new_tokens), "--seed", "0", "--accelerator", "cpu",
+        "--threads", threads,
+    ]  # fmt: skip
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "src.apps.generate", *words],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
+    )
+    return time.perf_counter() - start
+
+
+def measure_generation(setup: Setup, rounds: int, folder: Path, new_tokens: int) -> list[Generation]:
+    """The command and the function generating ``new_tokens`` characters, each with the command's default
+    threads (1) and torch's (one per core), alternating, ``rounds`` times; see the module's docstring for
+    how a command's speed is read."""
+    from src.apps.generate import load
+
+    with quiet(torch.get_num_threads()):
+        ckpt = trained_checkpoint(setup, folder)
+    model, vocabulary, block_size = load(str(ckpt))
+    datamodule = data(setup)
+    prompt = datamodule.stretch("val")[: setup.block_size]
+    short, long = max(1, new_tokens // 10), new_tokens
+    default = torch.get_num_threads()  # torch's own: one per core
+    found = [
+        Generation("python -m src.apps.generate", "default (1)", []),
+        Generation("python -m src.apps.generate", f"--threads null ({default})", []),
+        Generation("generate()", "1", []),
+        Generation("generate()", f"torch's default ({default})", []),
+    ]
+    for _ in range(rounds):
+        for each, threads in zip(found[:2], ("1", "null"), strict=True):
+            extra = command_seconds(ckpt, prompt, long, threads) - command_seconds(
+                ckpt, prompt, short, threads
+            )
+            each.speeds.append((long - short) / extra)
+        for each, count in zip(found[2:], (1, default), strict=True):
+            torch.set_num_threads(count)
+            start = time.perf_counter()
+            ids = generate(model, vocabulary.encode(prompt), long, "sample", 0.8, 40, None, 0, block_size)
+            each.speeds.append((len(ids) - len(prompt)) / (time.perf_counter() - start))
+        torch.set_num_threads(default)
+    return found
+
+
+def generation_table(found: list[Generation], setup: Setup, new_tokens: int) -> str:
+    lines = [
+        f"{new_tokens} characters sampled after a prompt of {setup.block_size} (temperature 0.8, top-k "
+        f"40), by the command in its own process (start-up and loading left out) and by the function; "
+        f"median of {len(found[0].speeds)} round(s), CPU.",
+        "",
+        "| generation | torch threads | chars/s |",
+        "|---|---|---:|",
+    ]
+    lines += [f"| {g.path} | {g.threads} | {statistics.median(g.speeds):,.0f} |" for g in found]
+    return "\n".join(lines)
+
+
 def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--steps", type=int, default=100, help="training steps per net and round")
     parser.add_argument("--new_tokens", type=int, default=200, help="characters generated per net and round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--cli_tokens",
+        type=int,
+        default=2000,
+        help="characters per generation of the command and the function",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the shipped cpu_threads)")
     parser.add_argument(
         "--write", action="store_true", help="also save the table as benchmarks/results/charlm_speed.md"
@@ -251,10 +361,15 @@ def parse_arguments() -> argparse.Namespace:
 if __name__ == "__main__":
     options = parse_arguments()
     setup = from_config(options.steps, options.new_tokens)
+    with tempfile.TemporaryDirectory(prefix="charlm-speed-") as tmp:
+        found = measure_generation(setup, options.rounds, Path(tmp), options.cli_tokens)
+        generation = generation_table(found, setup, options.cli_tokens)
     text = (
         report.header("Character language model speed")
         + "\n\n"
         + table(measure(setup, options.rounds, options.threads))
+        + "\n\n"
+        + generation
     )
     print(text)
     if options.write:

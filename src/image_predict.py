@@ -7,36 +7,31 @@ predictor = ImagePredictor.from_checkpoint("logs/images/version_0/checkpoints/la
 predictor.predict(["cat.png", open("dog.jpg", "rb").read()])  # a DataFrame: prediction, probabilities
 ```
 
-An image (a file, its bytes, or a Pillow image) is decoded, converted to the checkpoint's mode and, if
-the run resized its images (``data.image_size``), resized to its size, as
-:class:`src.data.images.ImageDataModule` reads files to predict. The pixels, uint8 ``(H, W, C)``, go
-through :class:`ImageGraph`: floats on the 0…1 scale, standardized with the statistics fitted in the
-run, then the net. The exported graph is that module.
+An image (a file, its bytes, or a Pillow image) is read by the one rule of :mod:`src.data.images` in the
+checkpoint's mode and, if the run resized its images (``data.image_size``), resized to its size, as
+:class:`src.data.images.ImageDataModule` reads files to train on and to predict. The pixels, uint8
+``(H, W, C)``, go through :class:`ImageGraph`: floats on the 0…1 scale, standardized with the statistics
+fitted in the run, then the net. The exported graph is that module.
 """
 
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-import numpy as np
 import pandas as pd
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from torch import nn
 
 from src.checkpoints import check_names, load_checkpoint, resolve
-from src.data.images import CHANNELS, FITTED, Mode
+from src.data.images import CHANNELS, FITTED, Mode, array_of, read_image, sized
 from src.errors import UserInputError
 from src.models import BaseTask
 from src.predict import prediction_frame
 
 #: what a caller may hand :meth:`ImagePredictor.predict`: a file, the bytes of one, or a decoded image
 ImageInput = Image.Image | str | Path | bytes
-#: Pillow's ways to refuse a file (as :func:`src.data.images.decode` catches them), and an image so large
-#: that decoding it could exhaust memory
-UNREADABLE = (UnidentifiedImageError, OSError, SyntaxError, Image.DecompressionBombError)
 
 
 def image_state(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
@@ -99,33 +94,23 @@ class ImagePreprocessing:
 
     def pixels(self, image: Image.Image, where: str) -> torch.Tensor:
         """A decoded image → uint8 ``(H, W, C)`` in this mode and size, as the DataModule reads a file."""
-        converted = image.convert(self.mode)
-        height, width = self.size
-        if converted.size != (width, height):
-            if not self.resize:
-                raise UserInputError(
-                    f"{where} is {converted.width}x{converted.height} but the model was trained on "
-                    f"{width}x{height} images without resizing; send images of that size."
-                )
-            converted = converted.resize((width, height), Image.Resampling.BILINEAR)
-        array = np.asarray(converted).reshape(height, width, -1)  # (H, W, C): a grayscale image has no C
-        return torch.from_numpy(array.copy())
+        return self.read(image, where)
 
     def read(self, item: ImageInput, where: str) -> torch.Tensor:
-        """One image, given as a file, its bytes or a Pillow image → uint8 ``(H, W, C)``; a file that is
-        no image, or of another size when the run did not resize, is one sentence naming ``where``."""
-        if isinstance(item, Image.Image):
-            return self.pixels(item, where)
-        source = io.BytesIO(item) if isinstance(item, bytes) else Path(item)
-        try:
-            with Image.open(source) as opened:
-                opened.load()  # decodes: a damaged file fails here, not later
-                return self.pixels(opened, where)
-        except UNREADABLE as err:
-            # Pillow names an unknown format by the file object's repr: say it in words instead
-            why = "no image format Pillow reads" if isinstance(err, UnidentifiedImageError) else str(err)
-            fix = "send a PNG or JPEG file" if isinstance(item, bytes) else "replace or remove it"
-            raise UserInputError(f"{where} cannot be read as an image ({why}); {fix}.") from err
+        """One image, given as a file, its bytes or a Pillow image → uint8 ``(H, W, C)`` by the one rule
+        (:func:`src.data.images.read_image`); a file that is no image, or of another size when the run did
+        not resize, is one sentence naming ``where``."""
+        source = Path(item) if isinstance(item, str) else item
+        fix = "send a PNG or JPEG file" if isinstance(item, bytes) else "replace or remove it"
+        image = read_image(source, self.mode, where, fix)
+        fitting = sized(image, self.size, self.resize)
+        if fitting is None:
+            height, width = self.size
+            raise UserInputError(
+                f"{where} is {image.width}x{image.height} but the model was trained on "
+                f"{width}x{height} images without resizing; send images of that size."
+            )
+        return torch.from_numpy(array_of(fitting).copy())
 
     def state(self) -> dict[str, Any]:
         """As plain data, for the export's sidecar."""

@@ -3,14 +3,17 @@
 server answers base64 image files as ``predict`` does, refusing a bad one with a sentence naming it."""
 
 import base64
+import io
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+import zlib
 from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import replace
@@ -21,7 +24,7 @@ import onnxruntime
 import pandas as pd
 import pytest
 import torch
-from PIL import Image
+from PIL import Image, ImageFile
 
 from src.apps import export, serve
 from src.cli import main
@@ -29,6 +32,7 @@ from src.data.images import ImageDataModule, decode
 from src.errors import UserInputError
 from src.image_predict import ImagePredictor, ImagePreprocessing
 from tests.conftest import BARE, CONFIGS, QUIET, ROOT
+from tests.test_readme import page_blocks
 from tests.test_serve import READY_WITHIN, free_port
 
 CLASSES = ["cat", "dog", "owl"]
@@ -426,3 +430,107 @@ def test_the_server_answers_images_and_refuses_bad_bodies_with_one_sentence(
         assert (got, list(refused)) == (status, ["detail"]), content
         assert refused["detail"].startswith(start), refused
     assert post(server, body(files[:1]))[0] == 200  # it kept serving
+    # the client docs/images.md prints, as a user saves and runs it
+    (client,) = [
+        b for b in page_blocks(ROOT / "docs" / "images.md") if b.text.startswith("# image_client.py")
+    ]
+    namespace: dict = {"__name__": "image_client"}
+    exec(compile(client.text, "image_client.py", "exec"), namespace)
+    answers = namespace["predict"]([str(p) for p in new_images[:5]], f"{server}/predict")  # --max_rows=5
+    assert_answers({"predictions": answers}, predicted.iloc[:5])
+
+
+# -- every file Pillow fails on, and requests too large, get a sentence -----------------------------------
+
+
+def with_chunk(png: bytes, kind: bytes, data: bytes) -> bytes:
+    """A PNG file with one more chunk after its header (IHDR), its CRC right: Pillow reads it as sound up to
+    that chunk's content."""
+    chunk = struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    end_of_ihdr = 8 + 25  # the signature, then IHDR's length, type, 13 bytes and CRC
+    return png[:end_of_ihdr] + chunk + png[end_of_ihdr:]
+
+
+def test_a_broken_chunk_or_a_bomb_is_a_422_naming_the_image_not_a_500(
+    api: serve.ImageAPI, new_images: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = new_images[0].read_bytes()
+    broken = with_chunk(good, b"gAMA", b"\x00\x01")  # 2 bytes where gAMA holds 4: Pillow's ValueError
+    answers = through_a_batch(api, [body([b64(good), b64(broken)]), body([b64(good)])])
+    assert answers[0] == (
+        422,
+        {"detail": "images[1] cannot be read as an image (Truncated gAMA chunk); send a PNG or JPEG file."},
+    )
+    assert answers[1][0] == 200
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 10)  # 8x8 = 64 pixels: more than twice the limit
+    ((status, answer),) = through_a_batch(api, [body([b64(good)])])
+    assert status == 422
+    assert answer["detail"].startswith(
+        "images[0] has more pixels than Pillow decodes (Image size (64 pixels)"
+    )
+    assert answer["detail"].endswith(
+        "; shrink it, or raise PIL.Image.MAX_IMAGE_PIXELS if you trust the file."
+    )
+
+
+def test_a_request_of_too_many_pixels_is_refused_from_the_headers_before_decoding(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = serve.ImageAPI(str(checkpoint), max_rows=50, max_batch_size=8, batch_timeout=0.0, max_pixels=10_000)
+    api.pre_setup()
+    api.setup("cpu")
+    large = io.BytesIO()
+    Image.fromarray(np.zeros((60, 60), dtype=np.uint8)).save(large, "PNG")  # 3,600 pixels, 100-odd bytes
+
+    def never(self: Image.Image) -> None:
+        raise AssertionError("an image was decoded")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ImageFile.ImageFile, "load", never)
+        ((status, answer),) = through_a_batch(api, [body([b64(large.getvalue())] * 3)])  # 10,800 pixels
+    assert (status, answer) == (
+        413,
+        {
+            "detail": "the request's images hold 10,800 pixels, more than the 10,000 allowed (--max_pixels); "
+            "send fewer or smaller images."
+        },
+    )
+    ((status, answer),) = through_a_batch(api, [body([b64(large.getvalue())] * 2)])  # within: read, refused
+    assert (status, answer["detail"][:40]) == (422, "images[0] is 60x60 but the model was tra")
+    assert serve.MAX_PIXELS == 25_000_000
+    assert "(default 25000000)" in " ".join(serve_help().split())
+
+
+def serve_help() -> str:
+    """``python -m src.apps.serve --help`` as printed."""
+    done = subprocess.run(
+        [sys.executable, "-m", "src.apps.serve", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; this machine has none")
+def test_on_a_gpu_the_server_answers_what_it_answers_on_the_cpu(
+    checkpoint: Path, new_images: list[Path]
+) -> None:
+    files = [b64(p.read_bytes()) for p in new_images]
+    answers = []
+    for device in ("cpu", "cuda:0"):
+        api = serve.ImageAPI(str(checkpoint), max_rows=50, max_batch_size=8, batch_timeout=0.0)
+        api.pre_setup()
+        api.setup(device)
+        assert next(api.predictor.model.parameters()).device == torch.device(device)
+        answers.append(through_a_batch(api, [body(files)])[0])
+    (cpu_status, on_cpu), (gpu_status, on_gpu) = answers
+    assert cpu_status == gpu_status == 200
+    assert [p["label"] for p in on_gpu["predictions"]] == [p["label"] for p in on_cpu["predictions"]]
+    torch.testing.assert_close(
+        torch.tensor([list(p["probabilities"].values()) for p in on_gpu["predictions"]]),
+        torch.tensor([list(p["probabilities"].values()) for p in on_cpu["predictions"]]),
+        rtol=1e-4,
+        atol=1e-5,
+    )

@@ -7,6 +7,11 @@ whole by the slow test at the end.
 import logging
 import math
 import os
+import shutil
+import struct
+import threading
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import lightning as L
@@ -17,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
-from PIL import Image
+from PIL import ExifTags, Image, ImageDraw, ImageFile, ImageFont
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.data import DataLoader, DistributedSampler
 from typing_extensions import override
@@ -30,6 +35,7 @@ from src.data import images
 from src.data.datamodule import ResumableLoader, keep_batch
 from src.data.images import ImageDataModule, write_digits
 from src.errors import UserInputError
+from src.image_predict import ImagePreprocessing
 from src.models import Classifier
 from src.nets.cnn import ResNet, SmallCNN
 from tests.conftest import BARE, CONFIGS, QUIET
@@ -719,3 +725,401 @@ def test_the_loader_benchmark_counts_every_image_of_every_epoch(folder: Path) ->
 def test_the_shipped_images_config_reaches_97_percent_test_accuracy(cli) -> None:
     run = cli("fit", "--config", "images.yaml", "--test_after_fit=true")
     assert run.trainer.callback_metrics["test/acc"] >= 0.97
+
+
+# -- one reading rule for every mode Pillow opens ------------------------------------------------------
+
+#: what a viewer applies for each EXIF orientation (the EXIF standard's table), as the transposition that
+#: undoes it: a file stored as ``UNDO[o](picture)`` with orientation ``o`` shows ``picture``
+UNDO = {
+    1: None,
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_90,  # the viewer turns it 90° clockwise (ROTATE_270): stored a quarter back
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_270,
+}
+
+
+def picture(seed: int = 0, size: tuple[int, int] = (7, 5)) -> np.ndarray:
+    """An 8-bit colour picture, ``(H, W, 3)``: every value 0…255 likely, not square (turns show)."""
+    return np.random.default_rng(seed).integers(0, 256, size=(*size, 3), dtype=np.uint8)
+
+
+def composited(gray_or_rgb: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """Over white, as a viewer shows it: exact where alpha is 0 or 255 (the cases tested exactly)."""
+    a = alpha.astype(np.float64)[..., None] if gray_or_rgb.ndim == 3 else alpha.astype(np.float64)
+    return np.rint((gray_or_rgb * a + 255 * (255 - a)) / 255).astype(np.uint8)
+
+
+def variants(folder: Path) -> dict[str, tuple[Path, Image.Image, int]]:
+    """Per case: a file in some Pillow mode, the 8-bit copy of the same picture a viewer shows (L, RGB or
+    RGBA), and the largest difference allowed (0 but for YCbCr, which Pillow's conversion rounds)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rgb = picture()
+    gray = rgb[..., 0]
+    shape = (gray > 127).astype(np.uint8) * 255  # binary: an icon's shape
+    cases: dict[str, tuple[Path, Image.Image, int]] = {}
+
+    def case(name: str, image: Image.Image, copy: Image.Image, suffix: str = ".png", atol: int = 0) -> None:
+        image.save(folder / f"{name}{suffix}")
+        with Image.open(folder / f"{name}{suffix}") as reopened:  # saved as the mode named, not another
+            assert reopened.mode == name.split("-")[0].replace("_", ";"), (name, reopened.mode)
+        cases[name] = (folder / f"{name}{suffix}", copy, atol)
+
+    case("1", Image.fromarray(gray > 127), Image.fromarray(shape))
+    case("L", Image.fromarray(gray), Image.fromarray(gray))
+    case("I_16", Image.fromarray(gray.astype(np.uint16) * 257), Image.fromarray(gray))  # 0…65535
+    case("I", Image.fromarray(gray.astype(np.int32) * 257, "I"), Image.fromarray(gray), ".tif")
+    case("F", Image.fromarray(gray.astype(np.float32) / 255, "F"), Image.fromarray(gray), ".tif")  # 0…1
+    palette = Image.fromarray(rgb).quantize(16)
+    case("P", palette, palette.convert("RGB"))
+    see_through = palette.copy()
+    see_through.info["transparency"] = 0  # palette entry 0 transparent
+    alpha_of_p = np.where(np.asarray(palette) == 0, 0, 255).astype(np.uint8)
+    case(
+        "P-transparent",
+        see_through,
+        Image.fromarray(np.dstack([np.asarray(palette.convert("RGB")), alpha_of_p])),
+    )
+    case(
+        "LA",
+        Image.fromarray(np.dstack([gray, shape]), "LA"),
+        Image.fromarray(np.dstack([gray, gray, gray, shape])),
+    )
+    icon = np.dstack([np.zeros_like(rgb), shape])  # black, its shape in alpha alone
+    case("RGBA", Image.fromarray(icon), Image.fromarray(icon))
+    case("CMYK", Image.fromarray(rgb).convert("CMYK"), Image.fromarray(rgb), ".tif")
+    case("YCbCr", Image.fromarray(rgb).convert("YCbCr"), Image.fromarray(rgb), ".tif", atol=3)
+    for turn in range(2, 9):  # the picture stored turned back, its EXIF orientation turning it upright
+        exif = Image.Exif()
+        exif[ExifTags.Base.Orientation] = turn
+        stored = Image.fromarray(rgb).transpose(UNDO[turn])
+        stored.save(folder / f"exif-{turn}.png", exif=exif)
+        cases[f"RGB-exif-{turn}"] = (folder / f"exif-{turn}.png", Image.fromarray(rgb), 0)
+    return cases
+
+
+def expected(copy: Image.Image, mode: str) -> np.ndarray:
+    """The 8-bit copy in ``mode``: by Pillow's 8-bit conversions, transparency composited on white with
+    numpy, alpha 255 where the copy has none."""
+    pixels = np.asarray(copy)
+    if copy.mode == "RGBA" and mode != "RGBA":
+        flat = Image.fromarray(composited(pixels[..., :3], pixels[..., 3]))
+        return np.asarray(flat.convert(mode)).reshape(copy.height, copy.width, -1)
+    return np.asarray(copy.convert(mode)).reshape(copy.height, copy.width, -1)
+
+
+@pytest.fixture(scope="module")
+def modes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Image.Image, int]]:
+    return variants(tmp_path_factory.mktemp("modes"))
+
+
+@pytest.mark.parametrize("mode", ["L", "RGB", "RGBA"])
+@pytest.mark.parametrize(
+    "case",
+    ["1", "L", "I_16", "I", "F", "P", "P-transparent", "LA", "RGBA", "CMYK", "YCbCr",
+     *(f"RGB-exif-{turn}" for turn in range(2, 9))],
+)  # fmt: skip
+def test_every_mode_reads_as_its_8_bit_copy(
+    modes: dict[str, tuple[Path, Image.Image, int]], case: str, mode: str
+) -> None:
+    path, copy, atol = modes[case]
+    got = images.decode(path, mode, (7, 5), resize=False).permute(1, 2, 0)  # type: ignore[arg-type]
+    want = torch.from_numpy(expected(copy, mode).copy())
+    torch.testing.assert_close(got, want, rtol=0, atol=atol)
+    # the header says the size a viewer shows and whether there is transparency, before any decoding
+    seen = images.header(path)
+    assert seen.size == (7, 5)
+    assert seen.alpha == (copy.mode == "RGBA")
+
+
+def test_the_predictor_and_the_server_read_a_file_by_the_same_rule(
+    modes: dict[str, tuple[Path, Image.Image, int]],
+) -> None:
+    for path, _, _ in modes.values():
+        for mode in ("L", "RGB", "RGBA"):
+            reference = images.decode(path, mode, (7, 5), resize=False).permute(1, 2, 0)
+            preprocessing = ImagePreprocessing([], mode, (7, 5), False, torch.zeros(1), torch.ones(1))  # type: ignore[arg-type]
+            for given in (path, str(path), path.read_bytes()):
+                torch.testing.assert_close(preprocessing.read(given, "x"), reference, rtol=0, atol=0)
+            with Image.open(path) as opened:
+                torch.testing.assert_close(preprocessing.read(opened, "x"), reference, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("cases", "mode"),
+    [
+        (["L", "I_16", "F", "1"], "L"),
+        (["L", "CMYK"], "RGB"),
+        (["L", "P"], "RGB"),
+        (["L", "LA"], "RGBA"),
+        (["P-transparent", "RGB-exif-6"], "RGBA"),
+    ],
+)
+def test_a_folder_is_read_in_the_mode_that_loses_nothing_and_a_mix_is_said(
+    modes: dict[str, tuple[Path, Image.Image, int]], tmp_path: Path, cases: list[str], mode: str, caplog
+) -> None:
+    for k, case in enumerate(cases):
+        for label in ("a", "b"):
+            (tmp_path / label).mkdir(exist_ok=True)
+            source = modes[case][0]
+            for i in range(5):
+                shutil.copy(source, tmp_path / label / f"{k}-{i}{source.suffix}")
+    with caplog.at_level(logging.INFO):
+        dm = ImageDataModule(folder=str(tmp_path), val_fraction=0.2, test_fraction=0.2)
+        assert (dm.mode, dm.in_features) == (mode, images.CHANNELS[mode])
+    said = [r.getMessage() for r in caplog.records if "mixes image modes" in r.getMessage()]
+    assert len(said) == 1
+    assert said[0].startswith(f"data.folder={str(tmp_path)!r} mixes image modes: 10 ")
+    assert f"all are read as {mode} by one rule (EXIF orientation applied" in said[0]
+    dm.setup("fit")  # every file decodes in that mode
+    assert dm.dataset("train").tensors[0].shape[1:] == (images.CHANNELS[mode], 7, 5)  # type: ignore[attr-defined]
+
+
+def test_one_mode_in_a_folder_is_no_news(folder: Path, caplog) -> None:
+    with caplog.at_level(logging.INFO):
+        assert ImageDataModule(folder=str(folder)).mode == "L"
+    assert "mixes image modes" not in caplog.text
+
+
+LETTERS = "ABCDE"
+
+
+def letters(folder: Path, variant: str, per_class: int = 40, seed: int = 0) -> Path:
+    """Bright letters A to E on a dark, noisy 20x20 ground, placed and tilted at random; the same pictures
+    (same seed) in each ``variant``: ``8-bit`` (L PNG files, the copy), ``16-bit`` (I;16 PNG, 0…65535),
+    ``exif`` (each stored turned by a random EXIF orientation that turns it back), ``alpha`` (black RGBA
+    icons whose shape is in the alpha channel alone: over white they show the 8-bit picture)."""
+    rng, turns = np.random.default_rng(seed), np.random.default_rng(seed + 1)  # the same pictures in each
+    font = ImageFont.load_default(size=14)
+    for letter in LETTERS:
+        (folder / letter).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            glyph = Image.new("L", (20, 20), 0)
+            ImageDraw.Draw(glyph).text(
+                tuple(rng.integers(2, 7, size=2).tolist()), letter, fill=255, font=font
+            )
+            glyph = glyph.rotate(float(rng.uniform(-15, 15)), resample=Image.Resampling.BILINEAR)
+            ground = rng.integers(0, 80, size=(20, 20))
+            gray = np.maximum(ground, np.asarray(glyph) * rng.uniform(0.7, 1.0)).astype(np.uint8)
+            path = folder / letter / f"{i:03d}.png"
+            if variant == "8-bit":
+                Image.fromarray(gray).save(path)
+            elif variant == "16-bit":
+                Image.fromarray(gray.astype(np.uint16) * 257).save(path)
+            elif variant == "exif":
+                turn = int(turns.integers(1, 9))
+                exif = Image.Exif()
+                exif[ExifTags.Base.Orientation] = turn
+                stored = Image.fromarray(gray)
+                (stored if turn == 1 else stored.transpose(UNDO[turn])).save(path, exif=exif)
+            else:  # black over white shows 255 - alpha: the picture is in the alpha channel alone
+                Image.fromarray(np.dstack([np.zeros((20, 20, 3), np.uint8), 255 - gray])).save(path)
+    return folder
+
+
+def letters_run(folder: Path, *extra: str) -> CLI:
+    """configs/images.yaml's CNN (widths 8, 16), no augmentation, on a letters folder: fitted."""
+    run = main(
+        tiny(folder, "--model.init_args.net.init_args.widths=[8, 16]", "--data.init_args.crop_padding=0",
+             "--trainer.logger=false", "--trainer.enable_checkpointing=false", *extra),
+        run=False,
+    )  # fmt: skip
+    return fitted(run)
+
+
+@pytest.mark.parametrize(("variant", "mode"), [("16-bit", None), ("exif", None), ("alpha", "L")])
+def test_a_16_bit_an_exif_turned_and_an_alpha_data_set_train_as_their_8_bit_copy(
+    tmp_path: Path, workdir: Path, variant: str, mode: str | None
+) -> None:
+    """The same pictures read to the same pixels: the same run, weight for weight (the alpha icons read in
+    L are composited on white, which shows the 8-bit picture)."""
+    copy = letters_run(letters(tmp_path / "copy", "8-bit", per_class=12), "--trainer.max_epochs=2")
+    words = ["--trainer.max_epochs=2", *([f"--data.init_args.mode={mode}"] if mode else [])]
+    other = letters_run(letters(tmp_path / variant, variant, per_class=12), *words)
+    assert other.datamodule.mode == copy.datamodule.mode == "L"
+    torch.testing.assert_close(other.datamodule.stats, copy.datamodule.stats, rtol=0, atol=0)
+    torch.testing.assert_close(other.model.state_dict(), copy.model.state_dict(), rtol=0, atol=0)
+    assert other.trainer.global_step == copy.trainer.global_step > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["16-bit", "exif", "alpha"])
+def test_each_kind_of_file_trains_to_the_accuracy_of_its_8_bit_copy(
+    tmp_path: Path, workdir: Path, variant: str
+) -> None:
+    """In the mode each folder gets when left out (the alpha icons: RGBA, four channels), 30 epochs."""
+    long = ("--trainer.max_epochs=30", "--data.init_args.test_fraction=0.3")
+
+    def accuracy(run: CLI) -> float:
+        (metrics,) = run.trainer.test(run.model, datamodule=run.datamodule, verbose=False)
+        return metrics["test/acc"]
+
+    copy = letters_run(letters(tmp_path / "copy", "8-bit", per_class=60), *long)
+    other = letters_run(letters(tmp_path / variant, variant, per_class=60), *long)
+    assert other.datamodule.mode == ("RGBA" if variant == "alpha" else "L")
+    assert accuracy(copy) >= 0.8  # well above chance (0.2): the comparison means something
+    assert accuracy(other) >= accuracy(copy) - 0.05
+
+
+# -- every way Pillow fails on a file, and inputs that would block, are one sentence ---------------------
+
+#: what Pillow's plugins raise on damaged files (a truncated gAMA chunk: ValueError; a short read in a
+#: header: struct.error; and the rest), and its guard against decompression bombs
+PILLOW_FAILURES = [
+    OSError("broken data stream when reading image file"),
+    SyntaxError("broken PNG file"),
+    ValueError("Truncated gAMA chunk"),
+    struct.error("unpack requires a buffer of 4 bytes"),
+    EOFError("no more images in GIF file"),
+    IndexError("index out of range"),
+    TypeError("bad operand type"),
+    ZeroDivisionError("division by zero"),
+    MemoryError(),
+    Image.DecompressionBombError("Image size (400000000 pixels) exceeds limit of 178956970 pixels."),
+]
+
+
+@pytest.mark.parametrize("error", PILLOW_FAILURES, ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("when", ["open", "decode"])
+def test_every_way_pillow_fails_on_a_file_is_one_sentence_naming_it(
+    folder: Path, monkeypatch: pytest.MonkeyPatch, error: Exception, when: str
+) -> None:
+    path = folder / "cat" / "000.png"
+    real_open = Image.open
+
+    def failing_open(fp: object, *args: object, **kwargs: object) -> Image.Image:
+        if str(fp) == str(path):
+            raise error
+        return real_open(fp, *args, **kwargs)  # type: ignore[arg-type]
+
+    def failing_load(self: ImageFile.ImageFile) -> None:
+        raise error
+
+    if when == "open":
+        monkeypatch.setattr(Image, "open", failing_open)
+    else:
+        monkeypatch.setattr(ImageFile.ImageFile, "load", failing_load)
+    start = f"{str(path)!r} " if when == "open" else "'"
+    ending = "shrink it, or raise PIL.Image.MAX_IMAGE_PIXELS if you trust the file."
+    if not isinstance(error, Image.DecompressionBombError):
+        ending = "replace or remove it."
+    for read in (
+        lambda: ImageDataModule(folder=str(folder)).setup("fit"),  # the headers, then the pixels
+        lambda: ImagePreprocessing([], "L", (8, 8), False, torch.zeros(1), torch.ones(1)).read(
+            path, repr(str(path))
+        ),
+    ):
+        with pytest.raises(UserInputError) as refused:
+            read()
+        sentence = str(refused.value)
+        assert sentence.startswith(start), sentence
+        assert sentence.endswith(ending), sentence
+        assert "\n" not in sentence
+
+
+def with_chunk(png: bytes, kind: bytes, data: bytes) -> bytes:
+    """A PNG file with one more chunk after its header (IHDR), its CRC right."""
+    chunk = struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    return png[: 8 + 25] + chunk + png[8 + 25 :]
+
+
+@pytest.mark.parametrize(
+    ("damage", "why"),
+    [
+        (lambda png: with_chunk(png, b"gAMA", b"\x00\x01"), "Truncated gAMA chunk"),  # 2 bytes, not 4
+        (lambda png: with_chunk(png, b"pHYs", b"\x00"), "Truncated pHYs chunk"),
+        (lambda png: png[: len(png) // 2], "image file is truncated"),  # the pixels cut short
+        (lambda png: png[:8] + b"\x00" * 40, ""),  # the signature, then nothing that is a chunk
+        (lambda png: b"", "no image format Pillow reads"),
+    ],
+)
+def test_damaged_files_stop_fit_and_predict_with_a_sentence(
+    folder: Path, workdir: Path, capsys, damage: Callable[[bytes], bytes], why: str
+) -> None:
+    path = folder / "dog" / "005.png"
+    path.write_bytes(damage(path.read_bytes()))
+    for words in (
+        ["fit", *tiny(folder, "--trainer.max_epochs=1")],
+        ["predict", "--config", str(CONFIGS / "images.yaml"), f"--data.init_args.folder={folder}",
+         f"--data.init_args.predict_path={path}", *QUIET],
+    ):  # fmt: skip
+        with pytest.raises(SystemExit) as exit_:
+            main(words)
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {str(path)!r} cannot be read as an image ({why}"), err
+        assert err.count("\n") == 1, err
+
+
+def test_an_image_over_pillows_limit_stops_fit_with_a_sentence(
+    folder: Path, workdir: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 30)  # 8x8 = 64: over twice the limit, a bomb by its rule
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", *tiny(folder, "--trainer.max_epochs=1")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {str(folder / 'cat' / '000.png')!r} has more pixels than Pillow decodes (")
+    assert err.endswith("; shrink it, or raise PIL.Image.MAX_IMAGE_PIXELS if you trust the file.\n")
+
+
+def released(fifo: Path, call: Callable[[], object], seconds: float = 60) -> BaseException | None:
+    """What ``call`` raised (None if nothing), run in a thread; if it is still blocked on ``fifo`` after
+    ``seconds``, a writer opens and closes the FIFO to release it and the test fails."""
+    raised: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+            raised.append(None)
+        except BaseException as err:
+            raised.append(err)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the reader sees the end of the file
+        thread.join(seconds)
+        pytest.fail(f"blocked on the FIFO {fifo}")
+    return raised[0]
+
+
+def test_a_fifo_among_the_inputs_is_refused_before_it_is_opened(folder: Path, tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    preprocessing = ImagePreprocessing([], "L", (8, 8), False, torch.zeros(1), torch.ones(1))
+    expected = f"{str(fifo)!r} is a named pipe (FIFO), not an image file; name a regular file."
+    calls: list[tuple[Callable[[], object], str]] = [
+        (
+            lambda: ImageDataModule(folder=str(folder), predict_path=str(fifo)),
+            f"data.predict_path={str(fifo)!r} is a named pipe (FIFO); name a folder of images",
+        ),
+        (lambda: preprocessing.read(fifo, repr(str(fifo))), expected),
+        (lambda: images.decode(fifo, "L", (8, 8), False), expected),
+    ]
+    for call, sentence in calls:
+        error = released(fifo, call)
+        assert isinstance(error, UserInputError), error
+        assert str(error).startswith(sentence), str(error)
+    # in a class folder, and listed in a CSV
+    inside = folder / "owl" / "pipe.png"
+    os.mkfifo(inside)
+    error = released(inside, lambda: ImageDataModule(folder=str(folder)).out_features)
+    owl = folder / "owl"
+    assert (
+        str(error)
+        == f"{str(inside)!r} is a named pipe (FIFO), not an image file; remove it from {str(owl)!r}."
+    )
+    inside.unlink()
+    pd.DataFrame({"path": ["cat/000.png", str(fifo)], "label": ["a", "b"]}).to_csv(
+        folder / "l.csv", index=False
+    )
+    error = released(fifo, lambda: ImageDataModule(csv=str(folder / "l.csv")).out_features)
+    assert str(error).startswith(
+        f"data.csv={str(folder / 'l.csv')!r} row 2 names {str(fifo)!r}, which is a named pipe"
+    )

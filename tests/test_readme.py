@@ -236,3 +236,28 @@ def test_every_command_is_run_or_skipped_by_name(capsys: pytest.CaptureFixture[s
 def test_every_docs_page_is_linked_from_the_readme_and_the_readme_is_a_first_hours_read() -> None:
     assert sorted(pages()[1:]) == sorted(DOCS.glob("*.md"))  # none orphaned, so none left untested
     assert len(README.read_text().splitlines()) <= 350
+
+
+@pytest.mark.parametrize(
+    "target", ["train", "doctor", "sweep", "cv", "repeat", "export", "serve", "generate"]
+)
+def test_args_adds_its_words_to_the_command_of_every_target_that_runs_python(target: str) -> None:
+    """``make train CONFIG=... ARGS="--data.folder=..."``: the README's form for a folder of one's own."""
+    printed = subprocess.run(
+        [
+            "make",
+            "-s",
+            "-n",
+            "-C",
+            str(ROOT),
+            target,
+            "CKPT=x.ckpt",
+            'ARGS=--data.folder="my images" --seed 3',
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    command = shlex.split(printed.strip().splitlines()[-1])
+    assert command[:2] == [".venv/bin/python", "-m"]
+    assert command[-3:] == ["--data.folder=my images", "--seed", "3"]

@@ -1,7 +1,9 @@
 """The character language model: decoding, the text DataModule, the nets, the loop's proofs on text,
 the CLI and ``src.apps.generate`` from a checkpoint alone, and the speed benchmark's machinery."""
 
+import logging
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from typing_extensions import override
 
 from benchmarks import charlm_speed
+from src.apps import generate as generate_app
 from src.apps.generate import main as generate_main
 from src.callbacks import NonFiniteGuard
 from src.callbacks.text import TextSamples
@@ -30,6 +33,7 @@ from src.models.language import (
     filter_top_p,
     generate,
     next_token,
+    stream,
 )
 from src.nets.transformer import CharGRU, CharTransformer
 from tests.conftest import BARE, CONFIGS, QUIET
@@ -173,6 +177,64 @@ def test_meaningless_decoding_settings_are_one_sentence(settings: dict[str, Any]
         generate(net, torch.tensor([1, 2]), 3, **settings)
     with pytest.raises(UserInputError, match=message):
         TextSamples(**settings)
+
+
+BAD_SETTINGS = [
+    ({"temperature": -0.5}, "temperature=-0.5 must be at least 0 and finite"),
+    ({"temperature": math.nan}, "temperature=nan must be at least 0 and finite"),
+    ({"temperature": math.inf}, "temperature=inf must be at least 0 and finite"),
+    ({"top_k": 0}, "top_k=0 must be at least 1"),
+    ({"top_k": 11}, "top_k=11 is more than the 10 ids of the vocabulary; give at most 10"),
+    ({"top_p": -0.1}, r"top_p=-0.1 must lie in \(0, 1\]"),
+    ({"strategy": "beam"}, "strategy='beam' is unknown"),
+]
+
+
+@pytest.mark.parametrize(("settings", "message"), BAD_SETTINGS)
+def test_next_token_checks_its_settings_as_generate_does(settings: dict[str, Any], message: str) -> None:
+    """One check (check_decoding) for the public next_token, generate and the CLI: a negative temperature
+    would invert the distribution, a top_k past the vocabulary filter nothing."""
+    logits = torch.randn(4, 10, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(UserInputError, match=message):
+        next_token(logits, **{"strategy": "sample", **settings})
+    with pytest.raises(UserInputError, match=message):
+        generate(CharGRU(10, 10, 4, 8, 1), torch.tensor([1, 2]), 3, **{"strategy": "sample", **settings})
+    # top_k equal to the vocabulary: kept, and the same as no filter
+    same = [
+        next_token(logits, "sample", top_k=k, generator=torch.Generator().manual_seed(0)) for k in (10, None)
+    ]
+    assert torch.equal(*same)
+
+
+@pytest.mark.parametrize("temperature", [1e-39, 1e-40, 1e-300, 5e-324])
+def test_a_tiny_temperature_samples_the_likeliest_id_without_overflow(temperature: float) -> None:
+    logits = torch.randn(64, 30, generator=torch.Generator().manual_seed(3)) * 5
+    drawn = next_token(logits, "sample", temperature=temperature, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(drawn, logits.argmax(dim=-1), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("seed", "fine"), [(0, True), (2**64 - 1, True), (2**64, False), (2**70, False), (-1, False)]
+)
+def test_a_seed_torch_cannot_take_is_a_sentence(seed: int, fine: bool) -> None:
+    net = CharGRU(10, 10, 4, 8, 1)
+    if fine:
+        assert generate(net, torch.tensor([1, 2]), 3, "sample", seed=seed).shape == (5,)
+        return
+    with pytest.raises(UserInputError, match=rf"^seed={seed} must lie between 0 and 2\*\*64 - 1 \("):
+        generate(net, torch.tensor([1, 2]), 3, "sample", seed=seed)
+
+
+def test_stream_hands_over_each_id_before_computing_the_next() -> None:
+    net = CharGRU(10, 10, 4, 8, 1)
+    calls: list[int] = []
+    net.register_forward_hook(lambda *_: calls.append(len(calls)))
+    steps = stream(net, torch.tensor([1, 2]), 5, "sample", seed=1)
+    seen = []
+    for step in steps:
+        seen.append((int(step), len(calls)))
+    assert [count for _, count in seen] == [1, 2, 3, 4, 5]  # the k-th id out after the k-th forward pass
+    assert [i for i, _ in seen] == generate(net, torch.tensor([1, 2]), 5, "sample", seed=1)[2:].tolist()
 
 
 # -- the DataModule ----------------------------------------------------------------------------------------
@@ -642,6 +704,20 @@ def test_generate_from_the_checkpoint_alone_repeats_itself(trained: CLI, capsys,
         (["--prompt", ""], "--prompt is empty"),
         (["--prompt_file", "missing.txt"], "--prompt_file='missing.txt' does not exist"),
         (["--strategy", "beam"], "strategy: 'beam' is not accepted"),
+        (["--seed", str(2**70)], "--seed=1180591620717411303424 must lie between 0 and 2**64 - 1"),
+        (
+            ["--max_new_tokens", "1000000000"],
+            "--max_new_tokens=1000000000 is more than the 100000 allowed; ask for fewer, or raise the limit "
+            "(--token_limit).",
+        ),
+        (
+            ["--max_new_tokens", "11", "--token_limit", "10"],
+            "--max_new_tokens=11 is more than the 10 allowed",
+        ),
+        (["--top_k", "500"], "--top_k=500 is more than the "),
+        (["--threads", "0"], "--threads=0 must be at least 1, or null for torch's default."),
+        (["--accelerator", "tpu"], "accelerator: 'tpu' is not accepted"),
+        (["--prompt_file", "fifo"], "--prompt_file='fifo' is a named pipe (FIFO), not a file"),
     ],
 )
 def test_bad_generate_input_is_one_sentence_and_exit_2(
@@ -650,12 +726,89 @@ def test_bad_generate_input_is_one_sentence_and_exit_2(
     torch.save(
         {"state_dict": {}, "hyper_parameters": {"_class_path": "src.models.Classifier"}}, "classifier.ckpt"
     )
+    os.mkfifo("fifo")  # read, it would wait for a writer for ever
     with pytest.raises(SystemExit) as exit_:
         generate_main(["--ckpt_path", str(last_checkpoint(trained)), *words])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert message in err
     assert err.count("\n") == 1  # one line, no traceback
+
+
+def test_generate_streams_each_character_on_one_thread_and_a_tiny_temperature_is_greedy(
+    trained: CLI, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ckpt = str(last_checkpoint(trained))
+    greedy = ["--ckpt_path", ckpt, "--prompt", "def ", "--strategy", "greedy", "--max_new_tokens", "12"]
+    expected = generated(capsys, *greedy)
+    # sampling at a temperature that float32 cannot divide by: the likeliest character, every time
+    assert generated(capsys, *greedy[:-4], "--temperature", "1e-40", "--max_new_tokens", "12") == expected
+    # each character is written as soon as it is chosen, with torch on the one thread of every command
+    forwards: list[int] = []
+    real_load = generate_app.load
+
+    def counted(*args: Any) -> Any:
+        loaded = real_load(*args)
+        loaded[0].register_forward_hook(lambda *_: forwards.append(torch.get_num_threads()))
+        return loaded
+
+    writes: list[tuple[str, int]] = []
+
+    class Recorder:
+        def write(self, text: str) -> None:
+            writes.append((text, len(forwards)))
+
+        def flush(self) -> None:
+            pass
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # what torch takes on two cores, unless told
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(generate_app, "load", counted)
+            patch.setattr(sys, "stdout", Recorder())
+            generate_main(greedy)
+        assert torch.get_num_threads() == 2  # given back as it was
+    finally:
+        torch.set_num_threads(before)
+    assert set(forwards) == {1}
+    assert "".join(text for text, _ in writes) == expected
+    assert writes[0] == ("def ", 0)  # the prompt before any forward pass
+    assert [count for _, count in writes[1:-1]] == list(range(1, 13))  # the k-th after the k-th pass
+    assert writes[-1] == ("\n", 12)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; this machine has none")
+def test_generate_on_a_gpu_writes_what_it_writes_on_the_cpu(trained: CLI, capsys) -> None:
+    words = ["--ckpt_path", str(last_checkpoint(trained)), "--prompt", "def ", "--strategy", "greedy"]
+    on_cpu = generated(capsys, *words, "--accelerator", "cpu")
+    assert generated(capsys, *words, "--accelerator", "cuda") == on_cpu
+    assert generated(capsys, *words) == on_cpu  # auto: the GPU
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with a CUDA GPU runs what is asked")
+def test_generate_asked_for_a_gpu_that_is_not_there_says_so(trained: CLI, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        generate_main(["--ckpt_path", str(last_checkpoint(trained)), "--accelerator", "cuda"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        "error: --accelerator cuda needs a CUDA GPU, and torch sees none; pass auto or cpu.\n"
+    )
+
+
+def test_the_fit_prints_the_unigram_baseline_it_must_beat(small_text: Path, workdir: Path, caplog) -> None:
+    with caplog.at_level(logging.INFO):
+        run = main(["fit", *tiny(small_text), "--trainer.max_epochs=1", "--trainer.limit_train_batches=2",
+                    "--trainer.logger=false", "--trainer.enable_checkpointing=false",
+                    "--trainer.callbacks=[]", *QUIET])  # fmt: skip
+    perplexity = run.datamodule.unigram_perplexity("val")
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Unigram baseline")]
+    assert said == [
+        f"Unigram baseline on data.path={str(small_text)!r} (each character's frequency in the training "
+        f"stretch, no context): val/loss {math.log(perplexity):.3f} nats, val/perplexity {perplexity:.1f}; "
+        "a model that reads the context ends below it."
+    ]
+    assert perplexity > 10  # a figure with something to beat
 
 
 # -- the benchmark's machinery -----------------------------------------------------------------------------
@@ -685,12 +838,36 @@ def test_the_speed_benchmark_trains_and_generates_what_its_table_says(small_text
     assert len(rows) == 1 + len(results.runs)
 
 
+@pytest.mark.slow  # a fit through the CLI and four generate processes
+def test_the_speed_benchmark_times_the_command_beside_the_function(small_text: Path, tmp_path: Path) -> None:
+    small = charlm_speed.Setup(
+        net={"block_size": T, "d_model": 16, "n_heads": 2, "n_layers": 1},
+        block_size=T,
+        batch_size=8,
+        steps=3,
+        text_path=str(small_text),
+    )
+    found = charlm_speed.measure_generation(small, rounds=1, folder=tmp_path, new_tokens=50)
+    assert [(g.path, g.threads.split(" ")[0]) for g in found] == [
+        ("python -m src.apps.generate", "default"),
+        ("python -m src.apps.generate", "--threads"),
+        ("generate()", "1"),
+        ("generate()", "torch's"),
+    ]
+    assert all(len(g.speeds) == 1 and math.isfinite(g.speeds[0]) for g in found)
+    assert all(g.speeds[0] > 0 for g in found[2:])  # the function's own clock: no start-up to subtract
+    rows = [
+        line for line in charlm_speed.generation_table(found, small, 50).splitlines() if line.startswith("| ")
+    ]
+    assert len(rows) == 1 + len(found)
+
+
 # -- the shipped config ------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
 def test_the_shipped_config_beats_the_unigram_baseline_by_far(cli) -> None:
-    """configs/charlm.yaml as make train runs it: a few minutes on two cores."""
+    """configs/charlm.yaml as make train runs it: 6 to 8.5 minutes on two idle cores."""
     run = cli("fit", "--config", "charlm.yaml")
     metrics = run.trainer.callback_metrics
     unigram = run.datamodule.unigram_perplexity("val")

@@ -5,16 +5,22 @@
 
 The checkpoint is read as data (:func:`src.checkpoints.load_checkpoint`), the classes it names are
 checked before anything is imported (:func:`src.checkpoints.check_names`), the model is rebuilt from
-it and the vocabulary is the one its run fitted. The prompt followed by the generated characters is
-printed, or written to ``--output`` (whole or not at all; an existing file only with ``--overwrite``).
-The same seed gives the same text; ``greedy`` needs none.
+it, on a GPU when there is one (``--accelerator``), and the vocabulary is the one its run fitted. The
+prompt is printed, then each generated character as it comes, or the whole text is written to
+``--output`` (whole or not at all; an existing file only with ``--overwrite``). The same seed gives the
+same text; ``greedy`` needs none. On the CPU, torch uses ``--threads`` threads (1, as the ``cpu_threads``
+section gives every other command: a forward pass of one window is faster on one thread than split).
+``--max_new_tokens`` is bounded by ``--token_limit`` (100000 unless raised), so that a slip of the finger
+cannot start a run of hours.
 """
 
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Literal, NoReturn
 
+import torch
 from jsonargparse import ArgumentParser, auto_cli
 from typing_extensions import override
 
@@ -23,14 +29,29 @@ from src.cli_errors import summarize
 from src.data.text import Vocabulary, read_text, text_state_of, vocabulary_of
 from src.errors import UserInputError
 from src.files import check_output, written
-from src.models.language import LanguageModel, Strategy, check_decoding, generate
+from src.models.language import LanguageModel, Strategy, check_decoding, stream
 
 #: the prompt when none is given: the start of a line
 DEFAULT_PROMPT = "\n"
+#: the most characters one command generates unless --token_limit raises it: minutes on a CPU, not days
+TOKEN_LIMIT = 100_000
 
 
-def load(ckpt_path: str) -> tuple[LanguageModel, Vocabulary, int]:
-    """A language model checkpoint → the model (on the CPU, in eval mode), its vocabulary and the window
+#: where the model can run; auto: a GPU when torch sees one, else the CPU
+Accelerator = Literal["auto", "cpu", "cuda"]
+
+
+def device_of(accelerator: Accelerator) -> torch.device:
+    """The device ``accelerator`` names, or one sentence when it names a GPU torch does not see."""
+    if accelerator == "cuda" and not torch.cuda.is_available():
+        raise UserInputError("--accelerator cuda needs a CUDA GPU, and torch sees none; pass auto or cpu.")
+    if accelerator == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(accelerator)
+
+
+def load(ckpt_path: str, device: torch.device | str = "cpu") -> tuple[LanguageModel, Vocabulary, int]:
+    """A language model checkpoint → the model (on ``device``, in eval mode), its vocabulary and the window
     length it was trained on; one sentence for a checkpoint that is none."""
     checkpoint = load_checkpoint(ckpt_path)
     check_names(checkpoint, ckpt_path)
@@ -45,13 +66,39 @@ def load(ckpt_path: str) -> tuple[LanguageModel, Vocabulary, int]:
     try:
         # Lightning's loader rebuilds the net from the config it was saved as; compiling pays off in
         # training, not in one forward pass per character
-        model = found.load_from_checkpoint(ckpt_path, map_location="cpu", compile_net=False)
+        model = found.load_from_checkpoint(ckpt_path, map_location=device, compile_net=False)
     except UserInputError:
         raise
     except (TypeError, RuntimeError, ValueError) as err:  # other arguments, or other weights
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserInputError(f"checkpoint {ckpt_path!r} cannot be loaded ({first.rstrip('.')}).") from err
     return model.eval(), vocabulary_of(checkpoint, ckpt_path), int(state["block_size"])
+
+
+def checked(
+    strategy: str,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    max_new_tokens: int,
+    seed: int,
+    token_limit: int,
+    vocabulary: int | None = None,
+) -> None:
+    """:func:`src.models.language.check_decoding`, its sentence naming the option (``--top_k=...``)."""
+    try:
+        check_decoding(
+            strategy,
+            temperature,
+            top_k,
+            top_p,
+            max_new_tokens,
+            vocabulary=vocabulary,
+            seed=seed,
+            token_limit=token_limit,
+        )
+    except UserInputError as err:
+        raise UserInputError(f"--{str(err).replace('(token_limit)', '(--token_limit)')}") from err
 
 
 def generate_text(
@@ -63,9 +110,12 @@ def generate_text(
     top_k: int | None = None,
     top_p: float | None = None,
     max_new_tokens: int = 300,
+    token_limit: int = TOKEN_LIMIT,
     seed: int = 0,
     output: str | None = None,
     overwrite: bool = False,
+    accelerator: Accelerator = "auto",
+    threads: int | None = 1,
 ) -> None:
     """Generate text from a character language model checkpoint.
 
@@ -75,34 +125,57 @@ def generate_text(
         prompt_file: A UTF-8 file whose text to continue; it replaces --prompt.
         strategy: greedy (always the likeliest character) or sample.
         temperature: Divides the logits before sampling: below 1 safer, above 1 wilder; 0 is greedy.
-        top_k: Sample among the top_k likeliest characters only.
+        top_k: Sample among the top_k likeliest characters only (at most the vocabulary's size).
         top_p: Sample among the smallest set of likeliest characters whose probability reaches top_p.
-        max_new_tokens: Characters to generate.
-        seed: Seeds the sampling: the same seed gives the same text.
-        output: Write the text to this file instead of printing it.
+        max_new_tokens: Characters to generate (at most --token_limit).
+        token_limit: The most characters --max_new_tokens may ask for (default 100000).
+        seed: Seeds the sampling (0 to 2**64 - 1): the same seed gives the same text.
+        output: Write the text to this file instead of printing it as it comes.
         overwrite: Replace --output if it exists.
+        accelerator: Where the model runs: auto (a GPU when there is one, else the CPU), cpu or cuda.
+        threads: torch's threads on the CPU (default 1, as every other command; null: one per core).
     """
-    try:
-        check_decoding(strategy, temperature, top_k, top_p, max_new_tokens)
-    except UserInputError as err:
-        raise UserInputError(f"--{err}") from err
+    checked(strategy, temperature, top_k, top_p, max_new_tokens, seed, token_limit)
+    if threads is not None and threads < 1:
+        raise UserInputError(f"--threads={threads} must be at least 1, or null for torch's default.")
+    device = device_of(accelerator)
     if output is not None:
         check_output(output, [ckpt_path, prompt_file], overwrite)
     if prompt_file is not None:
         prompt = read_text(prompt_file, "--prompt_file")
     if not prompt:
         raise UserInputError("--prompt is empty; give at least one character to continue.")
-    model, vocabulary, block_size = load(ckpt_path)
-    prompt_ids = vocabulary.encode(prompt)
-    unknown = sorted({c for c, i in zip(prompt, prompt_ids.tolist(), strict=True) if i == 0})
-    if unknown:
-        print(f"note: the prompt's {unknown} are not in the vocabulary and read as unknown.", file=sys.stderr)
-    ids = generate(model, prompt_ids, max_new_tokens, strategy, temperature, top_k, top_p, seed, block_size)
-    # the prompt as given, then the generated characters (an unknown one of the prompt stays itself)
-    text = prompt + vocabulary.decode(ids[len(prompt_ids) :])
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        model, vocabulary, block_size = load(ckpt_path, device)
+        checked(strategy, temperature, top_k, top_p, max_new_tokens, seed, token_limit, len(vocabulary))
+        prompt_ids = vocabulary.encode(prompt)
+        unknown = sorted({c for c, i in zip(prompt, prompt_ids.tolist(), strict=True) if i == 0})
+        if unknown:
+            print(
+                f"note: the prompt's {unknown} are not in the vocabulary and read as unknown.",
+                file=sys.stderr,
+            )
+        steps = stream(
+            model, prompt_ids, max_new_tokens, strategy, temperature, top_k, top_p, seed, block_size
+        )
+        emit(prompt, steps, vocabulary, output)
+    finally:
+        torch.set_num_threads(before)  # as CpuThreads does after a run: a caller in Python keeps its own
+
+
+def emit(prompt: str, steps: Iterable[torch.Tensor], vocabulary: Vocabulary, output: str | None) -> None:
+    """The prompt as given, then the generated characters (an unknown one of the prompt stays itself):
+    printed as each comes, or written to ``output`` whole, once all have come."""
     if output is None:
-        print(text)
+        sys.stdout.write(prompt)
+        for step in steps:
+            sys.stdout.write(vocabulary.decode([int(step)]))
+            sys.stdout.flush()
+        sys.stdout.write("\n")
         return
+    text = prompt + vocabulary.decode([int(step) for step in steps])
     with written(Path(output)) as (partial,):
         partial.write_text(text, encoding="utf-8")
     print(f"{len(text)} characters written to {output}", file=sys.stderr)
@@ -130,6 +203,9 @@ def main(args: Sequence[str] | None = None) -> None:
     except UserInputError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from err
+    except KeyboardInterrupt as err:  # Ctrl+C while generating: what was printed stays, no file is left
+        print(file=sys.stderr)
+        raise SystemExit(128 + signal.SIGINT) from err
 
 
 if __name__ == "__main__":

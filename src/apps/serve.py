@@ -33,9 +33,13 @@ request could change how it reads them).
 **An image checkpoint** (a run of :class:`src.data.images.ImageDataModule`) is served the same way, with
 ``{"images": ["<base64 of a PNG or JPEG file>", ...]}``, one image per row, answered in the same shape
 ``{"predictions": [{"label": ..., "probabilities": {...}}, ...]}``. Each image is read as ``predict``
-reads files (:class:`src.image_predict.ImagePredictor`); an entry that is not base64 or not an image, or
-of another size where the run did not resize its images, refuses its request with a 422 naming it;
-``--max_rows`` bounds the images of one request.
+reads files (:mod:`src.data.images`' one rule); an entry that is not base64 or not an image, or of
+another size where the run did not resize its images, refuses its request with a 422 naming it;
+``--max_rows`` bounds the images of one request, and ``--max_pixels`` their pixels (413), read from the
+headers before any image is decoded.
+
+The model runs on a GPU when there is one (``--accelerator auto``, LitServe's choice of device per
+worker), on the CPU otherwise, with ``--threads`` torch threads.
 """
 
 import argparse
@@ -47,6 +51,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -62,6 +67,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, StrictBool, StrictFloat, StrictInt, StrictStr
 
+from src.data.images import header
 from src.data.preprocessing import CellReport, Location
 from src.errors import UserInputError
 from src.image_predict import ImagePredictor, carries_images
@@ -81,6 +87,14 @@ FAILED = (
 )
 #: why a text cannot be read, JSON's escape of a lone surrogate being valid JSON but no character
 NOT_UNICODE = "not valid Unicode (a lone surrogate such as \\ud800); send text as UTF-8"
+
+#: the devices the server can put its model on; auto: a GPU when there is one, else the CPU
+ACCELERATORS = ("auto", "cpu", "cuda")
+#: the most pixels (width x height, summed over its images) one request may hold: read from the images'
+#: headers before any is decoded, so that a few large files cannot hold a worker for seconds
+MAX_PIXELS = 25_000_000
+#: the thread in which LitServe watches its inference workers (``LitServer``'s monitoring)
+MONITOR_THREAD = "litserve-monitoring"
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +211,18 @@ class BatchedAPI(ls.LitAPI):
         self.ckpt_path = ckpt_path
         self.max_rows = max_rows
         self.threads = threads
+        self.torch_device = torch.device("cpu")  # setup moves the model to the worker's device
+
+    @abstractmethod
+    def served(self) -> torch.nn.Module:
+        """What :meth:`outputs` runs, moved to the worker's device by :meth:`on_device`."""
+
+    def on_device(self, device: str) -> None:
+        """The model on ``device`` (``cpu``, ``cuda:0``, ...: LitServe's choice for this worker), and
+        torch's CPU threads set, as every other command sets them."""
+        torch.set_num_threads(self.threads)
+        self.torch_device = torch.device(device)
+        self.served().to(self.torch_device)
 
     @abstractmethod
     def outputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -243,7 +269,8 @@ class BatchedAPI(ls.LitAPI):
         """The rows of all requests through one forward pass and one :func:`prediction_frame`: each
         request's predictions, or a refusal where the model's output for one of its rows is not finite
         (JSON has no such number)."""
-        outputs = self.outputs(torch.cat([e.x for e in encoded]))
+        on_device = self.outputs(torch.cat([e.x for e in encoded]).to(self.torch_device))
+        outputs = {key: value.cpu() for key, value in on_device.items()}
         finite = torch.stack([torch.isfinite(v.reshape(len(v), -1)).all(1) for v in outputs.values()]).all(0)
         every = self.answers(prediction_frame(outputs, self.labels, range(len(finite))))
         ends = np.cumsum([len(e.x) for e in encoded]).tolist()
@@ -295,11 +322,13 @@ class TabularAPI(BatchedAPI):
     """
 
     def setup(self, device: str) -> None:
-        # the Predictor keeps the model on the CPU, where a small tabular net answers fastest; one
-        # thread, because splitting a forward pass of a few hundred rows across threads costs more
-        # than it saves, the more so on cores the HTTP process and other workers share
-        torch.set_num_threads(self.threads)
+        # one CPU thread by default, because splitting a forward pass of a few hundred rows across
+        # threads costs more than it saves, the more so on cores the HTTP process and other workers share
         self.predictor = Predictor.from_checkpoint(self.ckpt_path)
+        self.on_device(device)
+
+    def served(self) -> torch.nn.Module:
+        return self.predictor.model
 
     def decode_request(self, request: PredictRequest, **kwargs: Any) -> Encoded | Refused:
         """The request's rows encoded ``(N, F)`` on their own, or why they cannot be predicted."""
@@ -342,11 +371,27 @@ class ImageAPI(BatchedAPI):
         max_batch_size: The most requests whose images share one forward pass.
         batch_timeout: Seconds to wait for more requests to fill a batch.
         threads: torch's intra-op threads per inference worker.
+        max_pixels: The most pixels (width x height, summed over its images) one request may hold.
     """
 
+    def __init__(
+        self,
+        ckpt_path: str,
+        max_rows: int,
+        max_batch_size: int,
+        batch_timeout: float,
+        threads: int = 1,
+        max_pixels: int = MAX_PIXELS,
+    ) -> None:
+        super().__init__(ckpt_path, max_rows, max_batch_size, batch_timeout, threads)
+        self.max_pixels = max_pixels
+
     def setup(self, device: str) -> None:
-        torch.set_num_threads(self.threads)  # one by default, as for tables: workers share the cores
         self.predictor = ImagePredictor.from_checkpoint(self.ckpt_path)
+        self.on_device(device)
+
+    def served(self) -> torch.nn.Module:
+        return self.predictor.graph  # the net and the statistics it normalizes with
 
     def decode_request(self, request: ImageRequest, **kwargs: Any) -> Encoded | Refused:
         """The request's images as uint8 ``(N, H, W, C)`` pixels, or why they cannot be predicted."""
@@ -368,8 +413,20 @@ class ImageAPI(BatchedAPI):
                 return Refused(
                     422, f"images[{i}] is not base64 ({err}); send each image file's bytes base64-encoded."
                 )
+        names = [f"images[{i}]" for i in range(len(files))]
         try:
-            return Encoded(self.predictor.read(files, [f"images[{i}]" for i in range(len(files))]), None)
+            # headers only: a request of too many pixels is refused before any of them is decoded
+            headers = [
+                header(file, name, "send a PNG or JPEG file") for file, name in zip(files, names, strict=True)
+            ]
+            pixels = sum(h.pixels for h in headers)
+            if pixels > self.max_pixels:
+                return Refused(
+                    413,
+                    f"the request's images hold {pixels:,} pixels, more than the {self.max_pixels:,} allowed "
+                    "(--max_pixels); send fewer or smaller images.",
+                )
+            return Encoded(self.predictor.read(files, names), None)
         except UserInputError as err:
             return Refused(422, str(err))
 
@@ -459,6 +516,19 @@ def parse(args: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads per inference worker (default 1)."
     )
+    parser.add_argument(
+        "--accelerator",
+        default="auto",
+        help="Where the model runs: auto (a GPU when there is one, else the CPU), cpu or cuda "
+        "(default auto).",
+    )
+    parser.add_argument(
+        "--max_pixels",
+        type=int,
+        default=MAX_PIXELS,
+        help=f"Most pixels (width x height, summed over its images) per image request, read from the "
+        f"images' headers before any is decoded (default {MAX_PIXELS}).",
+    )
     parser.add_argument("--log_level", default="warning", help="uvicorn's log level (default warning).")
     return parser.parse_args(args)
 
@@ -476,7 +546,13 @@ def build(options: argparse.Namespace) -> ls.LitServer:
         raise UserInputError(f"--host {options.host!r} cannot be served; choose one of {', '.join(HOSTS)}.")
     if not 1024 <= options.port <= 65535:
         raise UserInputError(f"--port {options.port} must lie between 1024 and 65535.")
-    for name in ("max_rows", "max_batch_size", "workers", "threads"):
+    if options.accelerator not in ACCELERATORS:
+        raise UserInputError(
+            f"--accelerator {options.accelerator!r} is unknown; choose one of {', '.join(ACCELERATORS)}."
+        )
+    if options.accelerator == "cuda" and not torch.cuda.is_available():
+        raise UserInputError("--accelerator cuda needs a CUDA GPU, and torch sees none; pass auto or cpu.")
+    for name in ("max_rows", "max_batch_size", "workers", "threads", "max_pixels"):
         if getattr(options, name) < 1:
             raise UserInputError(f"--{name} {getattr(options, name)} must be at least 1.")
     if options.log_level not in LOG_LEVELS:
@@ -499,21 +575,44 @@ def build(options: argparse.Namespace) -> ls.LitServer:
             raise UserInputError(
                 f"port {options.port} on {options.host} is taken ({err.strerror}); pass another with --port."
             ) from err
-    api = (ImageAPI if images else TabularAPI)(
-        options.ckpt_path, options.max_rows, options.max_batch_size, options.batch_timeout, options.threads
+    batching = (options.ckpt_path, options.max_rows, options.max_batch_size, options.batch_timeout)
+    api = (
+        ImageAPI(*batching, options.threads, options.max_pixels)
+        if images
+        else TabularAPI(*batching, options.threads)
     )
-    server = ls.LitServer(api, accelerator="cpu", workers_per_device=options.workers)
+    server = ls.LitServer(api, accelerator=options.accelerator, workers_per_device=options.workers)
     # LitServer.app is the FastAPI application; its shape errors become one sentence and a 4xx
     server.app.add_exception_handler(RequestValidationError, invalid_image_body if images else invalid_body)
     return server
 
 
-def _stop(server_pid: int) -> Callable[[int, FrameType | None], None]:
+class QuietWhileStopping(logging.Filter):
+    """Drops what LitServe's worker monitor logs once the server is stopping.
+
+    LitServe's shutdown ends the inference workers while its monitoring thread still polls them every
+    few seconds: depending on how busy the machine is, the thread wakes to find them gone and logs an
+    error ("Worker ... died; shutting down"), or finds LitServe's process manager already shut down and
+    logs its traceback ("Monitoring worker crashed"). Neither is news while the server stops on request.
+    Nothing is dropped before :attr:`stopping` is set, nor from any other thread.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stopping = threading.Event()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (self.stopping.is_set() and record.threadName == MONITOR_THREAD)
+
+
+def _stop(server_pid: int, quiet: QuietWhileStopping) -> Callable[[int, FrameType | None], None]:
     """SIGTERM handler: in the server's own process it acts as Ctrl+C, after which LitServe stops its
-    API and inference processes; a process LitServe forks inherits it and just ends, as by default."""
+    API and inference processes (its monitor quieted first); a process LitServe forks inherits it and
+    just ends, as by default."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if os.getpid() == server_pid:
+            quiet.stopping.set()
             raise KeyboardInterrupt
         signal.signal(signum, signal.SIG_DFL)
         signal.raise_signal(signum)
@@ -529,13 +628,20 @@ def main(args: Sequence[str] | None = None) -> None:
     except UserInputError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from err
-    signal.signal(signal.SIGTERM, _stop(os.getpid()))
+    quiet = QuietWhileStopping()
+    logging.getLogger("litserve.server").addFilter(quiet)
+    signal.signal(signal.SIGTERM, _stop(os.getpid(), quiet))
     print(
         f"Serving {options.ckpt_path} at http://{options.host}:{options.port}/predict "
         f"(GET /health answers ok once it is ready; Ctrl+C stops it)",
         flush=True,
     )
-    server.run(host=options.host, port=options.port, log_level=options.log_level, generate_client_file=False)
+    try:
+        server.run(
+            host=options.host, port=options.port, log_level=options.log_level, generate_client_file=False
+        )
+    except KeyboardInterrupt:  # stopped while LitServe was starting, before it listens for the signal
+        quiet.stopping.set()
 
 
 if __name__ == "__main__":

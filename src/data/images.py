@@ -5,9 +5,12 @@ The bundled example, used when neither ``folder`` nor ``csv`` is given, is sciki
 digits written once as PNG files in class folders (:func:`write_digits`), then read back like any folder.
 """
 
+import io
 import os
 import shutil
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -18,7 +21,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities import AttributeDict
-from PIL import Image, UnidentifiedImageError
+from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torch.utils.data import Dataset
@@ -26,14 +29,30 @@ from typing_extensions import override
 
 from src.checkpoints import load_checkpoint
 from src.data.datamodule import ResumableDataModule, TensorBatches, check_fractions
-from src.errors import UserInputError
+from src.data.text import special_file
+from src.errors import UserInputError, notice
 from src.files import TEMPORARY, temporary_name
 
 Stage = Literal["train", "val", "test", "predict"]
-Mode = Literal["L", "RGB"]
-CHANNELS: dict[Mode, int] = {"L": 1, "RGB": 3}
-#: Pillow modes read as grayscale when ``mode`` is left out; every other mode is read as RGB
-GRAY = frozenset({"1", "L", "LA", "I", "I;16", "F"})
+#: what the net reads: grayscale (1 channel), colour (3), or colour with alpha kept as a fourth channel
+Mode = Literal["L", "RGB", "RGBA"]
+CHANNELS: dict[Mode, int] = {"L": 1, "RGB": 3, "RGBA": 4}
+#: Pillow modes in colour; every other mode (1, L, LA, I, I;16, F, ...) is gray
+COLOUR = frozenset({"RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr", "LAB", "HSV", "P", "PA"})
+#: Pillow modes with an alpha channel (an image of another mode may name one colour transparent:
+#: ``info["transparency"]``, a PNG's tRNS chunk)
+ALPHA = frozenset({"LA", "La", "PA", "RGBA", "RGBa"})
+#: the gray level that transparency is composited on in the modes without alpha: white, as a viewer
+#: shows a transparent image on a white page
+BACKGROUND = 255
+#: the EXIF orientations that turn an image a quarter, swapping its width and height
+QUARTER_TURNS = frozenset({5, 6, 7, 8})
+#: how every image is read, in words: training, predict, the server and the export's sidecar say the same
+RULE = (
+    "EXIF orientation applied; 16-bit and 32-bit integer pixels scaled from 0…65535 and float pixels from "
+    "0…1 to 0…255; a palette, CMYK or YCbCr image converted to RGB; transparency kept as a fourth channel "
+    "in RGBA, composited on white in L and RGB"
+)
 ROOT = Path(__file__).resolve().parent.parent.parent
 #: where the bundled example is written, once, and read from
 EXAMPLE = ROOT / "data" / "digits-images"
@@ -50,15 +69,23 @@ def image_suffixes() -> frozenset[str]:
 
 
 def images_in(folder: Path) -> list[Path]:
-    """The image files under ``folder``, at any depth, sorted; hidden files and folders left out."""
+    """The image files under ``folder``, at any depth, sorted; hidden files and folders left out. One with
+    an image's name that is no regular file (a FIFO, a device, a socket, a broken link) is refused: it
+    would block or fail the read."""
     suffixes = image_suffixes()
-    return sorted(
-        path
-        for path in folder.rglob("*")
-        if path.suffix.lower() in suffixes
-        and path.is_file()
-        and not any(part.startswith(".") for part in path.relative_to(folder).parts)
-    )
+    found = []
+    for path in folder.rglob("*"):
+        if path.suffix.lower() not in suffixes or any(
+            part.startswith(".") for part in path.relative_to(folder).parts
+        ):
+            continue
+        if path.is_file():
+            found.append(path)
+        elif (kind := special_file(path)) is not None:
+            raise UserInputError(
+                f"{str(path)!r} is {kind}, not an image file; remove it from {str(folder)!r}."
+            )
+    return sorted(found)
 
 
 def write_digits(folder: Path = EXAMPLE, size: int = EXAMPLE_SIZE) -> Path:
@@ -148,6 +175,8 @@ def folder_source(folder: Path, where: str) -> Source:
 
 def csv_source(csv: Path, where: str) -> Source:
     """A CSV of ``path,label`` rows; a relative path is relative to the CSV's folder."""
+    if (kind := special_file(csv)) is not None:
+        raise UserInputError(f"{where} is {kind}, not a file; give a CSV file of path,label rows.")
     if not csv.is_file():
         raise UserInputError(f"{where} does not exist; give a CSV file of path,label rows.")
     try:
@@ -166,6 +195,11 @@ def csv_source(csv: Path, where: str) -> Source:
         raise UserInputError(f"{where} holds no rows; list one image per row, as path,label.")
     paths = [csv.parent / path for path in frame["path"]]  # an absolute path stays as it is
     for row, path in enumerate(paths):
+        if (kind := special_file(path)) is not None:
+            raise UserInputError(
+                f"{where} row {row + 1} names {str(path)!r}, which is {kind}, not an image file; name a "
+                "regular file."
+            )
         if not path.is_file():
             raise UserInputError(
                 f"{where} row {row + 1} names {str(path)!r}, which does not exist (relative paths are read "
@@ -174,39 +208,179 @@ def csv_source(csv: Path, where: str) -> Source:
     return Source(where, paths, frame["label"].to_numpy(dtype=object))
 
 
+@dataclass(frozen=True)
+class Header:
+    """What an image file's header says, before any pixel is decoded.
+
+    Attributes:
+        mode: Pillow's mode of the file (``L``, ``I;16``, ``RGBA``, ``P``, ...).
+        size: ``(H, W)`` as a viewer shows it: EXIF orientation applied.
+        alpha: Whether it has an alpha channel or names a transparent colour.
+    """
+
+    mode: str
+    size: tuple[int, int]
+    alpha: bool
+
+    @property
+    def colour(self) -> bool:
+        return self.mode in COLOUR
+
+    @property
+    def pixels(self) -> int:
+        return self.size[0] * self.size[1]
+
+
+def mode_of(headers: Iterable[Header]) -> Mode:
+    """The mode that loses nothing of any image: ``RGB`` if one is in colour, else ``L``; ``RGBA`` if one
+    has transparency."""
+    headers = list(headers)
+    if any(h.alpha for h in headers):
+        return "RGBA"
+    return "RGB" if any(h.colour for h in headers) else "L"
+
+
+def orientation(image: Image.Image) -> int:
+    """The EXIF orientation a viewer applies (1 to 8; 1: as stored), read from an opened file's header.
+
+    A PNG's EXIF is read only where it comes before the pixels (Pillow would decode the whole file to
+    look for one after them). Unreadable or unknown EXIF is orientation 1: a viewer shows the pixels as
+    stored.
+    """
+    if image.format == "PNG" and "exif" not in image.info:
+        return 1
+    try:
+        value = image.getexif().get(ExifTags.Base.Orientation, 1)
+    except Exception:  # EXIF is metadata: a broken one leaves the pixels readable, as in a viewer
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def eight_bit(image: Image.Image) -> Image.Image:
+    """A gray image of more than 8 bits as ``L``, scaled rather than clipped: integers (``I;16``, ``I``)
+    from 0…65535, floats (``F``) from 0…1, to 0…255, rounded; values outside those ranges clip."""
+    if image.mode == "F":
+        values = np.nan_to_num(np.asarray(image, dtype=np.float64), nan=0.0).clip(0, 1) * 255
+    elif image.mode.startswith("I"):
+        values = np.asarray(image, dtype=np.float64).clip(0, 65535) / 257  # 65535 / 255 = 257
+    else:
+        return image
+    return Image.fromarray(np.rint(values).astype(np.uint8), "L")
+
+
+def viewed(image: Image.Image, mode: Mode, turn: int = 1) -> Image.Image:
+    """The one reading rule: a decoded image as a viewer shows it, 8 bits per channel, in ``mode``.
+
+    The EXIF orientation ``turn`` is applied; wide gray pixels are scaled (:func:`eight_bit`); a palette,
+    CMYK or YCbCr image becomes RGB by Pillow's conversions. ``RGBA`` keeps transparency as a fourth
+    channel (255 where an image has none); ``L`` and ``RGB`` composite it on white (:data:`BACKGROUND`).
+    """
+    if turn != 1:
+        image = ImageOps.exif_transpose(image)
+    image = eight_bit(image)
+    transparent = image.mode in ALPHA or "transparency" in image.info
+    if mode == "RGBA" or transparent:
+        rgba = image.convert("RGBA")
+        if mode == "RGBA":
+            return rgba
+        white = Image.new("RGBA", rgba.size, (BACKGROUND,) * 4)
+        image = Image.alpha_composite(white, rgba)  # opaque: the RGB a viewer shows on white
+    return image.convert(mode)
+
+
+def special_source(source: Path | bytes | Image.Image, where: str) -> None:
+    """One sentence for a path that is no regular file (a FIFO or a device would block the read for
+    ever), before anything is opened."""
+    if isinstance(source, Path) and (kind := special_file(source)) is not None:
+        raise UserInputError(f"{where} is {kind}, not an image file; name a regular file.")
+
+
+@contextmanager
+def readable(where: str, fix: str) -> Iterator[None]:
+    """Every way Pillow can refuse or fail on a file, as one sentence naming ``where`` and ending in
+    ``fix``: its plugins raise UnidentifiedImageError, OSError (truncated data), SyntaxError (a broken
+    chunk), ValueError and struct.error (a chunk of the wrong length), EOFError, IndexError,
+    DecompressionBombError (more pixels than ``PIL.Image.MAX_IMAGE_PIXELS`` allows) and more, so what
+    runs inside is Pillow's reading of one file alone."""
+    try:
+        yield
+    except UserInputError:
+        raise
+    except Image.DecompressionBombError as err:
+        raise UserInputError(
+            f"{where} has more pixels than Pillow decodes ({str(err).rstrip('.')}); shrink it, or raise "
+            "PIL.Image.MAX_IMAGE_PIXELS if you trust the file."
+        ) from err
+    except Exception as err:
+        # Pillow names an unknown format by the file object's repr: say it in words instead
+        why = "no image format Pillow reads" if isinstance(err, UnidentifiedImageError) else str(err)
+        raise UserInputError(
+            f"{where} cannot be read as an image ({why.rstrip('.') or type(err).__name__}); {fix}."
+        ) from err
+
+
+def opened(source: Path | bytes) -> Image.Image:
+    """``Image.open`` of a file or of a file's bytes (header only; nothing is decoded yet)."""
+    return Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
+
+
+def header(source: Path | bytes, where: str | None = None, fix: str = "replace or remove it") -> Header:
+    """An image file's (or its bytes') :class:`Header`, from its header only."""
+    where = where or repr(str(source))
+    special_source(source, where)
+    with readable(where, fix), opened(source) as image:
+        turn = orientation(image)
+        height, width = (image.width, image.height) if turn in QUARTER_TURNS else (image.height, image.width)
+        alpha = image.mode in ALPHA or "transparency" in image.info
+        return Header(image.mode, (height, width), alpha)
+
+
+def read_image(
+    source: Path | bytes | Image.Image,
+    mode: Mode,
+    where: str | None = None,
+    fix: str = "replace or remove it",
+) -> Image.Image:
+    """A file, its bytes or a Pillow image → decoded by :func:`viewed`, at its own size; one sentence
+    naming ``where`` (by default the path) for anything Pillow cannot read."""
+    where = where or repr(str(source))
+    special_source(source, where)
+    with readable(where, fix):
+        if isinstance(source, Image.Image):
+            return viewed(source, mode, orientation(source))
+        with opened(source) as image:
+            turn = orientation(image)  # before decoding, as the header read it
+            image.load()  # decodes: a damaged file fails here
+            return viewed(image, mode, turn)
+
+
+def sized(image: Image.Image, size: tuple[int, int], resize: bool) -> Image.Image | None:
+    """``image`` at ``size`` (H, W): as it is, resized (bilinear) when ``resize``, else None."""
+    height, width = size
+    if image.size == (width, height):
+        return image
+    return image.resize((width, height), Image.Resampling.BILINEAR) if resize else None
+
+
+def array_of(image: Image.Image) -> np.ndarray:
+    """An 8-bit image → uint8 ``(H, W, C)`` (a grayscale image gets its channel axis)."""
+    return np.asarray(image).reshape(image.height, image.width, -1)
+
+
 def decode(path: Path, mode: Mode, size: tuple[int, int], resize: bool) -> torch.Tensor:
-    """One image file as a ``(C, H, W)`` uint8 tensor, in ``mode``, of ``size`` (H, W).
+    """One image file as a ``(C, H, W)`` uint8 tensor, read by :func:`viewed` in ``mode``, of ``size`` (H, W).
 
     With ``resize``, an image of another size is resized (bilinear); without, it is refused.
     """
-    try:
-        with Image.open(path) as opened:
-            image = opened.convert(mode)  # decodes: a damaged file fails here
-    except (UnidentifiedImageError, OSError, SyntaxError) as err:  # Pillow's ways to refuse a file
+    image = read_image(path, mode)
+    fitting = sized(image, size, resize)
+    if fitting is None:
+        height, width = size
         raise UserInputError(
-            f"{str(path)!r} cannot be read as an image ({err}); replace or remove it."
-        ) from err
-    height, width = size
-    if image.size != (width, height):
-        if not resize:
-            raise UserInputError(
-                f"{str(path)!r} is {image.width}x{image.height} but the images are {width}x{height}; set "
-                f"data.image_size to resize them all to one size."
-            )
-        image = image.resize((width, height), Image.Resampling.BILINEAR)
-    array = np.asarray(image).reshape(height, width, -1)  # (H, W, C)
-    return torch.from_numpy(array.copy()).permute(2, 0, 1).contiguous()
-
-
-def header(path: Path) -> tuple[str, tuple[int, int]]:
-    """An image file's Pillow mode and (H, W), from its header only."""
-    try:
-        with Image.open(path) as image:
-            return image.mode, (image.height, image.width)
-    except (UnidentifiedImageError, OSError, SyntaxError) as err:
-        raise UserInputError(
-            f"{str(path)!r} cannot be read as an image ({err}); replace or remove it."
-        ) from err
+            f"{str(path)!r} is {image.width}x{image.height} but the images are {width}x{height}; set "
+            f"data.image_size to resize them all to one size."
+        )
+    return torch.from_numpy(array_of(fitting).copy()).permute(2, 0, 1).contiguous()
 
 
 class ImageFiles(Dataset[tuple[torch.Tensor, ...]]):
@@ -269,14 +443,14 @@ def channel_stats(batches: Iterable[torch.Tensor]) -> tuple[torch.Tensor, torch.
 class ImageDataModule(ResumableDataModule):
     """Labelled images: one sub-folder per class, a CSV of ``path,label`` rows, or the bundled digits.
 
-    Images are decoded with Pillow, in ``mode``; all must have one size, or ``image_size`` resizes
-    them. The per-channel mean and standard deviation are fitted on the training split only and saved
-    in every checkpoint with the label names, the mode and the size, so a checkpoint alone predicts new
-    images as the run saw them. Batches leave the loaders as uint8 ``(B, C, H, W)`` and ``(B,)`` class
-    ids; once on the device they become floats, augmented in training (a random crop of the image padded
-    with ``crop_padding`` black pixels, and with ``horizontal_flip`` a mirror image half the time) and
-    normalized. Augmentation draws from a generator of this module, saved in checkpoints, so a resumed
-    run crops as the uninterrupted one would have.
+    Images are decoded with Pillow by one rule (:func:`viewed`), in ``mode``; all must have one size, or
+    ``image_size`` resizes them. The per-channel mean and standard deviation are fitted on the training
+    split only and saved in every checkpoint with the label names, the mode and the size, so a checkpoint
+    alone predicts new images as the run saw them. Batches leave the loaders as uint8 ``(B, C, H, W)`` and
+    ``(B,)`` class ids; once on the device they become floats, augmented in training (a random crop of the
+    image padded with ``crop_padding`` black pixels, and with ``horizontal_flip`` a mirror image half the
+    time) and normalized. Augmentation draws from a generator of this module, saved in checkpoints, so a
+    resumed run crops as the uninterrupted one would have.
 
     Args:
         folder: A folder with one sub-folder per class, the images inside it (at any depth); the class
@@ -284,8 +458,11 @@ class ImageDataModule(ResumableDataModule):
         csv: A CSV file of ``path,label`` rows instead; a relative path is read from the CSV's folder.
             Left out both: scikit-learn's digits, written once as 32x32 PNG files into
             ``data/digits-images/`` and read from there.
-        mode: ``L`` (grayscale, 1 channel) or ``RGB`` (3 channels); left out, that of the first image
-            (grayscale modes give ``L``, all others ``RGB``).
+        mode: ``L`` (grayscale, 1 channel), ``RGB`` (3) or ``RGBA`` (4: transparency kept as a channel);
+            left out, the one that loses nothing of any image (from their headers): ``RGB`` if one is in
+            colour, else ``L``, and ``RGBA`` if one has transparency. Every file is read by one rule
+            (:func:`viewed`): as a viewer shows it, EXIF orientation applied, 16-bit and float pixels
+            scaled to 8 bits, transparency composited on white in ``L`` and ``RGB``.
         image_size: Resize every image to ``image_size`` x ``image_size``; left out, all images must have
             one size.
         predict_path: What ``predict`` predicts: a folder of images (at any depth, sorted), one image file,
@@ -329,7 +506,9 @@ class ImageDataModule(ResumableDataModule):
             raise UserInputError(f"data.folder={folder!r} and data.csv={csv!r} are both set; give one.")
         check_fractions(val_fraction, test_fraction, "images")
         if mode is not None and mode not in CHANNELS:
-            raise UserInputError(f"data.mode={mode!r} is unknown; choose L (grayscale) or RGB.")
+            raise UserInputError(
+                f"data.mode={mode!r} is unknown; choose L (grayscale), RGB or RGBA (alpha kept as a channel)."
+            )
         for name, value, least in (
             ("image_size", image_size, 1),
             ("crop_padding", crop_padding, 0),
@@ -338,6 +517,11 @@ class ImageDataModule(ResumableDataModule):
                 raise UserInputError(f"data.{name}={value} must be at least {least}.")
         if predict_path is not None:
             for given in [predict_path] if isinstance(predict_path, str) else predict_path:
+                if (kind := special_file(Path(given))) is not None:
+                    raise UserInputError(
+                        f"data.predict_path={given!r} is {kind}; name a folder of images, an image file, "
+                        "or a list of image files."
+                    )
                 if not Path(given).exists():
                     raise UserInputError(
                         f"data.predict_path={given!r} does not exist; name a folder of images, an image "
@@ -430,13 +614,32 @@ class ImageDataModule(ResumableDataModule):
         return names
 
     @cached_property
+    def headers(self) -> list[Header]:
+        """Every image's :class:`Header`, read once (no pixel decoded); a notice when they mix modes."""
+        found = [header(path) for path in self.source.paths]
+        modes = Counter(h.mode for h in found)
+        if len(modes) > 1:
+            examples = {
+                h.mode: path for h, path in zip(reversed(found), reversed(self.source.paths), strict=True)
+            }
+            listed = ", ".join(
+                f"{n} {mode} (e.g. {str(examples[mode])!r})" for mode, n in modes.most_common()
+            )
+            notice(
+                f"{self.source.where} mixes image modes: {listed}; all are read as "
+                f"{self.settings.mode or mode_of(found)} by one rule ({RULE})."
+            )
+        return found
+
+    @cached_property
     def mode(self) -> Mode:
-        """``L`` or ``RGB``: the checkpoint's, the one given, or chosen by the first image."""
+        """``L``, ``RGB`` or ``RGBA``: the checkpoint's, the one given, or the one that loses nothing of any
+        image (:func:`mode_of`)."""
         if self.settings.preprocessing_from is not None:
             return cast(Mode, self.checkpoint_state["mode"])
         if self.settings.mode is not None:
             return cast(Mode, self.settings.mode)
-        return "L" if header(self.source.paths[0])[0] in GRAY else "RGB"
+        return mode_of(self.headers)
 
     @cached_property
     def size(self) -> tuple[int, int]:
@@ -450,18 +653,16 @@ class ImageDataModule(ResumableDataModule):
                     f"checkpoint {hp.preprocessing_from!r} was trained on; leave it out or set {height}."
                 )
             return int(height), int(width)
+        headers = self.headers  # headers only: a mixed folder is refused before anything is decoded
         if hp.image_size is not None:
             return hp.image_size, hp.image_size
-        # headers only: a mixed folder is refused before anything is decoded
-        paths = self.source.paths
-        first = header(paths[0])[1]
-        for path in paths[1:]:
-            size = header(path)[1]
-            if size != first:
+        paths, first = self.source.paths, headers[0].size
+        for path, each in zip(paths[1:], headers[1:], strict=True):
+            if each.size != first:
                 raise UserInputError(
                     f"{self.source.where} holds images of different sizes: {str(paths[0])!r} is "
-                    f"{first[1]}x{first[0]} and {str(path)!r} is {size[1]}x{size[0]}; set data.image_size "
-                    "to resize them all to one size."
+                    f"{first[1]}x{first[0]} and {str(path)!r} is {each.size[1]}x{each.size[0]}; set "
+                    "data.image_size to resize them all to one size."
                 )
         return first
 
@@ -478,7 +679,7 @@ class ImageDataModule(ResumableDataModule):
 
     @property
     def in_features(self) -> int:
-        """Input channels: 1 for ``L``, 3 for ``RGB`` (from a header or the checkpoint: cheap)."""
+        """Input channels: 1 for ``L``, 3 for ``RGB``, 4 for ``RGBA`` (from headers or the checkpoint)."""
         return CHANNELS[self.mode]
 
     @property

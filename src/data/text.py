@@ -5,6 +5,8 @@ Left without a file, the DataModule reads the text that ships with Python itself
 library's help topics (``pydoc_data.topics``, about 465 000 characters of English and code).
 """
 
+import math
+import stat
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,10 +17,11 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 import torch
+from typing_extensions import override
 
 from src.checkpoints import load_checkpoint
 from src.data.datamodule import ResumableDataModule, TensorBatches, check_fractions
-from src.errors import UserInputError
+from src.errors import UserInputError, notice
 
 Stage = Literal["train", "val", "test", "predict"]
 #: the id of every character outside the vocabulary; the vocabulary's characters follow from id 1
@@ -79,10 +82,29 @@ def bundled_text() -> str:
     return "\n".join(topics[key] for key in sorted(topics))
 
 
+def special_file(path: Path) -> str | None:
+    """What ``path`` is, in words, when it is there but is neither a regular file nor a folder: a FIFO, a
+    socket, a device (reading one can wait for ever) or a link to nothing; None otherwise."""
+    try:
+        kind = path.stat().st_mode  # follows links: a link to a FIFO is a FIFO
+    except OSError:
+        return "a link to nothing" if path.is_symlink() else None
+    if stat.S_ISFIFO(kind):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(kind):
+        return "a socket"
+    if stat.S_ISCHR(kind) or stat.S_ISBLK(kind):
+        return "a device"
+    return None
+
+
 def read_text(path: str, key: str = "data.path") -> str:
-    """A UTF-8 text file, or one sentence naming it: missing, a folder, empty, binary or not UTF-8."""
+    """A UTF-8 text file, or one sentence naming it: missing, a folder, a FIFO or a device (refused before
+    it is opened), empty, binary or not UTF-8."""
     file = Path(path)
     named = f"{key}={path!r}"
+    if (kind := special_file(file)) is not None:
+        raise UserInputError(f"{named} is {kind}, not a file; name a UTF-8 text file.")
     if file.is_dir():
         raise UserInputError(f"{named} is a folder; name a UTF-8 text file.")
     if not file.is_file():
@@ -270,6 +292,17 @@ class TextDataModule(ResumableDataModule):
         log_p = torch.log((counts + 1.0) / (counts.sum() + len(counts)))  # (V,), in nats
         targets = self.dataset(stage).tensors[1].flatten()
         return float(torch.exp(-log_p[targets].mean()))
+
+    @override
+    def setup(self, stage: str) -> None:
+        """Before a fit: says the baseline the model must beat, on the validation stretch it is scored on."""
+        if stage == "fit":
+            perplexity = self.unigram_perplexity("val")
+            notice(
+                f"Unigram baseline on {self.source} (each character's frequency in the training stretch, "
+                f"no context): val/loss {math.log(perplexity):.3f} nats, val/perplexity {perplexity:.1f}; a "
+                "model that reads the context ends below it."
+            )
 
     # -- tensors --------------------------------------------------------------------------------------
 
