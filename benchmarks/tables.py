@@ -214,8 +214,12 @@ def words(table: Table, csv: Path, seed: int, log_dir: str, extra: list[str]) ->
 CACHE = Path(tempfile.gettempdir()) / "tables-competitors.json"
 
 
-def libraries(table: Table, csv: Path, seed: int, models: list[str]) -> dict[str, dict[str, float]]:
-    """Each library's validation and test figure and seconds on the template's split of ``csv``."""
+def libraries(
+    table: Table, csv: Path, seed: int, models: list[str], cached: bool = False
+) -> dict[str, dict[str, float]]:
+    """Each library's validation and test figure and seconds on the template's split of ``csv``: fitted
+    now, beside the net's fit and under the same load, unless ``cached`` reuses an earlier run's (whose
+    seconds were measured then)."""
     data = TabularDataModule(
         path=str(csv),
         target_column=table.target,
@@ -227,7 +231,7 @@ def libraries(table: Table, csv: Path, seed: int, models: list[str]) -> dict[str
     key = hashlib.sha256(b"".join(split[s].tobytes() for s in competitors.SPLITS)).hexdigest()[:16]
     cache = json.loads(CACHE.read_text()) if CACHE.is_file() else {}
     found = cache.setdefault(f"{table.name}/{seed}/{key}", {})
-    missing = [m for m in models if m not in found]
+    missing = [m for m in models if m not in found or not cached]
     if missing:
         rows = competitors.rows_of(data.table, split)
         for model in missing:
@@ -237,7 +241,7 @@ def libraries(table: Table, csv: Path, seed: int, models: list[str]) -> dict[str
 
 
 def measure(
-    names: list[str], seeds: int, extra: list[str], models: list[str]
+    names: list[str], seeds: int, extra: list[str], models: list[str], cached: bool = False
 ) -> dict[str, list[dict[str, Any]]]:
     """Every table's runs, one per seed: the net's figures, the libraries', seconds, the verdict."""
     runs: dict[str, list[dict[str, Any]]] = {}
@@ -253,7 +257,7 @@ def measure(
             frame.to_csv(csv, index=False)
             for seed in range(seeds):
                 found, _ = run_python(CHILD, *words(table, csv, seed, f"{tmp}/logs", extra), timeout=1800)
-                found["libraries"] = libraries(table, csv, seed, models)
+                found["libraries"] = libraries(table, csv, seed, models, cached)
                 runs.setdefault(name, []).append(found)
                 print(name, seed, json.dumps(summary(table, found)), flush=True)
     return runs
@@ -364,13 +368,18 @@ if __name__ == "__main__":
         "--extra", action="append", default=[], help="a CLI word added to every fit (repeat it)"
     )
     parser.add_argument("--deep", action="store_true", help="also fit RealMLP and TabM (pytabkit)")
+    parser.add_argument(
+        "--cached",
+        action="store_true",
+        help="reuse the libraries' figures of an earlier run (their seconds are that run's, not this one's)",
+    )
     parser.add_argument("--name", default="tables", help="results file name (default tables)")
     parser.add_argument("--write", action="store_true", help="also save benchmarks/results/<name>.md")
     options = parser.parse_args()
     models, missing = competitors.installed(competitors.BOOSTING + (competitors.DEEP if options.deep else ()))
     for model in missing:
         print(f"{model}: left out, {competitors.PACKAGE[model]} is not installed (pip install -e '.[bench]')")
-    found = measure(options.tables, options.seeds, options.extra, models)
+    found = measure(options.tables, options.seeds, options.extra, models, options.cached)
     text = report.header("Tables: the net against the libraries") + "\n\n" + table_text(found, options.extra)
     print(text)
     (Path(tempfile.gettempdir()) / f"{options.name}-runs.json").write_text(json.dumps(found))
