@@ -15,6 +15,8 @@ OUTPUT ?=
 OVERWRITE ?=
 SPACE ?= configs/sweeps/digits.yaml
 PROMPT ?= The
+# test processes: one per core (WORKERS=0 runs the tests in this process)
+WORKERS ?= auto
 TRIALS ?= 20
 FOLDS ?= 5
 SEEDS ?= 3
@@ -53,7 +55,7 @@ repeat: $(STAMP) ## fit and test CONFIG with SEEDS seeds; mean ± std of the tes
 	$(PY) -m src.apps.cv --seeds $(SEEDS) --config $(CONFIG) $(ARGS)
 
 test: $(STAMP) ## run the test suite without the slow tests
-	$(PY) -m pytest -m "not slow" --nbmake tests notebooks $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" --nbmake -n $(WORKERS) --dist loadfile tests notebooks $(PYTEST_ARGS)
 
 gpu-check: $(STAMP) ## on a machine with a GPU: the CUDA tests, then a timed fit on the GPU beside the CPU
 	$(PY) -m pytest -m cuda tests -rs $(PYTEST_ARGS)

@@ -29,7 +29,7 @@ def test_every_variant_takes_the_same_steps_on_its_clock(results) -> None:
         (run,) = runs
         assert run.steps == STEPS, key
         # a clock that never started or never stopped reads 0 or the time since the epoch
-        assert 0 < run.wall <= run.whole < 60, key
+        assert 0 < run.wall <= run.whole < 1e6, key
         assert 0 < run.loss < math.inf, key  # NaN fails too
 
 

@@ -140,6 +140,7 @@ def wait_all(processes: list[subprocess.Popen], timeout: float) -> list[int]:
                 process.wait()
 
 
+@pytest.mark.slow  # the launcher itself; the processes' arithmetic is the ddp_fork test's
 def test_two_nodes_with_torchrun_on_localhost(tmp_path: Path) -> None:
     """Two ``torchrun --nnodes=2`` launches, one process each, as two machines would run them."""
     port, env = free_port(), launch_env()

@@ -709,7 +709,7 @@ def test_the_loader_benchmark_counts_every_image_of_every_epoch(folder: Path) ->
     assert list(results.runs) == [(True, 0), (True, 1), (False, 0), (False, 1)]
     for key, (run,) in results.runs.items():
         assert run.images == 2 * 63, key
-        assert 0 < run.seconds < 60, key
+        assert 0 < run.seconds < 1e6, key  # not the time since the epoch
     rows = [line for line in table(results).splitlines() if line.startswith("| ") and "---" not in line]
     assert len(rows) == 1 + 4
     assert [row.strip("| ").split(" | ")[4] for row in rows[1:]][::2] == [

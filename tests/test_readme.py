@@ -7,7 +7,8 @@ would for a reader following along. Training commands run in a short form (two e
 batches); ``make X`` runs the commands ``make -n X`` prints. A command that is not run is named in
 :data:`NOT_RUN` (what it starts with) or :data:`NEEDS` (what it contains), with the reason;
 ``test_every_command_is_run_or_skipped_by_name`` counts them, so a new command that fits neither fails
-the suite until it runs or says why it cannot.
+the suite until it runs or says why it cannot. README.md's blocks run in ``make test``; the docs pages',
+whose walkthroughs fit, sweep and serve for minutes in all, in ``make test-full`` (``-m slow``).
 """
 
 import os
@@ -19,6 +20,7 @@ import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -202,8 +204,20 @@ def run_command(command: str, scratch: Path, record: bool = True) -> None:
         LEDGER["run"].append(command)
 
 
-@pytest.mark.parametrize("block", blocks(), ids=lambda b: f"{b.page.stem}-{b.language}-line{b.line}")
+def as_param(block: Block) -> Any:
+    """The README's blocks run in ``make test``; the docs pages' walkthroughs, minutes of fits and sweeps
+    in all, run in ``make test-full``."""
+    marks = () if block.page == README else (pytest.mark.slow,)
+    return pytest.param(block, marks=marks, id=f"{block.page.stem}-{block.language}-line{block.line}")
+
+
+#: the pages whose blocks this session ran (or saw skip a command), for the count below
+PAGES_RUN: set[Path] = set()
+
+
+@pytest.mark.parametrize("block", [as_param(block) for block in blocks()])
 def test_readme_block_runs_as_printed(block: Block, scratch: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    PAGES_RUN.add(block.page)
     monkeypatch.chdir(scratch)
     monkeypatch.setattr(sys, "argv", ["src.cli"])
     monkeypatch.syspath_prepend(str(scratch))
@@ -224,8 +238,10 @@ def test_readme_block_runs_as_printed(block: Block, scratch: Path, monkeypatch: 
 
 
 def test_every_command_is_run_or_skipped_by_name(capsys: pytest.CaptureFixture[str]) -> None:
-    every = [c for b in blocks() if b.language == "bash" for c in commands(b.text)]
-    python_blocks = [b for b in blocks() if b.language == "python"]
+    ran = [b for b in blocks() if b.page in PAGES_RUN]
+    assert README in PAGES_RUN
+    every = [c for b in ran if b.language == "bash" for c in commands(b.text)]
+    python_blocks = [b for b in ran if b.language == "python"]
     with capsys.disabled():
         run, skipped, total = len(LEDGER["run"]), len(LEDGER["skipped"]), len(every) + len(python_blocks)
         print(f"\nREADME and docs: {run} commands and snippets run, {skipped} skipped by name, of {total}")

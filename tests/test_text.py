@@ -830,8 +830,8 @@ def test_the_speed_benchmark_trains_and_generates_what_its_table_says(small_text
         (run,) = runs
         assert run.train_chars == 3 * 8 * T
         assert run.generated == 5
-        assert 0 < run.train_wall < 60
-        assert 0 < run.generate_wall < 60
+        assert 0 < run.train_wall < 1e6  # a clock that never stopped would read the time since the epoch
+        assert 0 < run.generate_wall < 1e6
         assert 0 < run.loss < math.inf
     rows = [line for line in charlm_speed.table(results).splitlines() if line.startswith("| ")]
     assert rows[0] == "| " + " | ".join(charlm_speed.COLUMNS) + " |"
