@@ -26,12 +26,13 @@ import torch
 import yaml
 
 from src.errors import UserInputError
+from src.speedups import SAVED_CLASS_KEY, SAVED_INSTANTIATOR_KEY, saved_class_path
 
 if TYPE_CHECKING:  # Lightning is imported when a model is loaded, not when a checkpoint is read
     from lightning import LightningModule
 
 #: keys whose text value is a class or function to import
-CLASS_KEYS = ("class_path", "_class_path", "_instantiator")
+CLASS_KEYS = ("class_path", SAVED_CLASS_KEY, SAVED_INSTANTIATOR_KEY)
 #: what a checkpoint may name by itself: classes of this project, and the library classes configs use
 TRUSTED_PREFIXES = (
     "src.",
@@ -233,8 +234,8 @@ def load_model(
     checkpoint = load_checkpoint(path)
     named = {f"{model_class.__module__}.{model_class.__qualname__}"} if model_class else set()
     check_names(checkpoint, path, named)
-    class_path = dict(checkpoint.get("hyper_parameters") or {}).get("_class_path")
-    found = model_class or (resolve(class_path) if isinstance(class_path, str) else None)
+    class_path = saved_class_path(checkpoint)
+    found = model_class or (resolve(class_path) if class_path is not None else None)
     if not (isinstance(found, type) and issubclass(found, LightningModule)):
         what = f"names {class_path!r}, which is not a LightningModule" if found else "names no model class"
         raise UserInputError(f"checkpoint {str(path)!r} {what}; pass the class it was trained with.")

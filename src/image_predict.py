@@ -29,6 +29,7 @@ from src.data.images import CHANNELS, FITTED, Mode, array_of, read_image, sized
 from src.errors import UserInputError
 from src.models import BaseTask
 from src.predict import prediction_frame
+from src.speedups import saved_class_path
 
 #: what a caller may hand :meth:`ImagePredictor.predict`: a file, the bytes of one, or a decoded image
 ImageInput = Image.Image | str | Path | bytes
@@ -225,8 +226,8 @@ class ImagePredictor:
 
 def task_class(checkpoint: dict[str, Any], path: str) -> type[BaseTask]:
     """The task class a checkpoint names, which :func:`check_names` has already found trusted."""
-    class_path = dict(checkpoint.get("hyper_parameters", {})).get("_class_path")
-    if not isinstance(class_path, str):
+    class_path = saved_class_path(checkpoint)
+    if class_path is None:
         raise UserInputError(
             f"checkpoint {path!r} does not name its model class; pass model_class=YourTask to "
             "from_checkpoint."

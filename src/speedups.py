@@ -8,10 +8,24 @@ internal is still what the trick assumes, so a Lightning upgrade that changes on
 """
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.trainer import call
+if TYPE_CHECKING:  # Lightning is imported where a trick runs: the checkpoint keys below need none of it
+    from lightning.pytorch.callbacks import Callback
+
+#: the keys under which LightningCLI's instantiator saves, in a checkpoint's ``hyper_parameters``, the
+#: class the module was built as and the instantiator itself (jsonargparse's private names). Unnecessary
+#: once: Lightning saves the class under a public key.
+SAVED_CLASS_KEY = "_class_path"
+SAVED_INSTANTIATOR_KEY = "_instantiator"
+
+
+def saved_class_path(checkpoint: Mapping[str, Any]) -> str | None:
+    """The class path LightningCLI saved in a checkpoint's hyperparameters, or ``None``."""
+    class_path = dict(checkpoint.get("hyper_parameters") or {}).get(SAVED_CLASS_KEY)
+    return class_path if isinstance(class_path, str) else None
+
 
 #: the hooks the Trainer calls on every batch (the first six on every training step)
 BATCH_HOOKS = (
@@ -44,14 +58,14 @@ class Speedups:
     def __init__(self, skip_no_op_batch_hooks: bool = True) -> None:
         self.skip_no_op_batch_hooks = skip_no_op_batch_hooks
 
-    def apply(self, callbacks: Iterable[Callback]) -> None:
+    def apply(self, callbacks: "Iterable[Callback]") -> None:
         """Apply the enabled tricks to ``callbacks``, before the Trainer runs with them."""
         for callback in callbacks:
             if self.skip_no_op_batch_hooks:
                 skip_no_op_batch_hooks(callback)
 
 
-def skip_no_op_batch_hooks(callback: Callback) -> None:
+def skip_no_op_batch_hooks(callback: "Callback") -> None:
     """Hide from the Trainer the per-batch hooks that ``callback``'s class does not override.
 
     Lightning calls every hook of every callback on every batch, whether the callback acts there or
@@ -68,6 +82,8 @@ def skip_no_op_batch_hooks(callback: Callback) -> None:
     callback connector already asks ``is_overridden`` so for ``state_dict``), or caches per hook the
     callbacks that implement it.
     """
+    from lightning.pytorch.callbacks import Callback
+
     for name in BATCH_HOOKS:
         if getattr(type(callback), name) is getattr(Callback, name):
             setattr(callback, name, None)
@@ -75,6 +91,9 @@ def skip_no_op_batch_hooks(callback: Callback) -> None:
 
 def canary() -> list[str]:
     """The internals the tricks rely on that no longer look as they assume; empty while all do."""
+    from lightning.pytorch.callbacks import Callback
+    from lightning.pytorch.trainer import call
+
     problems = [
         f"Callback has no hook {name}: BATCH_HOOKS names a hook Lightning no longer calls."
         for name in BATCH_HOOKS

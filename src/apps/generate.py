@@ -30,6 +30,7 @@ from src.data.text import Vocabulary, read_text, text_state_of, vocabulary_of
 from src.errors import UserInputError
 from src.files import check_output, written
 from src.models.language import LanguageModel, Strategy, check_decoding, stream
+from src.speedups import saved_class_path
 
 #: the prompt when none is given: the start of a line
 DEFAULT_PROMPT = "\n"
@@ -55,8 +56,8 @@ def load(ckpt_path: str, device: torch.device | str = "cpu") -> tuple[LanguageMo
     length it was trained on; one sentence for a checkpoint that is none."""
     checkpoint = load_checkpoint(ckpt_path)
     check_names(checkpoint, ckpt_path)
-    class_path = checkpoint.get("hyper_parameters", {}).get("_class_path")
-    found = resolve(class_path) if isinstance(class_path, str) else None
+    class_path = saved_class_path(checkpoint)
+    found = resolve(class_path) if class_path is not None else None
     if not (isinstance(found, type) and issubclass(found, LanguageModel)):
         raise UserInputError(
             f"checkpoint {ckpt_path!r} is not a language model (it holds {class_path or 'no model class'}); "
