@@ -3,10 +3,11 @@
 - :func:`load_checkpoint` reads tensors and plain data only (``torch.load(weights_only=True)``), and says
   in one sentence, the same at every entry point, what is wrong with a file it cannot read.
 - :func:`check_names` refuses a checkpoint that names code outside the trusted set, at any depth of what
-  it carries, before anything it names is imported: a ``class_path`` (or ``_class_path``,
-  ``_instantiator``) anywhere, any other text that reads as an importable dotted name, which
-  jsonargparse would import for a parameter typed as a class or a callable, and the same inside a text
-  that jsonargparse would read as YAML or as the path of a YAML file. Trusted: this project's own code
+  it carries, before anything it names is imported: a ``class_path`` (or the keys LightningCLI
+  saves, :data:`src.speedups.SAVED_CLASS_KEY`) anywhere, any other text that reads as an importable
+  dotted name, which jsonargparse would import for a parameter typed as a class or a callable, and
+  the same inside a text that jsonargparse would read as YAML or as the path of a YAML file. Trusted:
+  this project's own code
   (``src`` and any module whose file lies in the project's folder, such as a net or LightningModule of
   yours beside ``src/``), the library classes configs use, and what the user names.
 - :func:`load_model` is the one way every entry point rebuilds a checkpoint's model: read, checked,
@@ -26,7 +27,7 @@ import torch
 import yaml
 
 from src.errors import UserInputError
-from src.speedups import SAVED_CLASS_KEY, SAVED_INSTANTIATOR_KEY, saved_class_path
+from src.speedups import SAVED_CLASS_KEY, SAVED_INSTANTIATOR_KEY, class_saved_by_the_cli
 
 if TYPE_CHECKING:  # Lightning is imported when a model is loaded, not when a checkpoint is read
     from lightning import LightningModule
@@ -234,7 +235,7 @@ def load_model(
     checkpoint = load_checkpoint(path)
     named = {f"{model_class.__module__}.{model_class.__qualname__}"} if model_class else set()
     check_names(checkpoint, path, named)
-    class_path = saved_class_path(checkpoint)
+    class_path = class_saved_by_the_cli(checkpoint)
     found = model_class or (resolve(class_path) if class_path is not None else None)
     if not (isinstance(found, type) and issubclass(found, LightningModule)):
         what = f"names {class_path!r}, which is not a LightningModule" if found else "names no model class"

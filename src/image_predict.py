@@ -29,7 +29,7 @@ from src.data.images import CHANNELS, FITTED, Mode, array_of, read_image, sized
 from src.errors import UserInputError
 from src.models import BaseTask
 from src.predict import prediction_frame
-from src.speedups import saved_class_path
+from src.speedups import class_saved_by_the_cli
 
 #: what a caller may hand :meth:`ImagePredictor.predict`: a file, the bytes of one, or a decoded image
 ImageInput = Image.Image | str | Path | bytes
@@ -226,7 +226,7 @@ class ImagePredictor:
 
 def task_class(checkpoint: dict[str, Any], path: str) -> type[BaseTask]:
     """The task class a checkpoint names, which :func:`check_names` has already found trusted."""
-    class_path = saved_class_path(checkpoint)
+    class_path = class_saved_by_the_cli(checkpoint)
     if class_path is None:
         raise UserInputError(
             f"checkpoint {path!r} does not name its model class; pass model_class=YourTask to "

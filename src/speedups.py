@@ -21,7 +21,7 @@ SAVED_CLASS_KEY = "_class_path"
 SAVED_INSTANTIATOR_KEY = "_instantiator"
 
 
-def saved_class_path(checkpoint: Mapping[str, Any]) -> str | None:
+def class_saved_by_the_cli(checkpoint: Mapping[str, Any]) -> str | None:
     """The class path LightningCLI saved in a checkpoint's hyperparameters, or ``None``."""
     class_path = dict(checkpoint.get("hyper_parameters") or {}).get(SAVED_CLASS_KEY)
     return class_path if isinstance(class_path, str) else None

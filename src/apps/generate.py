@@ -30,7 +30,7 @@ from src.data.text import Vocabulary, read_text, text_state_of, vocabulary_of
 from src.errors import UserInputError
 from src.files import check_output, written
 from src.models.language import LanguageModel, Strategy, check_decoding, stream
-from src.speedups import saved_class_path
+from src.speedups import class_saved_by_the_cli
 
 #: the prompt when none is given: the start of a line
 DEFAULT_PROMPT = "\n"
@@ -56,7 +56,7 @@ def load(ckpt_path: str, device: torch.device | str = "cpu") -> tuple[LanguageMo
     length it was trained on; one sentence for a checkpoint that is none."""
     checkpoint = load_checkpoint(ckpt_path)
     check_names(checkpoint, ckpt_path)
-    class_path = saved_class_path(checkpoint)
+    class_path = class_saved_by_the_cli(checkpoint)
     found = resolve(class_path) if class_path is not None else None
     if not (isinstance(found, type) and issubclass(found, LanguageModel)):
         raise UserInputError(

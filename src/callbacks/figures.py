@@ -16,9 +16,9 @@ from torchmetrics.aggregation import CatMetric
 from torchmetrics.classification import MulticlassConfusionMatrix
 from typing_extensions import override
 
-from src.callbacks.threads import Painter
 from src.errors import UserInputError
 from src.loggers import BestEpoch, logging_step, tensorboard_writer
+from src.painter import Painter
 
 DPI = 100
 #: the confusion matrix's side, in inches, before the cell-size bounds apply (10 classes: 0.6 in a cell)
@@ -59,7 +59,7 @@ class ValidationFigures(Callback):
     Drawn on every n-th epoch's validation, on the first and the last of a fit (also when it resumes, or
     when early stopping or a stop signal ends it), and at the fit's end for its best epoch by the monitored
     value (the best checkpoint's): ``summary/…`` tags in the run folder, at that epoch's step. Drawing
-    (matplotlib, PNG encoding) runs on a background thread (:class:`~src.callbacks.threads.Painter`), one
+    (matplotlib, PNG encoding) runs on a background thread (:class:`~src.painter.Painter`), one
     figure at a time, so the next training steps do not wait for it; the fit ends only once every figure
     is written.
 

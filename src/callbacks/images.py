@@ -14,9 +14,9 @@ from matplotlib.figure import Figure
 from torch.utils.tensorboard import SummaryWriter
 from typing_extensions import override
 
-from src.callbacks.threads import Painter
 from src.errors import UserInputError
 from src.loggers import BestEpoch, logging_step, tensorboard_writer
+from src.painter import Painter
 
 TAG = "val/misclassified"
 #: the best epoch's grid, at the fit's end
@@ -84,7 +84,7 @@ class MisclassifiedImages(Callback):
     what the process that writes the logs (global rank 0) validated. Drawn on every n-th validation epoch
     of a fit and on its last under the tag ``val/misclassified``, and at the fit's end for its best epoch
     by the monitored value under ``summary/misclassified``, on a background thread
-    (:class:`~src.callbacks.threads.Painter`).
+    (:class:`~src.painter.Painter`).
 
     Args:
         every_n_epochs: Draw on every n-th validation epoch (and on the last of a fit).
