@@ -4,6 +4,7 @@ import logging
 import math
 import threading
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import numpy as np
@@ -11,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.demos.boring_classes import BoringDataModule, BoringModel
 from sklearn.compose import ColumnTransformer
 from sklearn.datasets import make_blobs
@@ -308,3 +310,76 @@ def test_they_fit_on_a_thread_of_their_own_while_the_training_trains(
     assert took_a_step  # the training took a step while the baselines were being fitted
     # and their figures were there when first logged, at the first validation's end
     assert "val/acc_linear" in trainer.callback_metrics
+
+
+class Seen(Callback):
+    """Whether each validation epoch's values held ``val/acc_linear``; lets the baselines' fit go on once
+    epoch ``release_at``'s validation has ended."""
+
+    def __init__(self, release_at: int, stop: bool = False) -> None:
+        self.release_at, self.stop = release_at, stop
+        self.released = threading.Event()
+        self.epochs: dict[int, bool] = {}
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self.epochs[trainer.current_epoch] = "val/acc_linear" in trainer.callback_metrics
+            if trainer.current_epoch == self.release_at:
+                self.released.set()
+                trainer.should_stop = self.stop  # as early stopping ends a fit
+
+
+def late(monkeypatch: pytest.MonkeyPatch, seen: Seen) -> None:
+    """Baselines whose linear model fits only once ``seen`` releases it."""
+    built = fitting.build_models
+
+    def waiting(*args, **kwargs):
+        models = built(*args, **kwargs)
+        fit = models["linear"].fit
+
+        def fit_later(*fit_args, **fit_kwargs):
+            seen.released.wait(timeout=60)
+            return fit(*fit_args, **fit_kwargs)
+
+        models["linear"].fit = fit_later
+        return models
+
+    monkeypatch.setattr(fitting, "build_models", waiting)
+
+
+def late_fit(tmp_path: Path, seen: Seen, logger: Any = False) -> L.Trainer:
+    data = TabularDataModule(source="spiral", num_samples=300)
+    model = Classifier(in_features=data.in_features, out_features=data.out_features)
+    trainer = L.Trainer(
+        max_epochs=4, callbacks=[Baselines(), seen], logger=logger, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+    )  # fmt: skip
+    trainer.fit(model, datamodule=data)
+    return trainer
+
+
+def test_the_training_never_waits_for_them_but_at_its_last_epoch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A baseline's fit that ends only after the net's second validation: logged from then on, and waited
+    for at the last epoch of the cap; a training that waited for it at the first validation would wait out
+    the timeout, and log it there."""
+    seen = Seen(release_at=1)
+    late(monkeypatch, seen)
+    late_fit(tmp_path, seen)
+    assert seen.epochs[0] is False and seen.epochs[1] is False  # the training went on without them
+    assert seen.epochs[3] is True  # the cap's last epoch waited for them
+
+
+def test_a_fit_that_stops_before_they_are_in_still_writes_them_to_its_logger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = Seen(release_at=1, stop=True)
+    late(monkeypatch, seen)
+    trainer = late_fit(tmp_path, seen, CSVLogger(tmp_path))
+    assert seen.epochs == {0: False, 1: False}  # stopped after epoch 1, before they were logged
+    written = pd.read_csv(Path(trainer.logger.log_dir) / "metrics.csv")
+    [value] = written["val/acc_linear"].dropna()
+    assert written.loc[written["val/acc_linear"].notna(), "step"].item() == trainer.global_step
+    [baselines] = [c for c in trainer.callbacks if isinstance(c, Baselines)]
+    assert value == pytest.approx(baselines.scores["linear"]["val_acc"])

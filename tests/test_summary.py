@@ -134,6 +134,27 @@ def test_baselines_stand_beside_the_nets_values_at_the_best_epoch(tmp_path: Path
     ]
 
 
+class LateBaselines(L.Callback):
+    """Logs its reference only from epoch 2 on, as the baselines do once their background fit is in."""
+
+    @override
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch >= 2:
+            pl_module.log("val/acc_hgb", 0.5 + trainer.current_epoch / 100)
+            pl_module.log("val/other", 7.0)  # named after none of the net's values: not a reference
+
+
+def test_a_reference_logged_after_the_best_epoch_still_stands_beside_it(tmp_path: Path, capsys) -> None:
+    fit(tmp_path, [0.9, 0.2, 0.5, 0.6], LateBaselines())
+    out = capsys.readouterr().out
+    table = out.split("Best epoch 1 (by val/loss):\n", 1)[1].splitlines()[:3]
+    assert [line.split() for line in table] == [
+        ["net", "hgb"],
+        ["val/loss", "0.2", "-"],
+        ["val/acc", "0.8", "0.53"],  # the last epoch's, the one that logged it last
+    ]
+
+
 def test_the_guard_stopping_a_run_is_part_of_its_story(tmp_path: Path, capsys) -> None:
     with pytest.raises(UserInputError, match="non-finite gradients"):
         fit(tmp_path, [0.9, 0.8, 0.7, 0.6], NonFiniteGuard(max_consecutive=3), nan_from=3)

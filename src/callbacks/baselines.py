@@ -56,6 +56,16 @@ MAX_BOOSTED_CATEGORIES = 255
 TITLE = {"hgb": "HistGradientBoosting", "linear": "the linear model"}
 
 
+def _last_by_cap(trainer: L.Trainer) -> bool:
+    """Whether the validation under way is the fit's last by its ``max_epochs`` or ``max_steps`` cap (or a
+    stop request), or a validation of its own (``validate``)."""
+    if trainer.state.fn != "fit" or trainer.should_stop:
+        return True
+    epochs, steps = trainer.max_epochs, trainer.max_steps
+    by_epochs = epochs is not None and epochs >= 0 and trainer.current_epoch + 1 >= epochs
+    return by_epochs or (steps is not None and steps >= 0 and trainer.global_step >= steps)
+
+
 def tag(split: str, metric: str, model: str) -> str:
     """The name a baseline's figure is logged under: ``tag("val", "acc", "hgb")`` is ``val/acc_hgb``."""
     return f"{split}/{metric}_{model}"
@@ -171,13 +181,15 @@ class Baselines(Callback):
 
     On the very rows of the net's training split, from the raw columns the net reads (each model encodes
     them its own way: :func:`build_models`), in a background thread started when the fit starts, so that the
-    training thread goes on training; joined at the first validation epoch's end, where their figures are
-    first logged. Scored with the task's figures (:data:`METRICS`) on the validation rows, and on the test
-    rows when the run is tested. Every validation epoch logs ``val/<metric>_<model>`` (``val/acc_hgb``: a
-    flat line beside the net's ``val/acc`` in TensorBoard, and a value in ``trainer.callback_metrics``); a
-    test logs ``test/<metric>_<model>``. Checkpoints carry the figures as plain floats
-    (``checkpoint["baselines"]``). When the fit ends and the net's best validation ``val/<verdict_metric>``
-    trails the better baseline by more than ``margin``, one sentence says so and what to try.
+    training thread goes on training and never waits for them, but at the fit's last validation epoch by its
+    cap (``max_epochs``, ``max_steps``), and when the fit ends. Scored with the task's figures
+    (:data:`METRICS`) on the validation rows, and on the test rows when the run is tested. Every validation
+    epoch from the first after they are in logs ``val/<metric>_<model>`` (``val/acc_hgb``: a flat line
+    beside the net's ``val/acc`` in TensorBoard, and a value in ``trainer.callback_metrics``); a fit that
+    ends before (early stopping) writes them to its loggers at its last step. A test logs
+    ``test/<metric>_<model>``. Checkpoints carry the figures as plain floats (``checkpoint["baselines"]``)
+    once they are in. When the fit ends and the net's best validation ``val/<verdict_metric>`` trails the
+    better baseline by more than ``margin``, one sentence says so and what to try.
 
     What it reads: the DataModule's rows through :class:`FittedTable` (a DataModule without them gets no
     baselines), and the net's logged ``val/<verdict_metric>``; nothing of the LightningModule.
@@ -234,6 +246,7 @@ class Baselines(Callback):
         self._data: FittedTable | None = None
         self._pending: Future[None] | None = None
         self._net_best: float | None = None
+        self._logged = False  # whether this fit's validation epochs logged the figures yet
 
     # -- fitting and scoring, beside the training -----------------------------------------------------
 
@@ -278,10 +291,16 @@ class Baselines(Callback):
                 values = score(model, x, y, prep.task, prep.num_classes or 1)
                 self.scores.setdefault(name, {}).update({f"{split}_{k}": v for k, v in values.items()})
 
-    def _ready(self) -> bool:
-        """Wait for the background fit, if one runs; whether there are figures. An error in the fit is
-        raised here, on the calling thread."""
+    def _ready(self, trainer: L.Trainer, wait: bool = True) -> bool:
+        """Whether there are figures: the background fit waited for (``wait``), or done already. Under
+        DDP every process must log the same values in the same epoch: they agree to log once all are done.
+        An error in the fit is raised here, on the calling thread."""
         if self._pending is not None:
+            done = wait or self._pending.done()
+            if trainer.world_size > 1:
+                done = trainer.strategy.reduce_boolean_decision(done, all=True)
+            if not done:
+                return False
             pending, self._pending = self._pending, None
             pending.result()
         return bool(self.models)
@@ -299,6 +318,7 @@ class Baselines(Callback):
     @override
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._net_best = None
+        self._logged = False
         self._start(trainer)
 
     @override
@@ -311,9 +331,11 @@ class Baselines(Callback):
 
     @override
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # not while sanity checking: its values are thrown away, and the training has not started yet
-        if not trainer.sanity_checking and self._ready():
+        # not while sanity checking: its values are thrown away, and the training has not started yet.
+        # The training goes on while the models fit; the fit's last epoch by its cap waits for them
+        if not trainer.sanity_checking and self._ready(trainer, wait=_last_by_cap(trainer)):
             self._log(pl_module, "val")
+            self._logged = True
 
     @override
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -331,7 +353,7 @@ class Baselines(Callback):
 
     @override
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not self._ready():
+        if not self._ready(trainer):
             return
         assert self._data is not None
         if not any(key.startswith("test_") for values in self.scores.values() for key in values):
@@ -342,12 +364,18 @@ class Baselines(Callback):
     def on_save_checkpoint(
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        if self._pending is None and self.scores:  # figures once they are in; never a wait here
+        if self._pending is None and self.scores:  # figures once they are logged; never a wait here
             checkpoint["baselines"] = {name: dict(values) for name, values in self.scores.items()}
 
     @override
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._ready()
+        if self._ready(trainer) and not self._logged:
+            # a fit that ended (early stopping, a stop request) before they were in: their figures go to the
+            # loggers at the last step, beside the net's curves, and the verdict below still compares them
+            values = {tag("val", k[4:], name): v for name, s in self.scores.items() for k, v in s.items()
+                      if k.startswith("val_")}  # fmt: skip
+            for logger in trainer.loggers:
+                logger.log_metrics(values, step=trainer.global_step)
         if trainer.is_global_zero and (sentence := self.verdict()) is not None:
             rank_zero_info(sentence)
 

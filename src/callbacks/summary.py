@@ -180,7 +180,8 @@ class RunSummary(Callback):
         if scored:
             pick = min if mode == "min" else max
             best = pick(scored, key=lambda v: v.values[monitor])
-            lines += [f"Best epoch {best.epoch} (by {monitor}):", *_table(best.values)]
+            values = _with_references(best.values, self.validations)
+            lines += [f"Best epoch {best.epoch} (by {monitor}):", *_table(values)]
             advice = self._still_improving(trainer, best, scored[-1], monitor)
             lines += textwrap.wrap(advice, WIDTH) if advice else []
         lines += textwrap.wrap(self._clipping(trainer), WIDTH)
@@ -255,6 +256,18 @@ def ending(trainer: L.Trainer) -> str:
             f"stopped on request after {epochs} epochs (a stop signal or a callback set trainer.should_stop)."
         )
     return f"after {epochs} epochs ({trainer.global_step} steps)."
+
+
+def _with_references(values: Mapping[str, float], validations: list[_Validation]) -> dict[str, float]:
+    """The best epoch's ``values``, and the values named after one of them (``val/acc_hgb`` beside
+    ``val/acc``) that it lacks, from the last validation that has them: references fitted beside the
+    training (the baselines) are logged from the first epoch after they are in, one value for the run."""
+    found = dict(values)
+    for validation in reversed(validations):
+        for name, value in validation.values.items():
+            if name not in found and any(name.startswith(f"{own}_") for own in values):
+                found[name] = value
+    return found
 
 
 def _table(values: Mapping[str, float]) -> list[str]:

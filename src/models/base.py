@@ -1,7 +1,8 @@
 """The base task: an injected net, one shared step for train/val/test, injected optimizer and scheduler.
 
-Each step is the tutorial's: the net's output, the loss, the stage's torchmetrics objects updated, and
-``self.log`` of them (Lightning computes each over the epoch, reduced across processes, then resets it).
+Each step is the tutorial's: the net's output, the loss, and the stage's torchmetrics objects updated;
+each epoch's end logs them with ``self.log`` (torchmetrics computes each over the epoch, reduced across
+processes, and Lightning resets it).
 A subclass says what differs: the loss, the metrics, and what ``predict_step`` returns.
 """
 
@@ -191,10 +192,31 @@ class BaseTask(L.LightningModule, ABC):
         self.test_loss.reset()
         self.test_metrics.reset()
 
+    # the epoch's values, once per epoch: torchmetrics computes each over the epoch's updates (gathered
+    # from every process), Lightning logs and resets it. (A self.log per step costs more than the step
+    # of a small net; the metrics' updates are what the steps contribute.)
+    @override
+    def on_train_epoch_end(self) -> None:
+        self._log_epoch(self.train_loss, self.train_metrics)
+
+    @override
+    def on_validation_epoch_end(self) -> None:
+        self._log_epoch(self.val_loss, self.val_metrics)
+
+    @override
+    def on_test_epoch_end(self) -> None:
+        self._log_epoch(self.test_loss, self.test_metrics)
+
+    def _log_epoch(self, loss_mean: MeanMetric, metrics: MetricCollection) -> None:
+        if loss_mean.update_called:  # an epoch with steps (a resumed fit may start at an epoch's end)
+            self.log(f"{metrics.prefix}loss", loss_mean)
+            self.log_dict(metrics)
+
     def _shared_step(
         self, batch: tuple[torch.Tensor, torch.Tensor], loss_mean: MeanMetric, metrics: MetricCollection
     ) -> dict[str, torch.Tensor]:
-        """The batch's ``loss`` (with its graph), and the detached ``preds`` and ``target`` of the metrics."""
+        """The batch's ``loss`` (with its graph), and the detached ``preds`` and ``target`` of the metrics;
+        the stage's mean loss and metrics updated with them."""
         x, target = batch
         output = self(x)  # (B, K) raw logits or (B, 1) values
         members = self.net.ensemble_size if isinstance(self.net, Ensemble) and self.training else 1
@@ -207,8 +229,6 @@ class BaseTask(L.LightningModule, ABC):
         preds, metric_target = self.metric_inputs(output.detach(), target)
         loss_mean.update(loss.detach(), weight=len(target))  # detached: a graph would keep the activations
         metrics.update(preds, metric_target)
-        self.log(f"{metrics.prefix}loss", loss_mean, on_step=False, on_epoch=True)
-        self.log_dict(metrics, on_step=False, on_epoch=True)
         return {"loss": loss, "preds": preds, "target": metric_target}
 
     @override

@@ -105,6 +105,7 @@ class ManualClassifier(Classifier):
 
     @override
     def on_train_epoch_end(self) -> None:
+        super().on_train_epoch_end()  # the epoch's values
         scheduler = self.lr_schedulers()
         if isinstance(scheduler, ReduceLROnPlateau):
             # after validation: it watches this epoch's validation metric
