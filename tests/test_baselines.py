@@ -2,6 +2,7 @@
 
 import logging
 import math
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder, StandardScaler
 from threadpoolctl import threadpool_limits
 
-import src.callbacks.baselines as fitting
+import src.baseline_models as fitting
 from src.callbacks import Baselines
 from src.callbacks.baselines import TAG
 from src.cli import main
@@ -284,7 +285,7 @@ def test_they_fit_on_a_thread_of_their_own_while_the_training_trains(
     training goes on meanwhile (fitted on the training thread, before the training, it would wait out its
     timeout)."""
     built, stepped = fitting.build_models, Stepped()
-    seen: list[tuple[str, bool]] = []
+    seen: list[tuple[str, bool]] = []  # in a thread of this process, where the patch below reaches
 
     def waiting(*args, **kwargs):
         models = built(*args, **kwargs)
@@ -301,8 +302,9 @@ def test_they_fit_on_a_thread_of_their_own_while_the_training_trains(
     data = TabularDataModule(source="spiral", num_samples=300)
     model = Classifier(in_features=data.in_features, out_features=data.out_features)
     trainer = L.Trainer(
-        max_epochs=2, callbacks=[Baselines(), stepped], logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+        max_epochs=2, callbacks=[Baselines(fit_in="thread"), stepped], logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        default_root_dir=tmp_path,
     )  # fmt: skip
     trainer.fit(model, datamodule=data)
     [(thread, took_a_step)] = seen
@@ -351,7 +353,7 @@ def late_fit(tmp_path: Path, seen: Seen, logger: Any = False) -> L.Trainer:
     data = TabularDataModule(source="spiral", num_samples=300)
     model = Classifier(in_features=data.in_features, out_features=data.out_features)
     trainer = L.Trainer(
-        max_epochs=4, callbacks=[Baselines(), seen], logger=logger, enable_checkpointing=False,
+        max_epochs=4, callbacks=[Baselines(fit_in="thread"), seen], logger=logger, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
     )  # fmt: skip
     trainer.fit(model, datamodule=data)
@@ -383,3 +385,23 @@ def test_a_fit_that_stops_before_they_are_in_still_writes_them_to_its_logger(
     assert written.loc[written["val/acc_linear"].notna(), "step"].item() == trainer.global_step
     [baselines] = [c for c in trainer.callbacks if isinstance(c, Baselines)]
     assert value == pytest.approx(baselines.scores["linear"]["val_acc"])
+
+
+def test_in_a_process_of_their_own_they_score_as_in_a_thread(tmp_path: Path) -> None:
+    """The shipped way (a worker process, which boosting's Python shares no interpreter lock with) and a
+    thread of the training's process give the very same figures."""
+    scores = {}
+    for fit_in in ("process", "thread"):
+        baselines = Baselines(fit_in=fit_in)
+        data = TabularDataModule(source="penguins")
+        model = Classifier(in_features=data.in_features, out_features=data.out_features)
+        trainer = L.Trainer(
+            max_epochs=1, callbacks=[baselines], logger=False, enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+        )  # fmt: skip
+        trainer.fit(model, datamodule=data)
+        trainer.test(model, datamodule=data, verbose=False)
+        assert (baselines.fitted_by != os.getpid()) is (fit_in == "process")
+        scores[fit_in] = baselines.scores
+    assert scores["process"] == scores["thread"]
+    assert {"val_acc", "test_acc", "val_loss"} <= set(scores["process"]["hgb"])

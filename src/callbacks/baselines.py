@@ -2,9 +2,9 @@
 table says what the net is worth."""
 
 import re
-import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Literal, Protocol, runtime_checkable
+from collections.abc import Callable
+from concurrent.futures import BrokenExecutor, Future, ThreadPoolExecutor
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import lightning as L
 import numpy as np
@@ -13,18 +13,14 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.rank_zero import rank_zero_debug, rank_zero_info
+from loky import ProcessPoolExecutor  # type: ignore[import-untyped]  # no py.typed
 from sklearn.base import BaseEstimator
-from sklearn.compose import ColumnTransformer
-from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
-from sklearn.impute import SimpleImputer
-from sklearn.linear_model import LogisticRegression, Ridge
-from sklearn.pipeline import Pipeline, make_pipeline
-from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder, StandardScaler
-from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]  # no py.typed, no stubs
 from torchmetrics import MeanAbsoluteError, MeanSquaredError, R2Score
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 from typing_extensions import override
 
+from src import baseline_models
+from src.baseline_models import Spec
 from src.data.preprocessing import Preprocessor, category_strings, read_numbers
 from src.data.sources import Table
 from src.errors import UserInputError
@@ -50,10 +46,10 @@ METRICS: dict[str, dict[str, tuple[Any, bool]]] = {
 }
 #: per task, the figure the verdict compares unless told otherwise
 VERDICT_METRIC = {"classification": "acc", "regression": "rmse"}
-#: gradient boosting reads at most this many categories of a column as categories of their own (its
-#: histograms hold 255 bins); the rarer ones share one
-MAX_BOOSTED_CATEGORIES = 255
 TITLE = {"hgb": "HistGradientBoosting", "linear": "the linear model"}
+
+
+T = TypeVar("T")
 
 
 def _last_by_cap(trainer: L.Trainer) -> bool:
@@ -64,6 +60,31 @@ def _last_by_cap(trainer: L.Trainer) -> bool:
     epochs, steps = trainer.max_epochs, trainer.max_steps
     by_epochs = epochs is not None and epochs >= 0 and trainer.current_epoch + 1 >= epochs
     return by_epochs or (steps is not None and steps >= 0 and trainer.global_step >= steps)
+
+
+#: an idle worker process of the baselines exits after this many seconds (the next fit starts another)
+IDLE_SECONDS = 60
+_processes: ProcessPoolExecutor | None = None
+
+
+def _submit(fit_in: str, function: Callable[..., T], *args: Any) -> "Future[T]":
+    """``function(*args)`` on a thread of its own (``fit_in="thread"``), or on this process's one worker
+    process (loky's: a fresh interpreter that imports only what ``function``'s module imports, never the
+    main module), started on first use and started again after it exited or broke."""
+    if fit_in == "thread":
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="baselines")
+        future = pool.submit(function, *args)
+        pool.shutdown(wait=False)  # the thread ends with its one task
+        return future
+    global _processes
+    for _ in range(2):
+        if _processes is None:
+            _processes = ProcessPoolExecutor(max_workers=1, timeout=IDLE_SECONDS)
+        try:
+            return _processes.submit(function, *args)
+        except (BrokenExecutor, RuntimeError):  # its worker died, or it was shut down: a new one
+            _processes = None
+    raise RuntimeError("the baselines' worker process could not be started.")
 
 
 def tag(split: str, metric: str, model: str) -> str:
@@ -114,40 +135,6 @@ def raw_rows(
     return frame, target.to_numpy(np.float64)
 
 
-def build_models(prep: Preprocessor, max_iter: int, seed: int) -> dict[str, BaseEstimator]:
-    """The two baselines, unfitted, each a pipeline from the raw columns of :func:`raw_rows`.
-
-    ``hgb``: HistGradientBoosting with scikit-learn's defaults (``max_iter`` iterations at learning rate 0.1,
-    whatever the class count), numbers as they are (missing cells its own way), each categorical column as
-    a native categorical feature (its :data:`MAX_BOOSTED_CATEGORIES` most frequent values). ``linear``:
-    logistic or ridge regression on numbers filled with the median (with a missing indicator) and
-    standardized, and every training value of a categorical column one-hot (unseen ones: none).
-    """
-    numeric = [c.name for c in prep.numeric]
-    categorical = [c.name for c in prep.categorical]
-    ordinal = OrdinalEncoder(
-        handle_unknown="use_encoded_value", unknown_value=np.nan, max_categories=MAX_BOOSTED_CATEGORIES
-    )
-    trees = ColumnTransformer(
-        [("numbers", "passthrough", numeric), ("categories", ordinal, categorical)], remainder="drop"
-    )
-    is_categorical = np.array([False] * len(numeric) + [True] * len(categorical))
-    lines = ColumnTransformer(
-        [
-            ("numbers", make_pipeline(SimpleImputer(strategy="median", add_indicator=True), StandardScaler()),
-             numeric),
-            ("categories", OneHotEncoder(handle_unknown="ignore"), categorical),
-        ],
-        remainder="drop",
-    )  # fmt: skip
-    options = {"max_iter": max_iter, "random_state": seed, "categorical_features": is_categorical}
-    if prep.task == "classification":
-        hgb, linear = HistGradientBoostingClassifier(**options), LogisticRegression(max_iter=1000)
-    else:
-        hgb, linear = HistGradientBoostingRegressor(**options), Ridge()
-    return {"hgb": Pipeline([("columns", trees), ("model", hgb)]), "linear": make_pipeline(lines, linear)}
-
-
 def sample(count: int, max_rows: int | None, seed: int) -> np.ndarray | None:
     """The positions of the training rows the baselines fit on: ``None`` for all of them, or ``max_rows``
     of them drawn without replacement by a generator seeded with ``seed``, in their order."""
@@ -156,20 +143,19 @@ def sample(count: int, max_rows: int | None, seed: int) -> np.ndarray | None:
     return np.sort(np.random.default_rng(seed).choice(count, max_rows, replace=False))
 
 
-def score(model: Any, x: pd.DataFrame, y: np.ndarray, task: str, classes: int) -> dict[str, float]:
-    """A fitted model's figures on ``(x, y)`` (:data:`METRICS`); for classification also ``loss``, the
-    cross-entropy of ``predict_proba`` as the net's logits get it (no label smoothing or class weights,
-    which change what the net's own val/loss means)."""
+def score(output: np.ndarray, y: np.ndarray, task: str, classes: int) -> dict[str, float]:
+    """A model's figures from its ``output`` on rows whose targets are ``y`` (:data:`METRICS`): ``(N, K)``
+    class probabilities or ``(N,)`` values (:func:`src.baseline_models.outputs`). Classification adds
+    ``loss``, the cross-entropy of the probabilities as the net's logits get it (no label smoothing or
+    class weights, which change what the net's own val/loss means)."""
     target = torch.as_tensor(y)
     metrics = {name: build(classes) for name, (build, _) in METRICS[task].items()}
     values: dict[str, Any] = {}
     if task == "classification":
-        probs = np.zeros((len(x), classes), dtype=np.float64)
-        probs[:, model.classes_.astype(int)] = model.predict_proba(x)  # a class absent in training: 0
-        preds = torch.as_tensor(np.log(np.clip(probs, 1e-15, 1.0)), dtype=torch.float32)  # (N, K)
+        preds = torch.as_tensor(np.log(np.clip(output, 1e-15, 1.0)), dtype=torch.float32)  # (N, K)
         values["loss"] = F.cross_entropy(preds, target)
     else:
-        preds = torch.as_tensor(model.predict(x), dtype=torch.float32)  # (N,) in the target's units
+        preds = torch.as_tensor(output, dtype=torch.float32)  # (N,) in the target's units
         target = target.float()
     for name, metric in metrics.items():
         values[name] = metric(preds, target)
@@ -180,9 +166,9 @@ class Baselines(Callback):
     """Fits HistGradientBoosting and a linear model (logistic or ridge) beside the net on a table.
 
     On the very rows of the net's training split, from the raw columns the net reads (each model encodes
-    them its own way: :func:`build_models`), in a background thread started when the fit starts, so that the
-    training thread goes on training and never waits for them, but at the fit's last validation epoch by its
-    cap (``max_epochs``, ``max_steps``), and when the fit ends. Scored with the task's figures
+    them its own way: :func:`src.baseline_models.build_models`), in a process of their own started when the
+    fit starts, so that the training goes on and never waits for them, but at the fit's last validation
+    epoch by its cap (``max_epochs``, ``max_steps``), and when the fit ends. Scored with the task's figures
     (:data:`METRICS`) on the validation rows, and on the test rows when the run is tested. Every validation
     epoch from the first after they are in logs ``val/<metric>_<model>`` (``val/acc_hgb``: a flat line
     beside the net's ``val/acc`` in TensorBoard, and a value in ``trainer.callback_metrics``); a fit that
@@ -210,6 +196,10 @@ class Baselines(Callback):
             test row.
         threads: Threads of scikit-learn's OpenMP and BLAS pools while fitting and scoring; ``None``
             leaves their default, one per core. One by default: they run beside the training.
+        fit_in: ``process``: a process of their own (one worker, started on first use and kept while it
+            has work, importing scikit-learn only), so that boosting's Python never holds the training
+            interpreter's lock. ``thread``: a thread of the training's process, for where a process may
+            not be started.
         verdict_metric: The figure the verdict compares, as the net logs it under ``val/``: ``acc`` or
             ``f1`` for classification, ``rmse``, ``mae`` or ``r2`` for regression. ``None``: ``acc``, or
             ``rmse`` for regression.
@@ -223,6 +213,7 @@ class Baselines(Callback):
         max_rows: int | None = 50_000,
         threads: int | None = 1,
         verdict_metric: str | None = None,
+        fit_in: Literal["process", "thread"] = "process",
     ) -> None:
         if max_iter < 1:
             raise UserInputError(f"baselines.max_iter={max_iter} must be at least 1.")
@@ -237,21 +228,29 @@ class Baselines(Callback):
             raise UserInputError(f"baselines.verdict_metric={verdict_metric!r} is not one of {known}.")
         self.max_iter, self.margin, self.seed, self.threads = max_iter, margin, seed, threads
         self.max_rows, self.verdict_metric = max_rows, verdict_metric
+        if fit_in not in ("process", "thread"):
+            raise UserInputError(f"baselines.fit_in={fit_in!r} is not 'process' or 'thread'.")
+        self.fit_in = fit_in
         #: the fitted models by name, once fitted
         self.models: dict[str, BaseEstimator] = {}
         #: ``{"hgb": {"val_acc": 0.9, ...}, "linear": {...}}``: what is logged and saved
         self.scores: dict[str, dict[str, float]] = {}
-        #: seconds spent fitting and scoring the baselines in this run (beside the training)
+        #: seconds spent fitting the baselines and running them on the evaluated splits (beside the training)
         self.seconds = 0.0
+        #: the process id that fitted them (this process's when ``fit_in="thread"``)
+        self.fitted_by: int | None = None
         self._data: FittedTable | None = None
-        self._pending: Future[None] | None = None
+        self._spec: Spec | None = None
+        self._targets: dict[str, np.ndarray] = {}
+        self._outputs: dict[str, dict[str, np.ndarray]] = {}
+        self._pending: Future[baseline_models.Fitted] | None = None
         self._net_best: float | None = None
         self._logged = False  # whether this fit's validation epochs logged the figures yet
 
     # -- fitting and scoring, beside the training -----------------------------------------------------
 
     def _start(self, trainer: L.Trainer) -> None:
-        """Start fitting in a background thread, once, when the data offers a table's rows."""
+        """Start fitting beside the training, once, when the data offers a table's rows."""
         if self._data is not None:
             return
         # Trainer.datamodule is public and documented, but Lightning assigns it in its data connector
@@ -261,35 +260,37 @@ class Baselines(Callback):
             rank_zero_debug(f"Baselines: {type(data).__name__} offers no table rows; no baselines.")
             return
         self._data = data
-        # read here, on the calling thread, which owns the DataModule; fitted and scored in the background
+        prep = data.preprocessor
+        self._spec = spec = Spec(
+            task=prep.task,
+            numeric=[c.name for c in prep.numeric],
+            categorical=[c.name for c in prep.categorical],
+            classes=prep.num_classes or 1,
+            max_iter=self.max_iter,
+            seed=self.seed,
+            threads=self.threads,
+        )
+        # read here, on the calling thread, which owns the DataModule; the models get the raw columns, and
+        # their outputs on every split are scored here against the targets once they are back
         kept = sample(len(data.split_rows["train"]), self.max_rows, self.seed)
-        train, val = raw_rows(data, "train", kept), raw_rows(data, "val")
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="baselines")
-        self._pending = pool.submit(self._fit, data.preprocessor, train, val)
-        pool.shutdown(wait=False)  # the thread ends with its one task
+        train = raw_rows(data, "train", kept)
+        evaluated = {split: raw_rows(data, split) for split in ("val", "test") if len(data.split_rows[split])}
+        self._targets = {split: y for split, (_, y) in evaluated.items()}
+        frames = {split: x for split, (x, _) in evaluated.items()}
+        self._pending = _submit(self.fit_in, baseline_models.fit, spec, train, frames)
 
-    def _fit(
-        self,
-        prep: Preprocessor,
-        train: tuple[pd.DataFrame, np.ndarray],
-        val: tuple[pd.DataFrame, np.ndarray],
-    ) -> None:
-        start = time.perf_counter()
-        models = build_models(prep, self.max_iter, self.seed)
-        with threadpool_limits(self.threads):
-            for model in models.values():
-                model.fit(*train)
-        self.models = models
-        self._score("val", *val)
-        self.seconds += time.perf_counter() - start
+    def _take(self, fitted: baseline_models.Fitted) -> None:
+        """The models of a finished fit, and their validation figures (the test rows' outputs are kept for
+        a test: no test figure exists before the run is tested)."""
+        self.models, self.seconds, self.fitted_by = fitted.models, fitted.seconds, fitted.pid
+        self._outputs = fitted.outputs
+        for name, output in fitted.outputs.get("val", {}).items():
+            self._score("val", name, output)
 
-    def _score(self, split: Split, x: pd.DataFrame, y: np.ndarray) -> None:
-        assert self._data is not None
-        prep = self._data.preprocessor
-        with threadpool_limits(self.threads):
-            for name, model in self.models.items():
-                values = score(model, x, y, prep.task, prep.num_classes or 1)
-                self.scores.setdefault(name, {}).update({f"{split}_{k}": v for k, v in values.items()})
+    def _score(self, split: str, name: str, output: np.ndarray) -> None:
+        assert self._spec is not None
+        values = score(output, self._targets[split], self._spec.task, self._spec.classes)
+        self.scores.setdefault(name, {}).update({f"{split}_{k}": v for k, v in values.items()})
 
     def _ready(self, trainer: L.Trainer, wait: bool = True) -> bool:
         """Whether there are figures: the background fit waited for (``wait``), or done already. Under
@@ -302,7 +303,7 @@ class Baselines(Callback):
             if not done:
                 return False
             pending, self._pending = self._pending, None
-            pending.result()
+            self._take(pending.result())
         return bool(self.models)
 
     def _log(self, pl_module: L.LightningModule, split: Literal["val", "test"]) -> None:
@@ -357,14 +358,21 @@ class Baselines(Callback):
             return
         assert self._data is not None
         if not any(key.startswith("test_") for values in self.scores.values() for key in values):
-            self._score("test", *raw_rows(self._data, "test"))
+            if "test" not in self._outputs:  # no test rows when the fit started
+                x, self._targets["test"] = raw_rows(self._data, "test")
+                assert self._spec is not None
+                self._outputs["test"] = {
+                    n: baseline_models.outputs(m, x, self._spec) for n, m in self.models.items()
+                }
+            for name, output in self._outputs["test"].items():
+                self._score("test", name, output)
         self._log(pl_module, "test")
 
     @override
     def on_save_checkpoint(
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        if self._pending is None and self.scores:  # figures once they are logged; never a wait here
+        if self._pending is None and self.scores:  # figures once they are in; never a wait here
             checkpoint["baselines"] = {name: dict(values) for name, values in self.scores.items()}
 
     @override
