@@ -1,45 +1,62 @@
-"""One background thread that draws figures, for any code that writes pictures during a run."""
+"""Draws figures off the training thread, for any code that writes pictures during a run."""
 
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from src import workers
+
 
 class Painter:
-    """Draws figures on one background thread, one at a time in the order asked, so that the training
-    thread does not wait for matplotlib and PNG encoding. For any callback (or code outside one) that
-    writes pictures: :class:`~src.callbacks.ValidationFigures`, ``MisclassifiedImages``.
+    """Draws figures one at a time in the order asked, so that the training does not wait for matplotlib:
+    on a worker process (``processes=True``: :mod:`src.workers`, whose Python never holds the training
+    interpreter's lock), or on a background thread of this process. For any callback (or code outside
+    one) that writes pictures: :class:`~src.callbacks.ValidationFigures`, ``MisclassifiedImages``.
 
-    ``submit(draw, *args)`` queues ``draw(*args)``; ``finish(drawn=True)`` waits for every one and raises the
-    first error met, ``finish(drawn=False)`` drops those not begun and waits for the one being drawn (a
-    failed run's folder may be removed right after), raising nothing. Call ``finish`` before the writers
-    the drawings use are closed (a callback's ``teardown`` and ``on_exception``).
+    ``submit(draw, *args, then=write)`` queues ``draw(*args)`` and, once it is drawn, ``write(drawn)`` on a
+    thread of this process (where the writers live); ``finish(drawn=True)`` waits for every one and raises
+    the first error met, ``finish(drawn=False)`` drops those not begun and waits for the one being drawn
+    (a failed run's folder may be removed right after), raising nothing. Call ``finish`` before the
+    writers the drawings use are closed (a callback's ``teardown`` and ``on_exception``).
 
     Args:
-        name: The thread's name prefix, as a profiler or ``threading.enumerate()`` shows it.
+        name: The thread's name prefix (as a profiler or ``threading.enumerate()`` shows it), and the
+            worker process's purpose.
+        processes: Draw on a worker process: ``draw`` must then be importable by name from a module that
+            imports little (matplotlib, numpy: :mod:`src.drawing`), its arguments and result picklable.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, processes: bool = False) -> None:
         self.name = name
+        self.processes = processes
         self._pool: ThreadPoolExecutor | None = None
-        self._pending: list[Future[None]] = []
+        self._pending: list[tuple[Future[Any] | None, Future[None]]] = []
 
-    def submit(self, draw: Callable[..., None], *args: Any) -> None:
-        """Queue ``draw(*args)`` on the thread (started on first use)."""
+    def submit(self, draw: Callable[..., Any], *args: Any, then: Callable[[Any], None] | None = None) -> None:
+        """Queue ``draw(*args)``, then ``then(result)`` on this process's thread (started on first use)."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.name)
         # those done without an error are let go; an error is kept until finish raises it
-        self._pending = [f for f in self._pending if not f.done() or f.exception() is not None]
-        self._pending.append(self._pool.submit(draw, *args))
+        self._pending = [p for p in self._pending if not p[1].done() or p[1].exception() is not None]
+        remote = workers.submit(self.name, draw, *args) if self.processes else None
+
+        def here() -> None:
+            drawn = remote.result() if remote is not None else draw(*args)
+            if then is not None:
+                then(drawn)
+
+        self._pending.append((remote, self._pool.submit(here)))
 
     def finish(self, drawn: bool = True) -> None:
         """Wait for the drawings (or drop those not begun, ``drawn=False``) and stop the thread."""
         pending, self._pending = self._pending, []
         errors = []
-        for future in pending:
+        for remote, local in pending:
             if not drawn:
-                future.cancel()
-            if not future.cancelled() and (error := future.exception()) is not None:  # waits for it
+                local.cancel()
+                if remote is not None:
+                    remote.cancel()  # not begun on the worker: dropped there too
+            if not local.cancelled() and (error := local.exception()) is not None:  # waits for it
                 errors.append(error)
         if self._pool is not None:
             self._pool.shutdown()

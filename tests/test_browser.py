@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from PIL import Image
 
 from src.callbacks.dashboard import HEADLINE
-from src.callbacks.figures import DPI, confusion_figure
+from src.drawing import DPI, confusion_figure
 from tests.test_tensorboard_server import (  # noqa: F401
     OPENER,
     finished_run,

@@ -24,9 +24,9 @@ from tensorboard.util import tensor_util
 
 from src.callbacks import Dashboard, StepValues, ValidationFigures
 from src.callbacks.dashboard import HEADLINE, ROOT, scalars_layout
-from src.callbacks.figures import DPI, MIN_CELL_IN
 from src.cli import CLI, main
 from src.data import TabularDataModule
+from src.drawing import DPI, MIN_CELL_IN
 from src.errors import UserInputError
 from src.loggers import read_scalars
 from src.models import Classifier, Regressor

@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import pytest
@@ -19,8 +19,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from typing_extensions import override
 
 from src.callbacks import ValidationFigures
-from src.callbacks.figures import DPI, MIN_CELL_IN, confusion_figure
 from src.data import TabularDataModule
+from src.drawing import DPI, MIN_CELL_IN, confusion_figure
 from src.models import Classifier
 from src.nets import MLP
 
@@ -52,11 +52,17 @@ class Threads(ValidationFigures):
 
 
 def fit(
-    tmp_path: Path, epochs: int, every: int, *callbacks: Callback, validate_every: int = 1
+    tmp_path: Path,
+    epochs: int,
+    every: int,
+    *callbacks: Callback,
+    validate_every: int = 1,
+    draw_in: Literal["process", "thread"] = "thread",
 ) -> tuple[Threads, dict[str, list[int]]]:
+    """A fit's figure steps; drawn on a thread, where :class:`Threads` records which one each is drawn on."""
     data = TabularDataModule(source="spiral", num_samples=300, batch_size=50)
     model = Classifier(in_features=data.in_features, out_features=data.out_features, net=NET)
-    figures = Threads(every_n_epochs=every, image_size=120)
+    figures = Threads(every_n_epochs=every, image_size=120, draw_in=draw_in)
     figures.threads = []
     logger = TensorBoardLogger(tmp_path, name="figures", default_hp_metric=False)
     L.Trainer(
@@ -120,7 +126,7 @@ def test_a_drawing_error_is_raised_by_the_fit(tmp_path: Path) -> None:
         max_epochs=1,
         limit_train_batches=BATCHES,
         logger=TensorBoardLogger(tmp_path, name="broken"),
-        callbacks=[Broken()],
+        callbacks=[Broken(draw_in="thread")],
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -151,7 +157,7 @@ def test_a_failed_run_waits_for_the_figure_being_drawn(tmp_path: Path) -> None:
     # a failed run's folder may be removed right after: nothing may still be writing into it
     data = TabularDataModule(source="spiral", num_samples=300, batch_size=50)
     model = Classifier(in_features=data.in_features, out_features=data.out_features, net=NET)
-    slow = Slow(image_size=120)
+    slow = Slow(image_size=120, draw_in="thread")
     trainer = L.Trainer(
         max_epochs=3,
         limit_train_batches=BATCHES,
@@ -343,3 +349,30 @@ def test_the_fit_ends_with_the_figure_of_the_best_checkpoints_epoch_not_the_last
     [image] = events.Images("summary/confusion_matrix")
     assert image.step == epoch_1
     assert checkpoint.best_model_path.endswith(f"step={epoch_1 + 1}.ckpt")
+
+
+def test_a_worker_process_draws_the_very_pixels_and_texts_of_a_thread(tmp_path: Path) -> None:
+    """The shipped way (a worker process, which shares no interpreter lock with the training) writes the
+    same figures at the same steps as a thread of the training's process."""
+    written = {}
+    for draw_in in ("process", "thread"):
+        folder = tmp_path / draw_in
+        L.seed_everything(0)  # the same net, trained the same way
+        figures, steps = fit(folder, 4, 2, draw_in=draw_in)
+        # Threads records the figures drawn in this process: none when a worker process draws them
+        assert len(figures.threads) == (0 if draw_in == "process" else 4)
+        events = EventAccumulator(
+            str(next(folder.glob("figures/version_*"))), size_guidance={"images": 0, "tensors": 0}
+        ).Reload()
+        tags = events.Tags()
+        images = {
+            tag: [(i.step, i.encoded_image_string) for i in events.Images(tag)] for tag in tags["images"]
+        }
+        texts = {
+            tag: [(t.step, t.tensor_proto.string_val) for t in events.Tensors(tag)] for tag in tags["tensors"]
+        }
+        written[draw_in] = (steps, images, texts)
+    assert written["process"] == written["thread"]
+    steps, images, _ = written["process"]
+    assert len(images["val/confusion_matrix"]) == 3  # epochs 0, 2 and the last, 3
+    assert len(images["summary/confusion_matrix"]) == 1

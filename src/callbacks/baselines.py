@@ -3,7 +3,7 @@ table says what the net is worth."""
 
 import re
 from collections.abc import Callable
-from concurrent.futures import BrokenExecutor, Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import lightning as L
@@ -13,13 +13,12 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.rank_zero import rank_zero_debug, rank_zero_info
-from loky import ProcessPoolExecutor  # type: ignore[import-untyped]  # no py.typed
 from sklearn.base import BaseEstimator
 from torchmetrics import MeanAbsoluteError, MeanSquaredError, R2Score
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 from typing_extensions import override
 
-from src import baseline_models
+from src import baseline_models, workers
 from src.baseline_models import Spec
 from src.data.preprocessing import Preprocessor, category_strings, read_numbers
 from src.data.sources import Table
@@ -62,29 +61,15 @@ def _last_by_cap(trainer: L.Trainer) -> bool:
     return by_epochs or (steps is not None and steps >= 0 and trainer.global_step >= steps)
 
 
-#: an idle worker process of the baselines exits after this many seconds (the next fit starts another)
-IDLE_SECONDS = 60
-_processes: ProcessPoolExecutor | None = None
-
-
 def _submit(fit_in: str, function: Callable[..., T], *args: Any) -> "Future[T]":
-    """``function(*args)`` on a thread of its own (``fit_in="thread"``), or on this process's one worker
-    process (loky's: a fresh interpreter that imports only what ``function``'s module imports, never the
-    main module), started on first use and started again after it exited or broke."""
-    if fit_in == "thread":
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="baselines")
-        future = pool.submit(function, *args)
-        pool.shutdown(wait=False)  # the thread ends with its one task
-        return future
-    global _processes
-    for _ in range(2):
-        if _processes is None:
-            _processes = ProcessPoolExecutor(max_workers=1, timeout=IDLE_SECONDS)
-        try:
-            return _processes.submit(function, *args)
-        except (BrokenExecutor, RuntimeError):  # its worker died, or it was shut down: a new one
-            _processes = None
-    raise RuntimeError("the baselines' worker process could not be started.")
+    """``function(*args)`` on a thread of its own (``fit_in="thread"``), or on the baselines' worker
+    process (:mod:`src.workers`)."""
+    if fit_in == "process":
+        return workers.submit("baselines", function, *args)
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="baselines")
+    future = pool.submit(function, *args)
+    pool.shutdown(wait=False)  # the thread ends with its one task
+    return future
 
 
 def tag(split: str, metric: str, model: str) -> str:
@@ -196,10 +181,9 @@ class Baselines(Callback):
             test row.
         threads: Threads of scikit-learn's OpenMP and BLAS pools while fitting and scoring; ``None``
             leaves their default, one per core. One by default: they run beside the training.
-        fit_in: ``process``: a process of their own (one worker, started on first use and kept while it
-            has work, importing scikit-learn only), so that boosting's Python never holds the training
-            interpreter's lock. ``thread``: a thread of the training's process, for where a process may
-            not be started.
+        fit_in: ``process``: a process of their own (:mod:`src.workers`, importing scikit-learn only),
+            so that boosting's Python never holds the training interpreter's lock. ``thread``: a thread
+            of the training's process, for where a process may not be started.
         verdict_metric: The figure the verdict compares, as the net logs it under ``val/``: ``acc`` or
             ``f1`` for classification, ``rmse``, ``mae`` or ``r2`` for regression. ``None``: ``acc``, or
             ``rmse`` for regression.

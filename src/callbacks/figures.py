@@ -1,12 +1,12 @@
 """Pictures of the validation errors for TensorBoard's Images tab, drawn off the training thread."""
 
-import textwrap
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
-import torch
+import numpy as np
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
@@ -16,22 +16,11 @@ from torchmetrics.aggregation import CatMetric
 from torchmetrics.classification import MulticlassConfusionMatrix
 from typing_extensions import override
 
+from src import drawing
+from src.drawing import Drawn
 from src.errors import UserInputError
 from src.loggers import BestEpoch, logging_step, tensorboard_writer
 from src.painter import Painter
-
-DPI = 100
-#: the confusion matrix's side, in inches, before the cell-size bounds apply (10 classes: 0.6 in a cell)
-CONFUSION_SIDE_IN = 6.0
-MIN_CELL_IN, MAX_CELL_IN = 0.16, 1.0
-#: cells smaller than this show no text, and from this size on both the count and the rate
-MIN_TEXT_CELL_IN, BOTH_TEXT_CELL_IN = 0.2, 0.45
-#: labels longer than this are wrapped (few classes) or numbered with a legend (many)
-LABEL_CHARS = 12
-WRAP_MAX_CLASSES = 8
-#: a character's mean width in the default font, in em: label lengths are estimated, not measured
-CHAR_EM = 0.62
-TITLE_FONT = 9.0
 
 
 @dataclass
@@ -40,9 +29,9 @@ class _Epoch:
 
     epoch: int
     step: int
-    counts: torch.Tensor | None = None
-    preds: torch.Tensor | None = None
-    target: torch.Tensor | None = None
+    counts: np.ndarray | None = None
+    preds: np.ndarray | None = None
+    target: np.ndarray | None = None
     labels: list[str] | None = None
     drawn: bool = False
 
@@ -59,9 +48,10 @@ class ValidationFigures(Callback):
     Drawn on every n-th epoch's validation, on the first and the last of a fit (also when it resumes, or
     when early stopping or a stop signal ends it), and at the fit's end for its best epoch by the monitored
     value (the best checkpoint's): ``summary/…`` tags in the run folder, at that epoch's step. Drawing
-    (matplotlib, PNG encoding) runs on a background thread (:class:`~src.painter.Painter`), one
-    figure at a time, so the next training steps do not wait for it; the fit ends only once every figure
-    is written.
+    (matplotlib: :mod:`src.drawing`) runs on a worker process (:class:`~src.painter.Painter`), one figure
+    at a time, so the training neither waits for it nor shares its interpreter's lock with it; the pixels
+    come back and are written from a thread of this process. The fit ends only once every figure is
+    written.
 
     Tags: ``val/confusion_matrix`` (image) and ``val/confusion_counts`` (the same counts as a text table),
     or ``val/predicted_vs_true`` (image); ``summary/…`` for the best epoch's.
@@ -71,9 +61,17 @@ class ValidationFigures(Callback):
         image_size: Width and height of the regression's image, in pixels; the confusion matrix is
             sized to its class count instead.
         max_points: Regression: at most this many validation rows (the first ones) in the scatter plot.
+        draw_in: ``process`` (a worker process) or ``thread`` (a background thread of this process, for
+            where a process may not be started, or a subclass whose ``_figure`` draws differently).
     """
 
-    def __init__(self, every_n_epochs: int = 5, image_size: int = 480, max_points: int = 2000) -> None:
+    def __init__(
+        self,
+        every_n_epochs: int = 5,
+        image_size: int = 480,
+        max_points: int = 2000,
+        draw_in: Literal["process", "thread"] = "process",
+    ) -> None:
         for name, value in {"every_n_epochs": every_n_epochs, "image_size": image_size}.items():
             if value < 1:
                 raise UserInputError(f"ValidationFigures {name}={value} must be at least 1.")
@@ -87,7 +85,10 @@ class ValidationFigures(Callback):
         self._collecting = False
         self._latest: _Epoch | None = None
         self._best = BestEpoch()
-        self._painter = Painter("validation-figures")
+        if draw_in not in ("process", "thread"):
+            raise UserInputError(f"ValidationFigures draw_in={draw_in!r} is not 'process' or 'thread'.")
+        self.draw_in = draw_in
+        self._painter = Painter("validation-figures", processes=draw_in == "process")
         self._drew = False  # whether this run has drawn a figure yet
         self._told = False  # whether the module was told what this callback needs
 
@@ -141,11 +142,13 @@ class ValidationFigures(Callback):
         latest = _Epoch(trainer.current_epoch, logging_step(trainer))
         if self._confusion is not None and self._confusion.update_called:
             # copies: the thread draws them while the next epoch updates the metric's own tensors
-            latest.counts = self._confusion.compute().cpu().clone()  # (K, K): rows true, columns predicted
+            latest.counts = (
+                self._confusion.compute().cpu().numpy().copy()
+            )  # (K, K): rows true, columns predicted
             latest.labels = _label_names(trainer, len(latest.counts))
         elif self._preds.update_called:
-            latest.preds = self._preds.compute().cpu().clone()
-            latest.target = self._target.compute().cpu().clone()
+            latest.preds = self._preds.compute().cpu().numpy().copy()
+            latest.target = self._target.compute().cpu().numpy().copy()
         else:
             return
         self._latest = latest
@@ -192,115 +195,34 @@ class ValidationFigures(Callback):
         self._drew = True
         epoch.drawn = epoch.drawn or group == "val"
         writer = tensorboard_writer(trainer)
-        if writer is not None:
-            self._painter.submit(
-                self._draw, writer, epoch, group, title or f"validation, epoch {epoch.epoch}"
-            )
-
-    def _draw(self, writer: SummaryWriter, epoch: _Epoch, group: str, title: str) -> None:
-        figure = self._figure()
-        if epoch.counts is not None:
-            labels = epoch.labels or [str(k) for k in range(len(epoch.counts))]
-            confusion_figure(figure, epoch.counts, labels, title)
-            writer.add_text(f"{group}/confusion_counts", _markdown_table(epoch.counts, labels), epoch.step)
-            tag = f"{group}/confusion_matrix"
+        if writer is None:
+            return
+        what = (group, title or f"validation, epoch {epoch.epoch}", epoch.counts, epoch.labels, epoch.preds)
+        write = functools.partial(_write, writer, epoch.step)
+        if self.draw_in == "process":
+            self._painter.submit(drawing.validation, *what, epoch.target, None, self.image_size, then=write)
         else:
-            assert epoch.preds is not None
-            assert epoch.target is not None
-            figure.set_layout_engine("constrained")
-            ax = figure.add_subplot()
-            _scatter(ax, epoch.target, epoch.preds)
-            ax.set_title(title)
-            tag = f"{group}/predicted_vs_true"
-        writer.add_figure(tag, figure, epoch.step, close=False)
+            self._painter.submit(self._draw, *what, epoch.target, then=write)
+
+    def _draw(
+        self,
+        group: str,
+        title: str,
+        counts: np.ndarray | None,
+        labels: list[str] | None,
+        preds: np.ndarray | None,
+        target: np.ndarray | None,
+    ) -> Drawn:
+        return drawing.validation(group, title, counts, labels, preds, target, figure=self._figure())
 
     def _figure(self) -> Figure:
-        # a bare Figure, not pyplot: no global state, no display backend, safe on a thread of its own
-        inches = self.image_size / DPI
-        return Figure(figsize=(inches, inches), dpi=DPI)
+        return drawing.new_figure(self.image_size)
 
 
-def confusion_figure(figure: Figure, counts: torch.Tensor, labels: list[str], title: str) -> None:
-    """Draw (K, K) ``counts`` (rows true, columns predicted) into ``figure``, sized to the class count.
-
-    Each cell's colour is its row-normalized rate (the share of the true class predicted so); a non-zero
-    cell also says its count and rate when the cell is large enough to hold them. Labels longer than
-    :data:`LABEL_CHARS` are wrapped onto two lines when there are few classes, and replaced by their class
-    number with a legend beside the matrix otherwise. The layout is computed from the class count and
-    the label lengths, not by a layout engine: a constrained layout costs more than the drawing itself.
-    """
-    k = len(counts)
-    matrix = counts.double()
-    rates = (matrix / matrix.sum(dim=1, keepdim=True).clamp(min=1)).numpy()  # (K, K), rows sum to 1
-    cell = min(max(CONFUSION_SIDE_IN / k, MIN_CELL_IN), MAX_CELL_IN)  # inches
-    font = min(max(cell * 72 * 0.45, 5.0), 10.0)  # points: tick labels fit their cell
-    shown, legend = _tick_labels(labels)
-    lines = max(label.count("\n") + 1 for label in shown)
-    longest = max(len(line) for label in shown for line in label.split("\n"))
-    text_in = longest * CHAR_EM * font / 72  # the longest label line's length, in inches
-    rotate = text_in > cell * 0.9 or (lines > 1 and k > WRAP_MAX_CLASSES)
-    side = k * cell
-    left = text_in + 0.55  # tick labels, then the axis label
-    bottom = (text_in if rotate else lines * font * 1.3 / 72) + 0.55
-    heading = f"{title}\ncolour: share of the true class"
-    top = 0.65  # the two lines of the title
-    legend_font = 8.0
-    rows_per_column = max(int((side + bottom) * 72 / (legend_font * 1.35)), 1)
-    columns = -(-len(legend) // rows_per_column) if legend else 0
-    entry_in = max((len(entry) for entry in legend), default=0) * CHAR_EM * legend_font / 72
-    legend_in = columns * (entry_in + 0.2)
-    # wide enough for the title over a matrix of two or three classes
-    title_in = max(len(line) for line in heading.split("\n")) * CHAR_EM * TITLE_FONT / 72
-    width, height = (
-        max(left + side + 0.3 + legend_in, left + side / 2 + title_in / 2 + 0.2),
-        bottom + side + top,
-    )
-    figure.set_size_inches(width, height)
-    ax = figure.add_axes((left / width, bottom / height, side / width, side / height))
-    ax.imshow(rates, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest", aspect="auto")
-    ticks = list(range(k))
-    ax.set_xticks(ticks, shown, rotation=90 if rotate else 0, fontsize=font)
-    ax.set_yticks(ticks, shown, fontsize=font)
-    ax.set_xlabel("predicted class")
-    ax.set_ylabel("true class")
-    ax.set_title(heading, fontsize=TITLE_FONT)
-    _annotate(ax, counts, rates, cell)
-    if legend:
-        for column in range(columns):
-            block = legend[column * rows_per_column : (column + 1) * rows_per_column]
-            x = (left + side + 0.3 + column * legend_in / columns) / width
-            figure.text(x, 1 - top / height, "\n".join(block), va="top", ha="left", fontsize=legend_font)
-
-
-def _tick_labels(labels: list[str]) -> tuple[list[str], list[str]]:
-    """The labels as shown on the axes, and the legend lines (empty when the labels are shown whole)."""
-    if all(len(label) <= LABEL_CHARS for label in labels):
-        return labels, []
-    if len(labels) <= WRAP_MAX_CLASSES and all(len(label) <= 2 * LABEL_CHARS for label in labels):
-        return ["\n".join(textwrap.wrap(label, LABEL_CHARS)[:2]) or label for label in labels], []
-    return [str(k) for k in range(len(labels))], [f"{k}: {label}" for k, label in enumerate(labels)]
-
-
-def _annotate(ax: Any, counts: torch.Tensor, rates: Any, cell: float) -> None:
-    """Count and rate in the non-zero cells that can hold them (text in empty cells is most of the cost)."""
-    if cell < MIN_TEXT_CELL_IN:
-        return
-    both = cell >= BOTH_TEXT_CELL_IN
-    font = min(max(cell * 72 * (0.22 if both else 0.35), 5.0), 10.0)
-    for i, j in counts.nonzero().tolist():
-        rate = float(rates[i, j])
-        text = f"{int(counts[i, j])}\n{rate:.0%}" if both else f"{int(counts[i, j])}"
-        colour = "white" if rate > 0.5 else "black"
-        ax.text(j, i, text, ha="center", va="center", fontsize=font, color=colour)
-
-
-def _scatter(ax: Any, target: torch.Tensor, preds: torch.Tensor) -> None:
-    ax.scatter(target.numpy(), preds.numpy(), s=8, alpha=0.5)
-    low, high = min(target.min(), preds.min()).item(), max(target.max(), preds.max()).item()
-    ax.plot([low, high], [low, high], color="black", linewidth=1, label="predicted = true")
-    ax.set_xlabel("true value")
-    ax.set_ylabel("predicted value")
-    ax.legend(loc="upper left")
+def _write(writer: SummaryWriter, step: int, drawn: Drawn) -> None:
+    for tag, text in drawn.texts.items():
+        writer.add_text(tag, text, step)
+    writer.add_image(drawn.tag, drawn.pixels, step, dataformats="HWC")
 
 
 def _label_names(trainer: L.Trainer, count: int) -> list[str]:
@@ -310,17 +232,3 @@ def _label_names(trainer: L.Trainer, count: int) -> list[str]:
     if not isinstance(labels, list | tuple) or len(labels) != count:
         return [str(k) for k in range(count)]
     return [str(label) for label in labels]
-
-
-def _markdown_table(counts: torch.Tensor, labels: list[str]) -> str:
-    """(K, K) counts as a Markdown table, true class per row, predicted class per column."""
-    rows = counts.cpu().tolist()
-    # a label is data: escape what Markdown would read as a cell border or emphasis
-    labels = [label.replace("|", "\\|").replace("*", "\\*").replace("_", "\\_") for label in labels]
-    header = "| true \\ predicted | " + " | ".join(labels) + " |"
-    rule = "|---" * (len(rows) + 1) + "|"
-    body = [
-        f"| {label} | " + " | ".join(str(n) for n in row) + " |"
-        for label, row in zip(labels, rows, strict=True)
-    ]
-    return "\n".join([header, rule, *body])

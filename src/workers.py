@@ -1,0 +1,34 @@
+"""Worker processes for work beside the training that runs Python of its own (fitting the baselines,
+drawing figures): one per purpose, started on first use, exiting when idle, started again when needed.
+
+A thread of the training's process would hold its interpreter's lock while it runs Python, and the
+training would wait for it; a process does not. The workers are loky's: a fresh interpreter that imports
+only what the submitted function's module imports, never the main module (a CLI's ``python -m src.cli``
+would import Lightning), so they start in the time their own imports take.
+"""
+
+from collections.abc import Callable
+from concurrent.futures import BrokenExecutor, Future
+from typing import Any, TypeVar
+
+from loky import ProcessPoolExecutor  # type: ignore[import-untyped]  # no py.typed
+
+T = TypeVar("T")
+#: an idle worker exits after this many seconds; the next submission starts another
+IDLE_SECONDS = 300
+_pools: dict[str, ProcessPoolExecutor] = {}
+
+
+def submit(purpose: str, function: Callable[..., T], *args: Any) -> "Future[T]":
+    """``function(*args)`` on the worker process of ``purpose`` (one per purpose, in submission order).
+    ``function`` must be importable by name from a module that imports little (no Lightning, no torch
+    where it can be helped), and ``args`` picklable."""
+    for _ in range(2):
+        pool = _pools.get(purpose)
+        if pool is None:
+            pool = _pools[purpose] = ProcessPoolExecutor(max_workers=1, timeout=IDLE_SECONDS)
+        try:
+            return pool.submit(function, *args)
+        except (BrokenExecutor, RuntimeError):  # its worker died, or it was shut down: a new one
+            _pools.pop(purpose, None)
+    raise RuntimeError(f"the {purpose} worker process could not be started.")
