@@ -6,7 +6,6 @@ a run folder that already holds checkpoints only when it resumes from the newest
 ``--overwrite true``); two fits never write into one run folder at once.
 """
 
-import copy
 import fcntl
 import functools
 import os
@@ -188,7 +187,7 @@ class SaveConfig(SaveConfigCallback):
     def on_save_checkpoint(
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        checkpoint["config"] = copy.deepcopy(self.carried)
+        checkpoint["config"] = self.carried  # read, never changed: the same plain data in every checkpoint
 
     @override
     def on_exception(

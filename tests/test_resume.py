@@ -1,6 +1,7 @@
 """Resumed equals uninterrupted, bit for bit: at an epoch's end and in mid-epoch, dropout and shuffle on."""
 
 import os
+import random
 import signal
 from pathlib import Path
 
@@ -321,3 +322,21 @@ def test_ddp_resumed_in_the_middle_of_an_epoch_equals_uninterrupted_and_one_proc
         UserInputError, match=r"\(1 process where the interrupted run had 2\); resume on 2 proc"
     ):
         fit(workdir / "alone", ckpt_path=str(middle), ddp=False)
+
+
+@pytest.mark.parametrize("form", ["tensor", "list"])
+def test_the_python_generator_goes_on_from_its_saved_words(form: str) -> None:
+    """Saved as one tensor of its 625 numbers (cheap to copy at every save); older checkpoints: a list."""
+    random.seed(5)
+    callback = RandomState()
+    state = callback.state_dict()
+    expected = [random.random() for _ in range(3)]
+    version, words, gauss = state["python"]
+    assert isinstance(words, torch.Tensor)
+    assert words.dtype == torch.int64
+    if form == "list":
+        state["python"] = [version, words.tolist(), gauss]
+    random.seed(99)
+    callback.load_state_dict(state)
+    callback.on_train_start(None, None)  # type: ignore[arg-type]  # reads nothing of them
+    assert [random.random() for _ in range(3)] == expected

@@ -32,11 +32,14 @@ class RandomState(Callback):
         # the legacy global generator is exactly what a user's np.random.* calls draw from
         numpy_state: Any = np.random.get_state(legacy=True)  # noqa: NPY002
         name, keys, position, has_gauss, cached = numpy_state
+        version, internal, gauss = random.getstate()
         state: dict[str, Any] = {
             "torch": torch.get_rng_state(),
-            # plain data only, so that torch.load(weights_only=True) reads it: lists and tensors
+            # plain data only, so that torch.load(weights_only=True) reads it: lists and tensors (the
+            # generators' 624 words (625 numbers for Python's) each as one tensor, not as that many numbers
+            # that every save walks over)
             "numpy": [name, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, cached],
-            "python": list(random.getstate()),
+            "python": [version, torch.tensor(internal, dtype=torch.int64), gauss],
         }
         if torch.cuda.is_available():
             state["cuda"] = torch.cuda.get_rng_state_all()
@@ -55,7 +58,10 @@ class RandomState(Callback):
         name, keys, position, has_gauss, cached = state["numpy"]
         np.random.set_state((name, keys.numpy().astype(np.uint32), position, has_gauss, cached))  # noqa: NPY002
         version, internal, gauss = state["python"]
-        random.setstate((version, tuple(internal), gauss))
+        words = (
+            internal.tolist() if isinstance(internal, torch.Tensor) else internal
+        )  # a list: older checkpoints
+        random.setstate((version, tuple(words), gauss))
         if "cuda" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda"])
 
