@@ -9,9 +9,9 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
+from src.decoding import Strategy, check_decoding, generate
 from src.errors import UserInputError
 from src.loggers import logging_step, tensorboard_writer
-from src.models.language import Strategy, check_decoding, generate
 
 
 class TextSamples(Callback):
@@ -28,7 +28,7 @@ class TextSamples(Callback):
         prompt: The text the sample starts from (at least one character).
         every_n_epochs: Write a sample on every n-th validation epoch (and on the last).
         max_new_tokens: Characters to generate.
-        strategy: ``greedy`` or ``sample`` (see :func:`src.models.language.next_token`).
+        strategy: ``greedy`` or ``sample`` (see :func:`src.decoding.next_token`).
         temperature: Sampling temperature; 0 is greedy.
         top_k: Sample among the ``top_k`` likeliest characters only.
         top_p: Sample among the nucleus of probability ``top_p`` only.
