@@ -40,9 +40,11 @@ def prediction_frame(
     """``predict_step`` outputs of all items → one line per item.
 
     Columns: what each item is (``index``'s name: ``row`` for a table's rows, ``path`` for image files),
-    ``prediction`` (the class label, or the value in the target's units), and for classification (the
-    outputs hold ``probs``) one ``probability(<label>)`` column per class; classes are named by
-    ``labels``, or numbered from 0 when there are none.
+    ``prediction`` (``preds``: the class label of the class id ``predict_step`` chose, or the value in the
+    target's units), and for classification (the outputs hold ``probs``) one ``probability(<label>)``
+    column per class; classes are named by ``labels``, or numbered from 0 when there are none. The choice
+    of class is ``predict_step``'s alone (a threshold of yours there is the one that answers); outputs
+    with ``probs`` and no ``preds`` get the probability columns only.
     """
     name = index.name if isinstance(index, pd.Index) and index.name is not None else "row"
     frame = pd.DataFrame({name: np.asarray(index)})
@@ -51,7 +53,8 @@ def prediction_frame(
         return frame
     probs = outputs["probs"].float().cpu().numpy()  # (N, K)
     names = list(labels) if labels is not None else list(range(probs.shape[1]))
-    frame["prediction"] = np.asarray(names, dtype=object)[probs.argmax(axis=1)]
+    if "preds" in outputs:  # (N,) class ids
+        frame["prediction"] = np.asarray(names, dtype=object)[outputs["preds"].cpu().numpy().astype(np.int64)]
     # one block of columns, not one insert per class: a vocabulary has a hundred
     columns = pd.DataFrame(probs, columns=[f"probability({label})" for label in names])
     return pd.concat([frame, columns], axis=1)

@@ -5,6 +5,7 @@ outside ``src/`` (this one) trains, then validates, tests and predicts from its 
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -33,6 +34,20 @@ class Tempered(Classifier):
     def predict_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> dict[str, torch.Tensor]:
         probs = (self(batch[0]) / TEMPERATURE).softmax(dim=-1)
         return {"probs": probs, "preds": probs.argmax(dim=-1)}
+
+
+class Thresholded(Classifier):
+    """The shipped classifier with the decision a user writes: the first class unless another is all but
+    certain."""
+
+    @override
+    def predict_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> dict[str, torch.Tensor]:
+        probs = self(batch[0]).softmax(dim=-1)
+        top = probs.max(dim=-1)
+        return {"probs": probs, "preds": torch.where(top.values > SURE, top.indices, 0)}
+
+
+SURE = 0.99
 
 
 class YourNet(nn.Module):
@@ -121,6 +136,25 @@ def test_an_edit_to_predict_step_answers_on_every_path(
         torch.from_numpy(probs).float(), (logits / TEMPERATURE).softmax(-1), atol=1e-6, rtol=0
     )
     assert not torch.allclose(torch.from_numpy(probs).float(), logits.softmax(-1), atol=1e-3)
+
+
+def test_an_edit_to_the_decision_names_the_class_on_every_path(
+    workdir: Path, rows: tuple[pd.DataFrame, Path]
+) -> None:
+    frame, file = rows
+    _, ckpt = fitted(f"--model={__name__}.Thresholded")
+    predict = ["predict", f"--ckpt_path={ckpt}", f"--data.predict_path={file}"]
+    main([*predict, "--output=trainer.csv", *QUIET])
+    assert fast_predict.predict([*predict, "--output=fast.csv"])
+    assert (workdir / "fast.csv").read_bytes() == (workdir / "trainer.csv").read_bytes()
+    written = pd.read_csv(workdir / "trainer.csv")
+    predictor = Predictor.from_checkpoint(ckpt)
+    pd.testing.assert_frame_equal(written, predictor.predict(frame), check_dtype=False, atol=1e-6)
+    probs = written.filter(like="probability(").to_numpy()
+    labels = [str(label) for label in predictor.preprocessor.labels]
+    chosen = np.where(probs.max(axis=1) > SURE, probs.argmax(axis=1), 0)
+    assert written["prediction"].astype(str).tolist() == [labels[k] for k in chosen]
+    assert (chosen != probs.argmax(axis=1)).any()  # rows where the edit and the likeliest class differ
 
 
 def test_your_module_validates_tests_and_predicts_from_its_checkpoint_alone(
