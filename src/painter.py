@@ -1,7 +1,8 @@
 """Draws figures off the training thread, for any code that writes pictures during a run."""
 
+import warnings
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import BrokenExecutor, Future, ThreadPoolExecutor
 from typing import Any
 
 from src import workers
@@ -41,7 +42,15 @@ class Painter:
         remote = workers.submit(self.name, draw, *args) if self.processes else None
 
         def here() -> None:
-            drawn = remote.result() if remote is not None else draw(*args)
+            try:
+                drawn = remote.result() if remote is not None else draw(*args)
+            except BrokenExecutor as error:  # the worker was killed (for memory, say): a figure, not the run
+                warnings.warn(
+                    f"The {self.name} worker process ended before it drew ({error}); that figure is left "
+                    "out.",
+                    stacklevel=1,
+                )
+                return
             if then is not None:
                 then(drawn)
 

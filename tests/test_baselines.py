@@ -4,6 +4,7 @@ import logging
 import math
 import os
 import threading
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.demos.boring_classes import BoringDataModule, BoringModel
 from lightning.pytorch.loggers import CSVLogger
+from loky.process_executor import TerminatedWorkerError
 from sklearn.compose import ColumnTransformer
 from sklearn.datasets import make_blobs
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
@@ -26,6 +28,7 @@ from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder, StandardScaler
 from threadpoolctl import threadpool_limits
 
 import src.baseline_models as fitting
+import src.callbacks.baselines as callback_module
 from src.callbacks import Baselines
 from src.callbacks.baselines import TAG
 from src.cli import main
@@ -405,3 +408,25 @@ def test_in_a_process_of_their_own_they_score_as_in_a_thread(tmp_path: Path) -> 
         scores[fit_in] = baselines.scores
     assert scores["process"] == scores["thread"]
     assert {"val_acc", "test_acc", "val_loss"} <= set(scores["process"]["hgb"])
+
+
+def test_a_worker_process_killed_costs_the_baselines_not_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def killed(*args: Any) -> Future:
+        future: Future = Future()
+        future.set_exception(TerminatedWorkerError("a worker process was killed (SIGKILL)"))
+        return future
+
+    monkeypatch.setattr(callback_module, "_submit", killed)
+    data = TabularDataModule(source="spiral", num_samples=300)
+    model = Classifier(in_features=data.in_features, out_features=data.out_features)
+    trainer = L.Trainer(
+        max_epochs=2, callbacks=[Baselines()], logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+    )  # fmt: skip
+    with pytest.warns(UserWarning, match="worker process ended before it answered"):
+        trainer.fit(model, datamodule=data)
+    assert trainer.current_epoch == 2  # the run went on to its end
+    assert not [key for key in trainer.callback_metrics if TAG.fullmatch(key)]
+    assert "val/acc" in trainer.callback_metrics

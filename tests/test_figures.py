@@ -5,6 +5,7 @@ import itertools
 import logging
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Literal
 
@@ -13,11 +14,13 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
+from loky.process_executor import TerminatedWorkerError
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typing_extensions import override
 
+from src import painter
 from src.callbacks import ValidationFigures
 from src.data import TabularDataModule
 from src.drawing import DPI, MIN_CELL_IN, confusion_figure
@@ -376,3 +379,27 @@ def test_a_worker_process_draws_the_very_pixels_and_texts_of_a_thread(tmp_path: 
     steps, images, _ = written["process"]
     assert len(images["val/confusion_matrix"]) == 3  # epochs 0, 2 and the last, 3
     assert len(images["summary/confusion_matrix"]) == 1
+
+
+def test_a_killed_drawing_worker_costs_a_figure_not_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def killed(purpose: str, *args: Any) -> Future:
+        future: Future = Future()
+        future.set_exception(TerminatedWorkerError("a worker process was killed (SIGKILL)"))
+        return future
+
+    monkeypatch.setattr(painter.workers, "submit", killed)
+    data = TabularDataModule(source="spiral", num_samples=300, batch_size=50)
+    model = Classifier(in_features=data.in_features, out_features=data.out_features, net=NET)
+    logger = TensorBoardLogger(tmp_path, name="killed", default_hp_metric=False)
+    trainer = L.Trainer(
+        max_epochs=2, limit_train_batches=BATCHES, logger=logger, callbacks=[ValidationFigures()],
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    with pytest.warns(UserWarning, match="worker process ended before it drew"):
+        trainer.fit(model, datamodule=data)
+    assert trainer.current_epoch == 2  # the fit ran to its end
+    events = EventAccumulator(logger.log_dir).Reload()
+    assert events.Tags()["images"] == []  # the figures are what was lost
+    assert len(events.Scalars("val/loss")) == 2

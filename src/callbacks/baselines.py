@@ -3,7 +3,7 @@ table says what the net is worth."""
 
 import re
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import BrokenExecutor, Future, ThreadPoolExecutor
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import lightning as L
@@ -12,7 +12,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities.rank_zero import rank_zero_debug, rank_zero_info
+from lightning.pytorch.utilities.rank_zero import rank_zero_debug, rank_zero_info, rank_zero_warn
 from sklearn.base import BaseEstimator
 from torchmetrics import MeanAbsoluteError, MeanSquaredError, R2Score
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
@@ -279,7 +279,8 @@ class Baselines(Callback):
     def _ready(self, trainer: L.Trainer, wait: bool = True) -> bool:
         """Whether there are figures: the background fit waited for (``wait``), or done already. Under
         DDP every process must log the same values in the same epoch: they agree to log once all are done.
-        An error in the fit is raised here, on the calling thread."""
+        An error in the fit is raised here, on the calling thread; a worker process that ended before it
+        answered (killed for memory, say) costs the baselines of this run, not the run."""
         if self._pending is not None:
             done = wait or self._pending.done()
             if trainer.world_size > 1:
@@ -287,7 +288,17 @@ class Baselines(Callback):
             if not done:
                 return False
             pending, self._pending = self._pending, None
-            self._take(pending.result())
+            try:
+                self._take(pending.result())
+            except BrokenExecutor as error:
+                rank_zero_warn(
+                    f"The baselines' worker process ended before it answered ({error}); this run has none."
+                )
+            all_have = bool(self.models)
+            if trainer.world_size > 1:  # all log them, or none does
+                all_have = trainer.strategy.reduce_boolean_decision(all_have, all=True)
+            if not all_have:
+                self.models, self.scores = {}, {}
         return bool(self.models)
 
     def _log(self, pl_module: L.LightningModule, split: Literal["val", "test"]) -> None:
