@@ -11,6 +11,7 @@ the suite until it runs or says why it cannot. README.md's blocks run in ``make 
 whose walkthroughs fit, sweep and serve for minutes in all, in ``make test-full`` (``-m slow``).
 """
 
+import importlib
 import os
 import re
 import shlex
@@ -227,10 +228,14 @@ def test_readme_block_runs_as_printed(block: Block, scratch: Path, monkeypatch: 
         return
     if block.language.startswith("file:"):
         (scratch / block.language.removeprefix("file:")).write_text(block.text)
+        importlib.invalidate_caches()  # as a new process would: the folder's listing may be cached
         return
     saved_as = re.match(r"# (\w+\.py)", block.text)
     if saved_as:  # a file the README asks to save: saved, then imported as the commands after it will
         (scratch / saved_as.group(1)).write_text(block.text)
+        # the in-process CLI imports it as a new process would: an import's cached listing of the folder,
+        # taken within the same clock tick as the write, would not show the file
+        importlib.invalidate_caches()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         exec(compile(block.text, f"{block.page.name}:{block.line}", "exec"), {"__name__": "__readme__"})
