@@ -167,6 +167,16 @@ def monitored(trainer: L.Trainer) -> tuple[str, str]:
     return "val/loss", "min"
 
 
+def last_by_cap(trainer: L.Trainer) -> bool:
+    """Whether the validation under way is the fit's last by its ``max_epochs`` or ``max_steps`` cap (or a
+    stop request), or a validation of its own (``validate``)."""
+    if trainer.state.fn != "fit" or trainer.should_stop:
+        return True
+    epochs, steps = trainer.max_epochs, trainer.max_steps
+    by_epochs = epochs is not None and epochs >= 0 and trainer.current_epoch + 1 >= epochs
+    return by_epochs or (steps is not None and steps >= 0 and trainer.global_step >= steps)
+
+
 class BestEpoch:
     """What a callback kept of the best validation epoch so far, by the monitored value (:func:`monitored`),
     to draw at the fit's end; the latest epoch's while the monitored value is not logged.
@@ -180,17 +190,20 @@ class BestEpoch:
         self.value: float | None = None
         self.epoch: int | None = None
 
-    def offer(self, trainer: L.Trainer, kept: Any) -> None:
-        """Keep ``kept`` when this epoch is the best so far."""
+    def offer(self, trainer: L.Trainer, kept: Any) -> bool:
+        """Keep ``kept`` when this epoch is the best so far; whether it was kept."""
         monitor, mode = monitored(trainer)
         logged = trainer.callback_metrics.get(monitor)
         value = float(logged.item()) if isinstance(logged, torch.Tensor) and logged.numel() == 1 else None
         if value is None or not math.isfinite(value):
             if self.value is None:
                 self.kept, self.epoch = kept, trainer.current_epoch
-            return
+                return True
+            return False
         if self.value is None or (value < self.value if mode == "min" else value > self.value):
             self.kept, self.value, self.epoch = kept, value, trainer.current_epoch
+            return True
+        return False
 
     def title(self, trainer: L.Trainer) -> str:
         """``best epoch 12 (val/loss 0.0812)``, or ``last epoch 12`` without a monitored value."""

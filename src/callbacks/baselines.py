@@ -23,6 +23,7 @@ from src.baseline_models import Spec
 from src.data.preprocessing import Preprocessor, category_strings, read_numbers
 from src.data.sources import Table
 from src.errors import UserInputError
+from src.loggers import last_by_cap
 
 Split = Literal["train", "val", "test"]
 #: the baselines, by the name their figures carry
@@ -49,16 +50,6 @@ TITLE = {"hgb": "HistGradientBoosting", "linear": "the linear model"}
 
 
 T = TypeVar("T")
-
-
-def _last_by_cap(trainer: L.Trainer) -> bool:
-    """Whether the validation under way is the fit's last by its ``max_epochs`` or ``max_steps`` cap (or a
-    stop request), or a validation of its own (``validate``)."""
-    if trainer.state.fn != "fit" or trainer.should_stop:
-        return True
-    epochs, steps = trainer.max_epochs, trainer.max_steps
-    by_epochs = epochs is not None and epochs >= 0 and trainer.current_epoch + 1 >= epochs
-    return by_epochs or (steps is not None and steps >= 0 and trainer.global_step >= steps)
 
 
 def _submit(fit_in: str, function: Callable[..., T], *args: Any) -> "Future[T]":
@@ -329,7 +320,7 @@ class Baselines(Callback):
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # not while sanity checking: its values are thrown away, and the training has not started yet.
         # The training goes on while the models fit; the fit's last epoch by its cap waits for them
-        if not trainer.sanity_checking and self._ready(trainer, wait=_last_by_cap(trainer)):
+        if not trainer.sanity_checking and self._ready(trainer, wait=last_by_cap(trainer)):
             self._log(pl_module, "val")
             self._logged = True
 
