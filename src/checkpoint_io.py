@@ -19,6 +19,7 @@ tensors and plain data only, and one sentence for a file that is not a checkpoin
 """
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ import torch
 from lightning.fabric.plugins import CheckpointIO
 from lightning.pytorch.plugins.io import AsyncCheckpointIO, TorchCheckpointIO
 from lightning.pytorch.utilities.rank_zero import rank_zero_debug
+from lightning_utilities import apply_to_collection
 from typing_extensions import override
 
 from src.checkpoints import read_data
@@ -107,11 +109,17 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
         super().__init__(_Reporting(self.writer, self._written))
 
     @override
-    def save_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
         self.wait()
         self.idle.clear()
         try:
-            super().save_checkpoint(*args, **kwargs)  # clones the tensors here, then hands the write over
+            # the copy Lightning's plugin makes (every tensor cloned), made in one pass over the plain
+            # containers a checkpoint holds: Lightning's general walk costs a small model's checkpoint
+            # (some 900 containers and numbers) more than its save. Lightning's own copy passes the
+            # Snapshot through as one value, and hands it to the writer
+            super().save_checkpoint(Snapshot(snapshot(checkpoint)), path, storage_options)
         except BaseException:
             self.idle.set()  # nothing was handed over (a clone that ran out of memory)
             raise
@@ -138,6 +146,32 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
         self.idle.set()
 
 
+class Snapshot:
+    """A checkpoint copied for the writer thread (:func:`snapshot`), passed on unopened (a plain class:
+    Lightning's walk would open a dataclass)."""
+
+    def __init__(self, checkpoint: dict[str, Any]) -> None:
+        self.checkpoint = checkpoint
+
+
+def snapshot(value: Any) -> Any:
+    """``value`` with every tensor cloned (detached) and every dict, list and tuple rebuilt: a copy the
+    writer thread reads while the training changes the original. Other containers (a namedtuple, a
+    dataclass) go through Lightning's general walk, as ``AsyncCheckpointIO`` copies them."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    kind = type(value)
+    if kind is dict or kind is OrderedDict:
+        return kind((key, snapshot(item)) for key, item in value.items())
+    if kind is list:
+        return [snapshot(item) for item in value]
+    if kind is tuple:
+        return tuple(snapshot(item) for item in value)
+    if kind in (str, int, float, bool, type(None)):
+        return value
+    return apply_to_collection(value, torch.Tensor, lambda tensor: tensor.detach().clone())
+
+
 class _Reporting(CheckpointIO):
     """Writes through ``writer``, and reports the end of each write (with its failure) to ``done``."""
 
@@ -149,6 +183,8 @@ class _Reporting(CheckpointIO):
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
     ) -> None:
+        if isinstance(checkpoint, Snapshot):
+            checkpoint = checkpoint.checkpoint
         try:
             self.writer.save_checkpoint(checkpoint, path, storage_options)
         except BaseException as failure:

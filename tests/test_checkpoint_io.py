@@ -10,15 +10,19 @@ import subprocess
 import sys
 import threading
 import time
+from collections import OrderedDict, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import lightning as L
+import numpy as np
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning_utilities import apply_to_collection
 
-from src.checkpoint_io import AtomicCheckpointIO, BackgroundCheckpointIO
+from src.checkpoint_io import AtomicCheckpointIO, BackgroundCheckpointIO, snapshot
 from src.checkpoints import load_checkpoint
 from src.cli import main
 from src.files import TEMPORARY, NoRoomError, remove_leftovers
@@ -128,6 +132,62 @@ def test_a_save_returns_before_its_write_and_the_next_save_waits_for_it(tmp_path
     plugin.teardown()  # the end of a Trainer run
     assert load_checkpoint(second)["epoch"] == 2
     assert [p.name for p in tmp_path.iterdir() if TEMPORARY.match(p.name)] == []
+
+
+class Pair(NamedTuple):
+    name: str
+    value: torch.Tensor
+
+
+@dataclass
+class Boxed:
+    tensor: torch.Tensor
+    count: int
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal types all the way down, and equal values; tensors of the same dtype, shape and elements."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and bool((a == b).all())
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, np.ndarray):
+        return bool((a == b).all())
+    if isinstance(a, Boxed):
+        return same(a.tensor, b.tensor) and a.count == b.count
+    return bool(a == b)
+
+
+def test_the_copy_for_the_writer_is_lightnings_copy_made_in_one_lean_pass() -> None:
+    # what checkpoints hold: tensors in OrderedDicts, dicts, lists and tuples, numbers, strings, None,
+    # and now and then another container (a namedtuple, a dataclass, a defaultdict, an array)
+    weights = OrderedDict(w=torch.ones(3), b=torch.zeros(2, dtype=torch.float64))
+    state = {
+        "epoch": 3,
+        "state_dict": weights,
+        "optimizer_states": [
+            {"state": {0: {"step": torch.tensor(4.0)}}, "param_groups": [{"lr": 0.1, "params": [0]}]}
+        ],
+        "rng": (7, [1, 2, 3], None),
+        "callbacks": {"Pair": Pair("best", torch.tensor(0.5)), "Held": Boxed(torch.arange(3), 2)},
+        "counts": defaultdict(int, a=1),
+        "array": np.arange(4),
+        "flags": [True, "text", 1.5, torch.tensor([1], dtype=torch.int64)],
+    }
+    lightnings = apply_to_collection(state, torch.Tensor, lambda t: t.detach().clone())
+    lean = snapshot(state)
+    assert same(lean, lightnings)
+    # a copy: the training changes the original in place, the writer's copy stays as it was
+    weights["w"].add_(1.0)
+    state["optimizer_states"][0]["param_groups"][0]["lr"] = 0.2
+    state["flags"].append("more")
+    state["callbacks"]["Held"].tensor.zero_()
+    assert same(lean, lightnings)
+    assert lean["state_dict"]["w"].tolist() == [1.0, 1.0, 1.0]
 
 
 def test_a_displaced_checkpoint_is_removed_only_once_the_one_displacing_it_is_on_disk(tmp_path: Path) -> None:
