@@ -225,20 +225,20 @@ class Dashboard(Callback):
         if trainer.sanity_checking:
             return
         _synchronize(trainer)
-        pl_module.log("val/speed/epoch_time", time.perf_counter() - self._val_start, sync_dist=True)
+        write(trainer, {"val/speed/epoch_time": time.perf_counter() - self._val_start}, logging_step(trainer))
 
     @override
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         _synchronize(trainer)
         train_time = self._data_time + self._step_time
-        # sync_dist: one all-reduce per epoch (the mean over processes), none per step
-        pl_module.log("train/speed/epoch_time", time.perf_counter() - self._epoch_start, sync_dist=True)
+        # written to the loggers as they are (this process's times: the processes keep step with each
+        # other), not through self.log, which nothing monitors them by
+        values = {"train/speed/epoch_time": time.perf_counter() - self._epoch_start}
         if train_time > 0:
             # every process runs the same number of equally sized batches
-            pl_module.log(
-                "train/speed/samples_per_sec", self._samples * trainer.world_size / train_time, sync_dist=True
-            )
-            pl_module.log("train/speed/data_time_share", self._data_time / train_time, sync_dist=True)
+            values["train/speed/samples_per_sec"] = self._samples * trainer.world_size / train_time
+            values["train/speed/data_time_share"] = self._data_time / train_time
+        write(trainer, values, logging_step(trainer))
         # the step Lightning gives this epoch's values (the index of its last optimizer step)
         self._ended = (trainer.current_epoch, logging_step(trainer))
 
