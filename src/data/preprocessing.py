@@ -476,8 +476,14 @@ class Preprocessor:
         return ids.astype(np.int64)
 
     def state_dict(self) -> dict[str, Any]:
-        """Strings, numbers, lists and dicts only: ``torch.load(weights_only=True)`` reads them back."""
-        return {"version": STATE_VERSION, **asdict(self)}
+        """Strings, numbers, lists and dicts only: ``torch.load(weights_only=True)`` reads them back. A new
+        outer dict each call, around one inner state made once (the fitted preprocessing never changes,
+        and every checkpoint carries it): read it, do not change it."""
+        return {"version": STATE_VERSION, **self._state}
+
+    @functools.cached_property
+    def _state(self) -> dict[str, Any]:
+        return asdict(self)
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "Preprocessor":
