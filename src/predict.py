@@ -1,15 +1,18 @@
-"""Predictions on raw rows from a checkpoint alone: the path that ``predict``, Python and serving share.
+"""Predictions from a checkpoint alone, on raw rows or on images: the path Python, serving and the
+export's check share.
 
 ```python
 from src.predict import Predictor
 
 predictor = Predictor.from_checkpoint("logs/penguins/version_0/checkpoints/last.ckpt")
 predictor.predict(pandas.read_csv("new_penguins.csv"))  # a DataFrame: row, prediction, probabilities
+Predictor.from_checkpoint("logs/images/version_0/checkpoints/last.ckpt").predict(["cat.png"])  # path, ...
 ```
 
-Raw rows go through the checkpoint's own fitted preprocessing (:mod:`src.data.preprocessing`), then
-the model's ``predict_step``, then :func:`prediction_frame`, which names each class by its label.
-``python -m src.cli predict`` runs the same three pieces under the Trainer.
+Raw rows go through the checkpoint's own fitted preprocessing (:mod:`src.data.preprocessing`), images
+through the run's way of reading files and its fitted statistics (:mod:`src.image_predict`); then the
+model's ``predict_step``, then :func:`prediction_frame`, which names each class by its label.
+``python -m src.cli predict`` runs the same pieces under the Trainer.
 """
 
 from collections.abc import Sequence
@@ -22,9 +25,12 @@ import torch
 
 from src.checkpoints import load_model
 from src.data.preprocessing import CellReport, Location, Preprocessor, preprocessing_of
+from src.errors import UserInputError
 
-if TYPE_CHECKING:  # Lightning is imported when a model is loaded; prediction_frame needs none
+if TYPE_CHECKING:  # Lightning (and, for images, Pillow) are imported when a model is loaded
     from lightning import LightningModule
+
+    from src.image_predict import ImageGraph, ImageInput, ImagePreprocessing
 
 
 def beside_the_run(ckpt_path: str | Path) -> Path:
@@ -68,39 +74,73 @@ def accelerator(device: str | torch.device) -> str | torch.device:
 
 
 class Predictor:
-    """A trained model with its fitted preprocessing: raw rows in, labelled predictions out.
+    """A trained model with what its run fitted to read new data: raw rows of a table, or images, in;
+    labelled predictions out. Every way of predicting outside the Trainer (Python, the server, the export's
+    check) goes through it, and it through the model's own ``predict_step``.
 
     Args:
         model: The trained LightningModule, whose ``predict_step`` answers (the shipped tasks', or yours).
-        preprocessor: The preprocessing fitted in the same run.
-        batch_size: Rows per forward pass.
+        reading: What the same run fitted to read its inputs: a table's
+            :class:`~src.data.preprocessing.Preprocessor`, or :class:`~src.image_predict.ImagePreprocessing`.
+        batch_size: Rows (or images) per forward pass; left out, 8192 rows or 256 images.
         device: Where the model runs: ``auto`` is the GPU when one is present, else the CPU.
     """
 
     def __init__(
         self,
         model: "LightningModule",
-        preprocessor: Preprocessor,
-        batch_size: int = 8192,
+        reading: "Preprocessor | ImagePreprocessing",
+        batch_size: int | None = None,
         device: str | torch.device = "auto",
     ) -> None:
         self.device = torch.device(accelerator(device))
         self.model = model.eval().to(self.device)
-        self.preprocessor = preprocessor
-        self.batch_size = batch_size
+        self.reading = reading
+        #: images: the module an exported graph holds (uint8 pixels in, the run's normalization, the net)
+        self.graph: ImageGraph | None = None
+        if not isinstance(reading, Preprocessor):
+            from src import image_predict
+
+            self.graph = (
+                image_predict.ImageGraph(self.model, reading.mean, reading.std).to(self.device).eval()
+            )
+        self.batch_size = batch_size or (8192 if self.graph is None else 256)
 
     @classmethod
     def from_checkpoint(
         cls,
         path: str | Path,
         model_class: "type[LightningModule] | None" = None,
-        batch_size: int = 8192,
+        batch_size: int | None = None,
         device: str | torch.device = "auto",
     ) -> "Predictor":
         """The checkpoint's model (:func:`src.checkpoints.load_model`: read as data, its names checked, its
-        class the one it names or ``model_class``) with its fitted preprocessing, on ``device``."""
+        class the one it names or ``model_class``) with what its run fitted to read inputs, on ``device``."""
+        from src.image_predict import ImagePreprocessing, image_state
+
         model, checkpoint = load_model(path, model_class)
+        if image_state(checkpoint) is not None:
+            return cls(model, ImagePreprocessing.of(checkpoint, str(path)), batch_size, device)
         return cls(model, preprocessing_of(checkpoint, str(path)), batch_size, device)
+
+    @property
+    def preprocessor(self) -> Preprocessor:
+        """A table's fitted preprocessing (one sentence for an image model's predictor)."""
+        if not isinstance(self.reading, Preprocessor):
+            raise UserInputError("this model reads images, not a table's rows; give it images.")
+        return self.reading
+
+    @property
+    def preprocessing(self) -> "ImagePreprocessing":
+        """An image run's fitted statistics and how it read its files (one sentence for a table's)."""
+        if isinstance(self.reading, Preprocessor):
+            raise UserInputError("this model reads a table's rows, not images; give it rows.")
+        return self.reading
+
+    @property
+    def labels(self) -> list[Any] | None:
+        """The class labels in class-id order; ``None`` for regression."""
+        return self.reading.labels
 
     def encode(
         self, frame: pd.DataFrame, source: str | Location = "the rows", report: CellReport | None = None
@@ -111,24 +151,45 @@ class Predictor:
         where = Location(source) if isinstance(source, str) else source
         return torch.from_numpy(self.preprocessor.transform(frame, where, report=report))
 
+    def read(self, images: "Sequence[ImageInput]", names: Sequence[str] | None = None) -> torch.Tensor:
+        """Images (files, their bytes, Pillow images) → uint8 ``(N, H, W, C)``, each read as the run read
+        its files; ``names`` say what each is in a sentence (a file: its path)."""
+        return self.preprocessing.stack(images, names)
+
     @torch.inference_mode()
     def outputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Encoded rows ``(N, F)`` → the model's ``predict_step`` outputs for all of them, ``batch_size``
-        rows per forward pass (the server calls this on the rows of several requests at once)."""
+        """Encoded rows ``(N, F)``, or uint8 pixels ``(N, H, W, C)``, → the model's ``predict_step`` outputs
+        for all of them, ``batch_size`` per forward pass (the server calls this on the inputs of several
+        requests at once)."""
         batches = x.split(self.batch_size) or (x,)  # an empty frame still gives its (empty) columns
         outputs = [
-            self.model.predict_step((batch.to(self.device, non_blocking=True),), i)
+            self.model.predict_step((self._net_input(batch.to(self.device, non_blocking=True)),), i)
             for i, batch in enumerate(batches)
         ]
         return {key: torch.cat([o[key] for o in outputs]).cpu() for key in outputs[0]}
 
-    def predict(
-        self, frame: pd.DataFrame, source: str | Location = "the rows", report: CellReport | None = None
-    ) -> pd.DataFrame:
-        """One line per row of ``frame``, in order (see :func:`prediction_frame`); ``row`` is its index.
+    def _net_input(self, batch: torch.Tensor) -> torch.Tensor:
+        """Pixels are normalized per batch, as the run normalized its own; rows are encoded already."""
+        return batch if self.graph is None else self.graph.normalize(batch)
 
-        Pass a :class:`src.data.preprocessing.CellReport` to get the per-column counts of cells read as
-        missing or as another category back (``report.columns``) instead of the logged warning.
+    def predict(
+        self,
+        items: "pd.DataFrame | Sequence[ImageInput]",
+        source: str | Location = "the rows",
+        report: CellReport | None = None,
+    ) -> pd.DataFrame:
+        """One line per row (or image) of ``items``, in order (see :func:`prediction_frame`).
+
+        A table's rows: ``row`` is the frame's index; pass a :class:`src.data.preprocessing.CellReport` to
+        get the per-column counts of cells read as missing or as another category back
+        (``report.columns``) instead of the logged warning. Images: ``path`` when all are files (as
+        ``predict``'s CSV file), else ``row``, their positions.
         """
-        outputs = self.outputs(self.encode(frame, source, report))
-        return prediction_frame(outputs, self.preprocessor.labels, frame.index.to_numpy())
+        if isinstance(items, pd.DataFrame):
+            outputs = self.outputs(self.encode(items, source, report))
+            return prediction_frame(outputs, self.labels, items.index.to_numpy())
+        files = all(isinstance(item, str | Path) for item in items)
+        index = pd.Index(
+            [str(i) for i in items] if files else range(len(items)), name="path" if files else "row"
+        )
+        return prediction_frame(self.outputs(self.read(items)), self.labels, index)

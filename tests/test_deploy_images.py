@@ -1,4 +1,4 @@
-"""Images after training: :class:`ImagePredictor` reads images as ``predict`` does, the exported graphs
+"""Images after training: :class:`Predictor` reads images as ``predict`` does, the exported graphs
 (uint8 pixels in, normalization inside) compute what the checkpoint computes on real PNG files, and the
 server answers base64 image files as ``predict`` does, refusing a bad one with a sentence naming it."""
 
@@ -19,6 +19,7 @@ from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 
+import lightning as L
 import numpy as np
 import onnxruntime
 import pandas as pd
@@ -30,7 +31,8 @@ from src.apps import export, serve
 from src.cli import main
 from src.data.images import ImageDataModule, decode
 from src.errors import UserInputError
-from src.image_predict import ImagePredictor, ImagePreprocessing
+from src.image_predict import ImagePreprocessing
+from src.predict import Predictor
 from tests.conftest import BARE, CONFIGS, QUIET, ROOT
 from tests.test_readme import page_blocks
 from tests.test_serve import READY_WITHIN, free_port
@@ -96,15 +98,15 @@ def predicted(folder: Path, checkpoint: Path, new_images: list[Path]) -> pd.Data
 
 
 @pytest.fixture(scope="module")
-def predictor(checkpoint: Path) -> ImagePredictor:
-    return ImagePredictor.from_checkpoint(checkpoint)
+def predictor(checkpoint: Path) -> Predictor:
+    return Predictor.from_checkpoint(checkpoint)
 
 
-# -- ImagePredictor -----------------------------------------------------------------------------------
+# -- Predictor on images --------------------------------------------------------------------------------
 
 
 def test_images_are_read_as_the_datamodule_reads_them_to_predict(
-    predictor: ImagePredictor, checkpoint: Path, new_images: list[Path]
+    predictor: Predictor, checkpoint: Path, new_images: list[Path]
 ) -> None:
     data = ImageDataModule(preprocessing_from=str(checkpoint), predict_path=[str(p) for p in new_images])
     expected = data.dataset("predict").tensors[0].permute(0, 2, 3, 1)  # type: ignore[attr-defined]
@@ -125,8 +127,40 @@ def test_images_are_read_as_the_datamodule_reads_them_to_predict(
     )
 
 
+class Hotter(L.LightningModule):
+    """A trained net with a (sharpening) temperature in its predict_step, as a user's module might have."""
+
+    def __init__(self, trained: L.LightningModule) -> None:
+        super().__init__()
+        self.trained = trained
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.trained(x)
+
+    def predict_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> dict[str, torch.Tensor]:
+        probs = torch.softmax(self(batch[0]) / 0.01, dim=-1)
+        return {"probs": probs, "preds": probs.argmax(dim=-1)}
+
+
+def test_images_and_rows_share_one_predictor_which_answers_through_the_models_predict_step(
+    predictor: Predictor, new_images: list[Path]
+) -> None:
+    hotter = Predictor(Hotter(predictor.model), predictor.reading, device="cpu")
+    assert type(hotter) is type(predictor) is Predictor
+    frame = hotter.predict(new_images)
+    with torch.inference_mode():
+        logits = hotter.model(hotter.graph.normalize(hotter.read(new_images)))  # type: ignore[union-attr]
+    expected = torch.softmax(logits / 0.01, dim=-1)
+    torch.testing.assert_close(torch.tensor(frame[PROBABILITIES].to_numpy(), dtype=torch.float32), expected)
+    # the edit changed the answer: the shipped predict_step's probabilities are not these
+    shipped = predictor.predict(new_images)[PROBABILITIES].to_numpy()
+    assert abs(shipped - frame[PROBABILITIES].to_numpy()).max() > 0.05
+    with pytest.raises(UserInputError, match="reads images, not a table's rows"):
+        _ = predictor.preprocessor
+
+
 def test_a_run_that_resized_resizes_as_the_datamodule_and_one_that_did_not_refuses(
-    predictor: ImagePredictor, new_images: list[Path]
+    predictor: Predictor, new_images: list[Path]
 ) -> None:
     resized = replace(predictor.preprocessing, mode="RGB", size=(6, 5), resize=True)
     for path in new_images[:3]:
@@ -141,7 +175,7 @@ def test_a_run_that_resized_resizes_as_the_datamodule_and_one_that_did_not_refus
 
 
 def test_predict_equals_the_cli_predict_csv(
-    predictor: ImagePredictor, predicted: pd.DataFrame, new_images: list[Path]
+    predictor: Predictor, predicted: pd.DataFrame, new_images: list[Path]
 ) -> None:
     frame = predictor.predict(new_images)
     assert list(frame.columns) == list(predicted.columns) == ["path", "prediction", *PROBABILITIES]
@@ -159,7 +193,7 @@ def test_predict_equals_the_cli_predict_csv(
 
 
 def test_a_file_that_is_no_image_or_a_checkpoint_without_images_is_one_sentence(
-    predictor: ImagePredictor, new_images: list[Path], tmp_path: Path
+    predictor: Predictor, new_images: list[Path], tmp_path: Path
 ) -> None:
     text = tmp_path / "notes.png"
     text.write_text("not an image")
@@ -205,7 +239,7 @@ def test_the_exported_graph_equals_the_checkpoint_on_real_png_files(
     fmt: str,
     name: str,
     exported: Path,
-    predictor: ImagePredictor,
+    predictor: Predictor,
     predicted: pd.DataFrame,
     new_images: list[Path],
 ) -> None:
@@ -230,7 +264,7 @@ def test_the_exported_graph_equals_the_checkpoint_on_real_png_files(
 
 
 def test_the_sidecar_says_layout_mode_size_labels_and_alone_turns_a_file_into_the_input(
-    exported: Path, checkpoint: Path, predictor: ImagePredictor, new_images: list[Path]
+    exported: Path, checkpoint: Path, predictor: Predictor, new_images: list[Path]
 ) -> None:
     sidecar = json.loads((exported / "model.onnx.json").read_text())
     assert sidecar["graph"] == {

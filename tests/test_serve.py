@@ -492,7 +492,7 @@ def test_faults_past_the_cells_stay_with_their_request(
     with monkeypatch.context() as patch:  # standardized by 0.01, 1e37 leaves float32
         patch.setattr(
             api.predictor,
-            "preprocessor",
+            "reading",
             replace(preprocessor, numeric=[replace(income, scale=0.01), *others]),
         )
         answers = through_a_batch(api, [goods[0], with_cell(rows[0], "income", "1e37"), goods[1]])

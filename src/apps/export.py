@@ -77,7 +77,7 @@ from src.data.preprocessing import (
 )
 from src.errors import UserInputError
 from src.files import check_output, written
-from src.image_predict import ImagePredictor, ImagePreprocessing, carries_images
+from src.image_predict import ImagePreprocessing, carries_images
 
 if TYPE_CHECKING:
     from lightning import LightningModule
@@ -549,8 +549,9 @@ def table_export(ckpt_path: str | Path) -> Prepared:
 
 def image_export(ckpt_path: str | Path) -> Prepared:
     """An image checkpoint: uint8 pixels ``(B, H, W, C)`` in, normalization and net inside the graph."""
-    predictor = ImagePredictor.from_checkpoint(ckpt_path)
+    predictor = Predictor.from_checkpoint(ckpt_path, device="cpu")
     preprocessing = predictor.preprocessing
+    assert predictor.graph is not None  # an image checkpoint's predictor
     return Prepared(
         predictor.graph,
         probe_images(preprocessing),  # (8, H, W, C)

@@ -70,7 +70,7 @@ from pydantic import BaseModel, StrictBool, StrictFloat, StrictInt, StrictStr
 from src.data.images import header
 from src.data.preprocessing import CellReport, Location
 from src.errors import UserInputError
-from src.image_predict import ImagePredictor, carries_images
+from src.image_predict import carries_images
 from src.predict import Predictor, prediction_frame
 
 #: one cell of a row as JSON gives it; null is a missing cell
@@ -387,10 +387,11 @@ class ImageAPI(BatchedAPI):
         self.max_pixels = max_pixels
 
     def setup(self, device: str) -> None:
-        self.predictor = ImagePredictor.from_checkpoint(self.ckpt_path)
+        self.predictor = Predictor.from_checkpoint(self.ckpt_path)
         self.on_device(device)
 
     def served(self) -> torch.nn.Module:
+        assert self.predictor.graph is not None  # an image checkpoint's predictor
         return self.predictor.graph  # the net and the statistics it normalizes with
 
     def decode_request(self, request: ImageRequest, **kwargs: Any) -> Encoded | Refused:
@@ -563,10 +564,7 @@ def build(options: argparse.Namespace) -> ls.LitServer:
         raise UserInputError(f"--batch_timeout {options.batch_timeout} must not be negative.")
     # a missing, broken or foreign checkpoint: one sentence
     images = carries_images(options.ckpt_path)
-    if images:
-        ImagePredictor.from_checkpoint(options.ckpt_path)
-    else:
-        Predictor.from_checkpoint(options.ckpt_path)
+    Predictor.from_checkpoint(options.ckpt_path)
     family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
     with socket.socket(family) as probe:
         try:
