@@ -7,6 +7,7 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
+import torchmetrics
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer import call
 from torch import nn
@@ -212,3 +213,95 @@ def test_the_off_switch_leaves_the_callback_untouched() -> None:
     assert vars(callback) == before
     Speedups().apply([callback])  # and the switch is what kept it so
     assert vars(callback) != before
+
+
+# -- skip_idle_log_moves ---------------------------------------------------------------------------------
+
+
+class LogsEveryStep(Tiny):
+    """Logs a tensor and a torchmetrics object in every training and validation step, as tutorials do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.train_mae = torchmetrics.MeanAbsoluteError()
+        self.val_mae = torchmetrics.MeanAbsoluteError()
+
+    @override
+    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        out = self.net(x)
+        loss = nn.functional.mse_loss(out, y)
+        self.train_mae(out, y)
+        self.log("train/loss", loss, on_step=True, on_epoch=True)
+        self.log("train/mae", self.train_mae, on_step=False, on_epoch=True)
+        return loss
+
+    @override
+    def validation_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
+        x, y = batch
+        out = self.net(x)
+        self.val_mae(out, y)
+        self.log("val/loss", nn.functional.mse_loss(out, y))
+        self.log("val/mae", self.val_mae)
+
+
+def logged_fit(enabled: bool) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """A fit of LogsEveryStep with the shortcut on or off: its callback_metrics and weights."""
+    Speedups(skip_idle_log_moves=enabled).apply([])
+    torch.manual_seed(0)
+    model = LogsEveryStep()
+    run = quiet_trainer()
+    run.fit(model, loader(STEPS * BATCH_SIZE), loader())
+    return dict(run.callback_metrics), model.state_dict()
+
+
+@pytest.fixture
+def restore_log_moves() -> Any:
+    yield
+    Speedups().apply([])  # the shipped setting, for the tests that follow in this process
+
+
+def test_a_fit_that_logs_every_step_is_the_same_to_the_bit_with_idle_moves_skipped(
+    restore_log_moves: Any,
+) -> None:
+    plain_metrics, plain_weights = logged_fit(enabled=False)
+    skipping_metrics, skipping_weights = logged_fit(enabled=True)
+    assert set(plain_metrics) == {
+        "train/loss_step",
+        "train/loss_epoch",
+        "train/loss",
+        "train/mae",
+        "val/loss",
+        "val/mae",
+    }
+    torch.testing.assert_close(skipping_metrics, plain_metrics, rtol=0, atol=0)
+    torch.testing.assert_close(skipping_weights, plain_weights, rtol=0, atol=0)
+
+
+def test_a_stored_value_on_its_device_is_left_alone_and_any_other_moved(restore_log_moves: Any) -> None:
+    from lightning.pytorch.trainer.connectors.logger_connector.result import _Metadata, _ResultMetric
+
+    stored = _ResultMetric(_Metadata(fx="training_step", name="loss"), is_tensor=True)
+    buffers = vars(stored)["_buffers"]
+    Speedups(skip_idle_log_moves=True).apply([])
+    assert stored.to(torch.device("cpu")) is stored
+    assert vars(stored)["_buffers"] is buffers  # not walked: Lightning's walk rebuilds every dict
+    Speedups(skip_idle_log_moves=False).apply([])
+    stored.to(torch.device("cpu"))
+    assert vars(stored)["_buffers"] is not buffers  # the off switch: Lightning's own walk
+    # a value logged on another device: the stored one is moved there, as without the shortcut
+    Speedups(skip_idle_log_moves=True).apply([])
+    stored.to(torch.device("meta"))
+    assert stored.value.device == torch.device("meta")
+
+
+def test_the_canary_fails_when_log_stops_moving_the_stored_value_by_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lightning.pytorch.trainer.connectors.logger_connector import result
+
+    def log(self: Any, fx: str, name: str, value: Any, **kwargs: Any) -> None:
+        self[f"{fx}.{name}"] = value
+
+    monkeypatch.setattr(result._ResultCollection, "log", log)
+    assert canary() == ["_ResultCollection.log no longer moves the stored value with .to(value.device)."]
