@@ -190,20 +190,17 @@ class BestEpoch:
         self.value: float | None = None
         self.epoch: int | None = None
 
-    def offer(self, trainer: L.Trainer, kept: Any) -> bool:
-        """Keep ``kept`` when this epoch is the best so far; whether it was kept."""
+    def offer(self, trainer: L.Trainer, kept: Any) -> None:
+        """Keep ``kept`` when this epoch is the best so far."""
         monitor, mode = monitored(trainer)
         logged = trainer.callback_metrics.get(monitor)
         value = float(logged.item()) if isinstance(logged, torch.Tensor) and logged.numel() == 1 else None
         if value is None or not math.isfinite(value):
             if self.value is None:
                 self.kept, self.epoch = kept, trainer.current_epoch
-                return True
-            return False
+            return
         if self.value is None or (value < self.value if mode == "min" else value > self.value):
             self.kept, self.value, self.epoch = kept, value, trainer.current_epoch
-            return True
-        return False
 
     def title(self, trainer: L.Trainer) -> str:
         """``best epoch 12 (val/loss 0.0812)``, or ``last epoch 12`` without a monitored value."""

@@ -15,9 +15,8 @@ class Painter:
     one) that writes pictures: :class:`~src.callbacks.ValidationFigures`, ``MisclassifiedImages``.
 
     ``submit(draw, *args, then=write)`` queues ``draw(*args)`` and, once it is drawn, ``write(drawn)`` on a
-    thread of this process (where the writers live); ``then(write, *args)`` queues a write alone, in the
-    same order; ``finish(drawn=True)`` waits for every one and raises the first error met,
-    ``finish(drawn=False)`` drops those not begun and waits for the one being drawn
+    thread of this process (where the writers live); ``finish(drawn=True)`` waits for every one and raises
+    the first error met, ``finish(drawn=False)`` drops those not begun and waits for the one being drawn
     (a failed run's folder may be removed right after), raising nothing. Call ``finish`` before the
     writers the drawings use are closed (a callback's ``teardown`` and ``on_exception``).
 
@@ -56,17 +55,6 @@ class Painter:
                 then(drawn)
 
         self._pending.append((remote, self._pool.submit(here)))
-
-    def then(self, write: Callable[..., None], *args: Any) -> None:
-        """Queue ``write(*args)`` on this process's thread, after everything queued before it."""
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.name)
-        self._pending.append((None, self._pool.submit(write, *args)))
-
-    @property
-    def idle(self) -> bool:
-        """Whether everything queued so far is drawn and written."""
-        return all(local.done() for _, local in self._pending)
 
     def finish(self, drawn: bool = True) -> None:
         """Wait for the drawings (or drop those not begun, ``drawn=False``) and stop the thread."""

@@ -111,77 +111,9 @@ def test_figures_every_n_epochs_and_the_first_and_the_last(
     assert steps["images"] == steps["texts"] == expected
     # and the best epoch's (the lowest val/loss: no checkpoint monitors another), once, at the fit's end
     assert steps["best"] == steps["best texts"] == steps["lowest val/loss"]
-    # each of those drawn once, and each new best drawn ahead at most once more
-    assert len(drawn) + 1 <= len(figures.threads) <= len(drawn) + 1 + epochs
+    assert len(figures.threads) == len(drawn) + 1
     assert all(name.startswith("validation-figures") for name in figures.threads)
     assert threading.current_thread().name not in figures.threads
-
-
-class Idle(Callback):
-    """Lets the painter finish what it was given before each training epoch and at the training's end,
-    then forgets what was drawn: what the figures draw after that is drawn at the fit's end."""
-
-    def __init__(self, figures: Threads) -> None:
-        self.figures = figures
-
-    @override
-    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        while not self.figures.painter.idle:
-            time.sleep(0.01)
-
-    @override
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.on_train_epoch_start(trainer, pl_module)
-        self.figures.threads.clear()  # the figures' own on_train_end comes after this one's
-
-
-class NothingAhead(Threads):
-    """Draws the best epoch only at the fit's end, as before drawing ahead."""
-
-    @override
-    def _draw_ahead(self, *args: Any) -> None:
-        pass
-
-
-def best_drawn(tmp_path: Path, name: str, ahead: bool) -> tuple[list[str], list[Any], dict[str, list[int]]]:
-    """A 6-epoch fit whose painter is idle before each epoch: the threads that drew after the training
-    ended, the best epoch's images, and the steps of the validation images and of the lowest loss."""
-    L.seed_everything(0)
-    data = TabularDataModule(source="spiral", num_samples=300, batch_size=50)
-    model = Classifier(in_features=data.in_features, out_features=data.out_features, net=NET)
-    figures = (Threads if ahead else NothingAhead)(every_n_epochs=100, image_size=120, draw_in="thread")
-    figures.threads = []
-    logger = TensorBoardLogger(tmp_path, name=name, default_hp_metric=False)
-    L.Trainer(
-        max_epochs=6,
-        limit_train_batches=BATCHES,
-        logger=logger,
-        callbacks=[Idle(figures), figures],
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    ).fit(model, datamodule=data)
-    events = EventAccumulator(logger.log_dir, size_guidance={"images": 0, "scalars": 0}).Reload()
-    losses = {point.step: point.value for point in events.Scalars("val/loss")}
-    steps = {
-        "val": [image.step for image in events.Images("val/confusion_matrix")],
-        "lowest val/loss": [min(losses, key=losses.__getitem__)],
-    }
-    return figures.threads, events.Images("summary/confusion_matrix"), steps
-
-
-def test_the_best_epoch_drawn_ahead_leaves_the_fits_end_only_its_writing(tmp_path: Path) -> None:
-    # an idle painter draws each new best epoch as it comes; the last epoch by the cap is drawn at its own
-    # validation: the fit's end draws nothing, and writes the best one that was drawn ahead
-    at_end, best, steps = best_drawn(tmp_path, "ahead", ahead=True)
-    assert at_end == []
-    assert steps["val"] == [BATCHES - 1, 6 * BATCHES - 1]  # the first and the last by the cap
-    assert [image.step for image in best] == steps["lowest val/loss"]
-    # the same picture as the one drawn at the fit's end without drawing ahead
-    end_drawn, end_best, end_steps = best_drawn(tmp_path, "at-end", ahead=False)
-    assert len(end_drawn) == 1
-    assert end_steps == steps
-    assert [i.encoded_image_string for i in end_best] == [i.encoded_image_string for i in best]
 
 
 class Broken(ValidationFigures):
@@ -431,8 +363,7 @@ def test_a_worker_process_draws_the_very_pixels_and_texts_of_a_thread(tmp_path: 
         L.seed_everything(0)  # the same net, trained the same way
         figures, steps = fit(folder, 4, 2, draw_in=draw_in)
         # Threads records the figures drawn in this process: none when a worker process draws them
-        # (4 and more: epochs 0, 2, 3 and the best, and new bests drawn ahead while the painter was idle)
-        assert len(figures.threads) == 0 if draw_in == "process" else len(figures.threads) >= 4
+        assert len(figures.threads) == (0 if draw_in == "process" else 4)
         events = EventAccumulator(
             str(next(folder.glob("figures/version_*"))), size_guidance={"images": 0, "tensors": 0}
         ).Reload()

@@ -51,9 +51,9 @@ class ValidationFigures(Callback):
     (matplotlib: :mod:`src.drawing`) runs on a worker process (:class:`~src.painter.Painter`), one figure
     at a time, so the training neither waits for it nor shares its interpreter's lock with it; the pixels
     come back and are written from a thread of this process. The fit ends only once every figure is
-    written. So that its end has little left to draw, the last epoch by the fit's cap is drawn at its own
-    validation, and each new best epoch is drawn ahead while the painter is idle and kept in memory: the
-    end writes the one that stayed best (or draws it then, when it came while the painter was busy).
+    written. The last epoch by the fit's cap is drawn at its own validation, so that the fit's end has only
+    the best epoch's left to draw (drawn then, not ahead: the drawing's core is one the training's process
+    also uses, and each new best drawn ahead would cost the training more than the end saves).
 
     Tags: ``val/confusion_matrix`` (image) and ``val/confusion_counts`` (the same counts as a text table),
     or ``val/predicted_vs_true`` (image); ``summary/…`` for the best epoch's.
@@ -90,10 +90,7 @@ class ValidationFigures(Callback):
         if draw_in not in ("process", "thread"):
             raise UserInputError(f"ValidationFigures draw_in={draw_in!r} is not 'process' or 'thread'.")
         self.draw_in = draw_in
-        #: what draws the figures (:class:`~src.painter.Painter`), one at a time
-        self.painter = Painter("validation-figures", processes=draw_in == "process")
-        self._ahead: tuple[int, str] | None = None  # the epoch and title last drawn ahead as the best
-        self._held: tuple[tuple[int, str], Drawn] | None = None  # a best epoch's pixels, once drawn
+        self._painter = Painter("validation-figures", processes=draw_in == "process")
         self._drew = False  # whether this run has drawn a figure yet
         self._told = False  # whether the module was told what this callback needs
 
@@ -163,32 +160,23 @@ class ValidationFigures(Callback):
             trainer.state.fn != TrainerFn.FITTING
             or first
             or latest.epoch % self.every_n_epochs == 0
-            or last_by_cap(trainer)  # drawn now, not at the fit's end
+            or last_by_cap(trainer)  # drawn now, not after the training
         ):
             self._draw_later(trainer, latest, "val")
 
     @override
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # the epoch's values are in callback_metrics from here on
-        if self._latest is None or not self._collecting or trainer.state.fn != TrainerFn.FITTING:
-            return
-        # a new best epoch is drawn ahead while the painter has nothing else to do (or when the fit ends
-        # after it anyway), and kept in memory: when it is still the best at the fit's end, that end only
-        # writes it
-        if self._best.offer(trainer, self._latest) and (self.painter.idle or last_by_cap(trainer)):
-            self._draw_ahead(trainer, self._latest, self._best.title(trainer))
+        if self._collecting and self._latest is not None and trainer.state.fn == TrainerFn.FITTING:
+            self._best.offer(trainer, self._latest)
 
     @override
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # the fit's last validation epoch, whatever ended the fit, and its best one
         if self._latest is not None and not self._latest.drawn:
             self._draw_later(trainer, self._latest, "val")
-        kept, title = self._best.kept, self._best.title(trainer)
-        writer = tensorboard_writer(trainer)
-        if kept is not None and self._ahead == (kept.epoch, title) and writer is not None:
-            self.painter.then(self._write_ahead, writer, kept.step)
-        elif kept is not None:
-            self._draw_later(trainer, kept, "summary", title)
+        if self._best.kept is not None:
+            self._draw_later(trainer, self._best.kept, "summary", self._best.title(trainer))
         self._best = BestEpoch()
 
     @override
@@ -208,8 +196,7 @@ class ValidationFigures(Callback):
         self._latest = None
         self._best = BestEpoch()
         self._drew = False
-        self.painter.finish(drawn)
-        self._ahead = self._held = None
+        self._painter.finish(drawn)
 
     def _draw_later(self, trainer: L.Trainer, epoch: _Epoch, group: str, title: str | None = None) -> None:
         self._drew = True
@@ -218,29 +205,11 @@ class ValidationFigures(Callback):
         if writer is None:
             return
         what = (group, title or f"validation, epoch {epoch.epoch}", epoch.counts, epoch.labels, epoch.preds)
-        self._submit(what, epoch.target, then=functools.partial(_write, writer, epoch.step))
-
-    def _draw_ahead(self, trainer: L.Trainer, epoch: _Epoch, title: str) -> None:
-        """Draw the best epoch so far as the fit's end would, and keep the pixels (not written yet)."""
-        if tensorboard_writer(trainer) is None:
-            return
-        self._ahead = key = (epoch.epoch, title)
-        what = ("summary", title, epoch.counts, epoch.labels, epoch.preds)
-        self._submit(what, epoch.target, then=functools.partial(self._hold, key))
-
-    def _hold(self, key: tuple[int, str], drawn: Drawn) -> None:
-        self._held = (key, drawn)  # on the painter's thread; read there too, by _write_ahead
-
-    def _write_ahead(self, writer: SummaryWriter, step: int) -> None:
-        # not held: the worker was killed before it drew (and said so)
-        if self._held is not None and self._held[0] == self._ahead:
-            _write(writer, step, self._held[1])
-
-    def _submit(self, what: tuple[Any, ...], target: np.ndarray | None, then: Any) -> None:
+        write = functools.partial(_write, writer, epoch.step)
         if self.draw_in == "process":
-            self.painter.submit(drawing.validation, *what, target, None, self.image_size, then=then)
+            self._painter.submit(drawing.validation, *what, epoch.target, None, self.image_size, then=write)
         else:
-            self.painter.submit(self._draw, *what, target, then=then)
+            self._painter.submit(self._draw, *what, epoch.target, then=write)
 
     def _draw(
         self,
