@@ -88,7 +88,7 @@ from src.data import Split, TabularDataModule
 from src.loop import fit
 from src.models import Classifier
 from src.nets import MLP
-from src.speedups import Speedups
+from src.speedups import Speedups, skip_idle_log_moves
 
 #: the share of the file's rows the template's DataModule holds out for validation, and for test
 HELD_OUT = 0.05
@@ -444,7 +444,8 @@ def isolated(threads: int) -> Iterator[None]:
     """A variant's run with this process's global torch settings restored after it, its output discarded.
 
     ``deterministic: true`` in the shipped defaults switches deterministic algorithms on for the whole
-    process; the next variant must not inherit it.
+    process, and the CLI the project's ``self.log`` speed-up (``src/speedups.py``); the next variant must
+    inherit neither.
     """
     deterministic = torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(threads)
@@ -466,6 +467,7 @@ def isolated(threads: int) -> Iterator[None]:
         finally:
             torch.use_deterministic_algorithms(deterministic)
             torch.set_num_threads(threads)
+            skip_idle_log_moves(False)  # a CLI variant switched the project's speed-up on; Lightning's way
             for each, level in zip(loggers, levels, strict=True):
                 each.setLevel(level)
 
