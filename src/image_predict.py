@@ -101,10 +101,6 @@ class ImagePreprocessing:
         pixels = [self.read(item, name) for item, name in zip(images, names, strict=True)]
         return torch.stack(pixels) if pixels else empty
 
-    def pixels(self, image: Image.Image, where: str) -> torch.Tensor:
-        """A decoded image → uint8 ``(H, W, C)`` in this mode and size, as the DataModule reads a file."""
-        return self.read(image, where)
-
     def read(self, item: ImageInput, where: str) -> torch.Tensor:
         """One image, given as a file, its bytes or a Pillow image → uint8 ``(H, W, C)`` by the one rule
         (:func:`src.data.images.read_image`); a file that is no image, or of another size when the run did
