@@ -9,22 +9,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= configs/digits.yaml
 PORT ?= 6006
-CKPT ?=
-FORMAT ?= onnx
-OUTPUT ?=
-OVERWRITE ?=
-SPACE ?= configs/sweeps/digits.yaml
-PROMPT ?= The
 # test processes: one per core (WORKERS=0 runs the tests in this process)
 WORKERS ?= auto
-TRIALS ?= 20
-FOLDS ?= 5
-SEEDS ?= 3
 PYTEST_ARGS ?=
 # more words for the command a target runs: make train CONFIG=configs/images.yaml ARGS="--data.folder=my_images"
 ARGS ?=
 
-.PHONY: help install train doctor sweep postgres cv repeat test gpu-check test-full lint format tensorboard export serve generate bench lock clean clean-all
+.PHONY: help install train test gpu-check test-full lint format tensorboard bench lock clean clean-all
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -39,30 +30,15 @@ install: $(STAMP) ## make .venv with the exact versions in requirements.lock (on
 train: $(STAMP) ## fit CONFIG (default configs/digits.yaml), then test the best checkpoint; ARGS="--data.folder=..." adds CLI words
 	$(PY) -m src.cli fit --config $(CONFIG) --test_after_fit true $(ARGS)
 
-doctor: $(STAMP) ## check CONFIG's model, data and schedule for the silent training bugs (exit 1 on findings)
-	$(PY) -m src.apps.doctor --config $(CONFIG) $(ARGS)
-
-sweep: $(STAMP) ## search SPACE for CONFIG until the study has TRIALS trials (logs/sweeps/; resumable)
-	$(PY) -m src.apps.sweep --space $(SPACE) --trials $(TRIALS) --config $(CONFIG) $(ARGS)
-
-postgres: ## install Debian's PostgreSQL server when missing (apt-get): sweeps across machines, their test
-	scripts/postgres.sh install
-
-cv: $(STAMP) ## cross-validate CONFIG over FOLDS folds of the train and validation rows
-	$(PY) -m src.apps.cv --folds $(FOLDS) --config $(CONFIG) $(ARGS)
-
-repeat: $(STAMP) ## fit and test CONFIG with SEEDS seeds; mean ± std of the test metrics
-	$(PY) -m src.apps.cv --seeds $(SEEDS) --config $(CONFIG) $(ARGS)
-
 test: $(STAMP) ## run the test suite without the slow tests
-	$(PY) -m pytest -m "not slow" --nbmake -n $(WORKERS) --dist loadfile tests notebooks $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" --nbmake -n $(WORKERS) --dist loadfile tests src/apps notebooks $(PYTEST_ARGS)
 
 gpu-check: $(STAMP) ## on a machine with a GPU: the CUDA tests, then a timed fit on the GPU beside the CPU
-	$(PY) -m pytest -m cuda tests -rs $(PYTEST_ARGS)
+	$(PY) -m pytest -m cuda tests src/apps -rs $(PYTEST_ARGS)
 	$(PY) -m benchmarks.gpu_fit
 
 test-full: $(STAMP) ## run every test, the slow ones too
-	$(PY) -m pytest --nbmake tests notebooks $(PYTEST_ARGS)
+	$(PY) -m pytest --nbmake tests src/apps notebooks $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff lint and format check, mypy type check of src/ and benchmarks/
 	$(VENV)/bin/ruff check .
@@ -78,19 +54,6 @@ tensorboard: $(STAMP) ## serve logs/ on localhost (PORT=6006)
 	@echo "TensorBoard: http://127.0.0.1:$(PORT)/"
 	$(VENV)/bin/tensorboard --logdir logs --host 127.0.0.1 --port $(PORT)
 
-export: $(STAMP) ## export CKPT=... to ONNX (FORMAT=torch-export for .pt2; OUTPUT=path, default beside CKPT; OVERWRITE=1 replaces)
-	@test -n "$(CKPT)" || { echo "error: say which checkpoint: make export CKPT=path/to/last.ckpt" >&2; exit 2; }
-	$(PY) -m src.apps.export --ckpt_path "$(CKPT)" --format $(FORMAT) $(if $(OUTPUT),--output "$(OUTPUT)") $(if $(OVERWRITE),--overwrite) $(ARGS)
-
-serve: PORT = 8000
-serve: $(STAMP) ## serve CKPT=... over HTTP on 127.0.0.1 (PORT=8000): POST /predict
-	@test -n "$(CKPT)" || { echo "error: say which checkpoint: make serve CKPT=path/to/last.ckpt" >&2; exit 2; }
-	$(PY) -m src.apps.serve --ckpt_path "$(CKPT)" --port $(PORT) $(ARGS)
-
-generate: $(STAMP) ## continue PROMPT with the language model of CKPT=... (configs/charlm.yaml's checkpoints)
-	@test -n "$(CKPT)" || { echo "error: say which checkpoint: make generate CKPT=path/to/last.ckpt" >&2; exit 2; }
-	$(PY) -m src.apps.generate --ckpt_path "$(CKPT)" --prompt "$(PROMPT)" $(ARGS)
-
 bench: $(STAMP) ## training speed side by side, make train's time, epoch time and memory by rows, the dashboard's cost, predict, the server and the exports (benchmarks/results/)
 	$(PY) -m benchmarks.train_speed --rounds 7 --write
 	$(PY) -m benchmarks.fit_overhead --rounds 3 --write   # make train's whole fit, its cost split by callback
@@ -98,7 +61,7 @@ bench: $(STAMP) ## training speed side by side, make train's time, epoch time an
 	$(PY) -m benchmarks.scaling --write
 	$(PY) -m benchmarks.dashboard_overhead
 	$(PY) -m benchmarks.predict_throughput
-	$(PY) -m benchmarks.serve_throughput
+	$(foreach bench,$(APP_BENCHMARKS),$(PY) -m $(bench) && ) true   # each app's src/apps/<app>/bench.py
 	$(PY) -m benchmarks.tables --write   # public tables against CatBoost, LightGBM, XGBoost (needs: pip install -e '.[bench]')
 	$(PY) -m benchmarks.streaming --write   # 1e6 to 3e7 rows streamed from Parquet (8 GB in $TMPDIR)
 
@@ -112,3 +75,6 @@ clean: ## remove caches and .venv; keeps logs/ (your runs and checkpoints)
 
 clean-all: clean ## clean, and delete logs/: every run, checkpoint and prediction in it
 	rm -rf logs
+
+# each app's targets (make help lists them with the rest): delete an app's folder and they go with it
+include $(wildcard src/apps/*/app.mk)

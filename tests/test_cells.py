@@ -4,7 +4,8 @@ text among numbers, numbers beyond float32) through the five paths give the same
 The paths: the training DataModule's encoding of a file (``preprocessing_from`` the checkpoint), the
 ``predict`` command (:mod:`src.fast_predict`, and the DataModule's ``predict_path`` that the Trainer's
 predict reads), :class:`src.predict.Predictor`, the server's request → prediction steps (in process, no
-HTTP), and the exported ONNX graph run by the docs' example (onnxruntime and numpy alone). Files are
+HTTP), and the exported ONNX graph run by the export page's example (onnxruntime and numpy alone); the
+server and the graph where their apps are still there. Files are
 CSV, so their rows are the same cells as text.
 """
 
@@ -20,11 +21,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from src import fast_predict
-from src.apps import export, serve
 from src.data import TabularDataModule
 from src.data.preprocessing import CellReport
 from src.predict import Predictor
-from tests.conftest import ROOT, Trained, fit_in
+from tests.conftest import ROOT, Trained, app, fit_in
+
+#: the apps among the paths, where they are still there (each can be deleted)
+export, serve = app("export"), app("serve")
 
 LABELS = ["high", "low", "mid"]
 PROBABILITIES = [f"probability({label})" for label in LABELS]
@@ -50,15 +53,17 @@ ROW = st.fixed_dictionaries(
 
 
 def docs_example(folder: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
-    """docs/deploy.md's onnxruntime block, run in ``folder``, its names returned (``predict`` among them)."""
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "deploy.md").read_text(), re.DOTALL)
+    """The export app's README's onnxruntime block, run in ``folder``, its names returned (``predict``
+    among them)."""
+    page = ROOT / "src" / "apps" / "export" / "README.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.DOTALL)
     [block] = [b for b in blocks if 'Path("model.onnx.json")' in b]
     (folder / "request.json").write_text('{"rows": []}')
     namespace: dict = {}
     with monkeypatch.context() as patch:
         patch.chdir(folder)
         code = block.replace('print(predict(rows)["label"].tolist())', "")  # no rows to print here
-        exec(compile(code, "docs/deploy.md", "exec"), namespace)
+        exec(compile(code, str(page), "exec"), namespace)
     return namespace
 
 
@@ -93,12 +98,17 @@ def paths(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     )
     messy_trained = trained
     folder = tmp_path_factory.mktemp("cells")
-    export.export(messy_trained.checkpoint, "onnx", folder / "model.onnx")
-    api = serve.TabularAPI(str(messy_trained.checkpoint), max_rows=100, max_batch_size=4, batch_timeout=0.0)
-    api.pre_setup()
-    api.setup("cpu")
-    with pytest.MonkeyPatch.context() as patch:
-        example = docs_example(folder, patch)
+    api, example = None, None
+    if serve is not None:
+        api = serve.TabularAPI(
+            str(messy_trained.checkpoint), max_rows=100, max_batch_size=4, batch_timeout=0.0
+        )
+        api.pre_setup()
+        api.setup("cpu")
+    if export is not None:
+        export.export(messy_trained.checkpoint, "onnx", folder / "model.onnx")
+        with pytest.MonkeyPatch.context() as patch:
+            example = docs_example(folder, patch)
     return {
         "predictor": Predictor.from_checkpoint(messy_trained.checkpoint),
         "api": api,
@@ -130,19 +140,19 @@ def test_every_path_reads_every_cell_alike(paths: dict, rows: list[dict], tmp_pa
     want = expected[PROBABILITIES].to_numpy()
     assert np.isfinite(want).all()
 
-    # the server: decode (every check, the encoding), predict, answer
-    api: serve.TabularAPI = paths["api"]
-    answer = api.predict(api.decode_request(serve.PredictRequest(rows=rows)))
-    assert isinstance(answer, serve.Answer)
-    assert [p["label"] for p in answer.predictions] == expected["prediction"].tolist()
-    served = [[p["probabilities"][label] for label in LABELS] for p in answer.predictions]
-    np.testing.assert_allclose(served, want, rtol=1.3e-6, atol=1e-5)
-    assert answer.notices == report.as_json()
+    if serve is not None:  # the server: decode (every check, the encoding), predict, answer
+        api = paths["api"]
+        answer = api.predict(api.decode_request(serve.PredictRequest(rows=rows)))
+        assert isinstance(answer, serve.Answer)
+        assert [p["label"] for p in answer.predictions] == expected["prediction"].tolist()
+        served = [[p["probabilities"][label] for label in LABELS] for p in answer.predictions]
+        np.testing.assert_allclose(served, want, rtol=1.3e-6, atol=1e-5)
+        assert answer.notices == report.as_json()
 
-    # the exported ONNX graph, fed by the docs' example alone
-    graph = paths["example"]["predict"](rows)
-    assert graph["label"].tolist() == expected["prediction"].tolist()
-    np.testing.assert_allclose(graph["probabilities"], want, rtol=1e-5, atol=1e-5)
+    if export is not None:  # the exported ONNX graph, fed by the export page's example alone
+        graph = paths["example"]["predict"](rows)
+        assert graph["label"].tolist() == expected["prediction"].tolist()
+        np.testing.assert_allclose(graph["probabilities"], want, rtol=1e-5, atol=1e-5)
 
     # predict's encoding of a file, and training's: the same cells written to CSV and read back
     folder = paths["folder"]

@@ -222,10 +222,11 @@ def test_a_callback_section_changes_one_setting_or_switches_it_off(workdir: Path
 
 def test_own_callbacks_come_after_the_shipped_ones(workdir: Path) -> None:
     saver = SHIPPED.index("SaveConfig")
-    doctor = [*SHIPPED[:saver], "Doctor", *SHIPPED[saver:]]  # before the CLI's config saver
-    assert callback_types("--trainer.callbacks+=src.apps.doctor.Doctor") == doctor
-    (workdir / "own.yaml").write_text("trainer:\n  callbacks:\n    - class_path: src.apps.doctor.Doctor\n")
-    assert callback_types("--config", "own.yaml") == doctor  # a list of one's own replaces no shipped one
+    own = [*SHIPPED[:saver], "LearningRateMonitor", *SHIPPED[saver:]]  # before the CLI's config saver
+    assert callback_types("--trainer.callbacks+=lightning.pytorch.callbacks.LearningRateMonitor") == own
+    own_callback = "    - class_path: lightning.pytorch.callbacks.LearningRateMonitor\n"
+    (workdir / "own.yaml").write_text("trainer:\n  callbacks:\n" + own_callback)
+    assert callback_types("--config", "own.yaml") == own  # a list of one's own replaces no shipped one
 
 
 def test_bare_leaves_no_shipped_callback(workdir: Path) -> None:
@@ -271,7 +272,7 @@ class CountingHooks(Callback):
 
 
 def test_the_trainer_calls_shipped_callbacks_only_at_the_batch_hooks_they_act_at(workdir: Path) -> None:
-    run = main([*SMALL, "--trainer.callbacks+=src.apps.doctor.Doctor"], run=False)
+    run = main([*SMALL, "--trainer.callbacks+=lightning.pytorch.callbacks.LearningRateMonitor"], run=False)
     by_type = {type(c).__name__: c for c in run.trainer.callbacks}
     # what each acts at stays a bound method; Callback's empty ones are hidden from Lightning's dispatch
     assert callable(by_type["NonFiniteGuard"].on_before_optimizer_step)
@@ -281,8 +282,8 @@ def test_the_trainer_calls_shipped_callbacks_only_at_the_batch_hooks_they_act_at
     assert callable(by_type["ModelCheckpoint"].on_train_batch_end)
     for name in ("EarlyStopping", "RandomState", "Preemption", "CpuThreads", "SaveConfig", "ModelSummary"):
         assert all(getattr(by_type[name], hook) is None for hook in BATCH_HOOKS[:6]), name
-    doctor = by_type["Doctor"]  # the user's own: untouched
-    assert all(callable(getattr(doctor, hook)) for hook in BATCH_HOOKS)
+    monitor = by_type["LearningRateMonitor"]  # the user's own: untouched
+    assert all(callable(getattr(monitor, hook)) for hook in BATCH_HOOKS)
     # and in a fit the user's callback is still called at every hook of every step
     fitted = main([*SMALL, *TINY, *QUIET], run=False)
     counting = CountingHooks()

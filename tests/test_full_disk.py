@@ -5,8 +5,6 @@ Each test mounts a small real filesystem (tmpfs, 2 MiB), writes the old file whi
 what is left but :data:`LEFT`, and runs the writer again over the old file.
 """
 
-import importlib
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -21,14 +19,13 @@ from src import fast_predict
 from src.checkpoint_io import AtomicCheckpointIO
 from src.cli import main
 from src.files import TEMPORARY, NoRoomError, written
-from tests.conftest import CONFIGS, QUIET, ROOT, Trained
+from tests.conftest import CONFIGS, QUIET, ROOT, Trained, app
 
 #: what a full disk still has free when a writer starts: less than any file written here
 LEFT = 4096
 SENTENCE_END = "(4.0 KiB free there), and nothing was replaced; free some space or write elsewhere."
-needs_export = pytest.mark.skipif(
-    importlib.util.find_spec("src.apps.export") is None, reason="src/apps/export.py was deleted"
-)
+export_app = app("export")
+needs_export = pytest.mark.skipif(export_app is None, reason="src/apps/export/ was deleted")
 
 
 @pytest.fixture
@@ -190,8 +187,8 @@ def test_an_export(disk: Path, messy_trained: Trained, workdir: Path, fmt: str) 
     """In a process of its own: ``torch.export.save`` once aborted the whole process on a full disk."""
     graph = disk / ("model.onnx" if fmt == "onnx" else "model.pt2")
     words = ["--ckpt_path", str(messy_trained.checkpoint), "--format", fmt, "--output", str(graph)]
-    export = importlib.import_module("src.apps.export")
-    export.main(words)  # while there is room
+    assert export_app is not None
+    export_app.main(words)  # while there is room
     before = contents(disk)
     assert sorted(before) == sorted([graph.name, f"{graph.name}.json"])
     fill(disk)

@@ -1,8 +1,9 @@
 """The README and the docs pages as a newcomer meets them: every command and snippet runs as printed.
 
 Each fenced ``bash`` or ``python`` block of README.md, then of each page of ``docs/`` in the order the
-README links them, runs, top to bottom, in one scratch folder that stands in for the repository's root
-(``configs/`` copied, ``src`` importable), so that a later block finds what an earlier one made, as it
+README links them, then of each app's page (``src/apps/<app>/README.md``), runs, top to bottom, in one
+scratch folder that stands in for the repository's root (``configs/`` copied, ``src`` importable and
+linked), so that a later block finds what an earlier one made, as it
 would for a reader following along. Training commands run in a short form (two epochs of three
 batches); ``make X`` runs the commands ``make -n X`` prints. A command that is not run is named in
 :data:`NOT_RUN` (what it starts with) or :data:`NEEDS` (what it contains), with the reason;
@@ -33,9 +34,11 @@ DOCS = ROOT / "docs"
 
 
 def pages() -> list[Path]:
-    """README.md, then the docs pages in the order its links name them."""
+    """README.md, the docs pages in the order its links name them, then the apps' pages (each goes with
+    its app's folder)."""
     linked = re.findall(r"\]\((docs/[\w-]+\.md)\)", README.read_text())
-    return [README, *(ROOT / name for name in dict.fromkeys(linked))]
+    apps = sorted((ROOT / "src" / "apps").glob("*/README.md"))
+    return [README, *(ROOT / name for name in dict.fromkeys(linked)), *apps]
 
 
 VENV_BIN = Path(sys.executable).parent
@@ -47,8 +50,8 @@ NOT_RUN = {
     "make lint": "CI runs it",
     "make tensorboard": "a server that runs until stopped; tests/test_tensorboard_server.py starts one",
     "make bench": "minutes of measurement; benchmarks are not tests",
-    "make serve": "a server that runs until stopped; tests/test_serve.py starts one and asks it",
-    "curl": "asks the server above; tests/test_serve.py sends the same request",
+    "make serve": "a server that runs until stopped; src/apps/serve/test_serve.py starts one and asks it",
+    "curl": "asks the server above; src/apps/serve/test_serve.py sends the same request",
     "source .venv/bin/activate": "this test runs inside the environment already",
     "pre-commit install": "would change the git hooks of the clone",
 }
@@ -60,7 +63,7 @@ NEEDS = {
     "last.full.ckpt": "the FSDP run above; tests/test_distributed.py tests a consolidated one",
     "torchrun": "several processes or machines; tests/test_distributed.py launches torchrun",
     "srun ": "a SLURM cluster",
-    "--worker": "two sweep processes at once; tests/test_sweep.py runs two on one study",
+    "--worker": "two sweep processes at once; src/apps/sweep/test_sweep.py runs two on one study",
     "postgresql://": "a database server",
 }
 #: sweeps, cross-validation and repeats run in short form too: few trials, folds or seeds
@@ -154,6 +157,7 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # the example images configs/images.yaml writes into the repository's data/, as a reader's run would
     (ROOT / "data").mkdir(exist_ok=True)
     (folder / "data").symlink_to(ROOT / "data")
+    (folder / "src").symlink_to(ROOT / "src")  # the files the pages name there: a sweep's space
     return folder
 
 
@@ -255,13 +259,34 @@ def test_every_command_is_run_or_skipped_by_name(capsys: pytest.CaptureFixture[s
 
 
 def test_every_docs_page_is_linked_from_the_readme_and_the_readme_is_a_first_hours_read() -> None:
-    assert sorted(pages()[1:]) == sorted(DOCS.glob("*.md"))  # none orphaned, so none left untested
+    linked = [page for page in pages() if page.parent == DOCS]
+    assert sorted(linked) == sorted(DOCS.glob("*.md"))  # none orphaned, so none left untested
     assert len(README.read_text().splitlines()) <= 350
 
 
-@pytest.mark.parametrize(
-    "target", ["train", "doctor", "sweep", "cv", "repeat", "export", "serve", "generate"]
-)
+def test_every_link_to_a_file_of_the_repository_resolves() -> None:
+    """README.md's links, and each page's, to files and folders of the repository (an app's page among
+    them) name what is there."""
+    for page in pages():
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if target.startswith(("http://", "https://", "mailto:", "#")) or "benchmarks/results/" in target:
+                continue  # the web, and the tables `make bench` writes
+            path = (page.parent / target.split("#")[0]).resolve()
+            assert path.exists(), f"{page.relative_to(ROOT)} links to {target}, which is not there"
+
+
+#: the targets that run Python: train, and the apps' (each in its src/apps/<app>/app.mk)
+PYTHON_TARGETS = [
+    "train",
+    *(
+        target
+        for targets in sorted((ROOT / "src" / "apps").glob("*/app.mk"))
+        for target in re.findall(r"^([\w-]+): \$\(STAMP\)", targets.read_text(), re.MULTILINE)
+    ),
+]
+
+
+@pytest.mark.parametrize("target", PYTHON_TARGETS)
 def test_args_adds_its_words_to_the_command_of_every_target_that_runs_python(target: str) -> None:
     """``make train CONFIG=... ARGS="--data.folder=..."``: the README's form for a folder of one's own."""
     printed = subprocess.run(

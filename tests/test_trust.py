@@ -2,8 +2,6 @@
 hostile inputs that once got through (a checkpoint naming code at any depth, files that are not
 checkpoints, outputs over inputs, devices, existing files and a killed writer's leftovers)."""
 
-import importlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -17,22 +15,17 @@ import pytest
 import torch
 
 import src.cli
-from src.apps.export import SIDECAR_VERSION
 from src.checkpoints import load_checkpoint
 from src.cli import main
 from src.errors import UserInputError
 from src.models import Classifier
 from src.predict import Predictor
-from tests.conftest import CONFIGS, PLANTED, QUIET, Trained
+from tests.conftest import CONFIGS, PLANTED, QUIET, ROOT, Trained, app
 
 #: the apps that open checkpoints, where they are still there (each can be deleted)
-APPS = {
-    name: importlib.import_module(f"src.apps.{name}")
-    for name in ("cv", "export", "serve", "sweep")
-    if importlib.util.find_spec(f"src.apps.{name}") is not None
-}
+APPS = {name: module for name in ("cv", "export", "serve", "sweep") if (module := app(name)) is not None}
 #: the tests of the export app's outputs skip once it is deleted
-needs_export = pytest.mark.skipif("export" not in APPS, reason="src/apps/export.py was deleted")
+needs_export = pytest.mark.skipif("export" not in APPS, reason="src/apps/export/ was deleted")
 SPIRAL = ["--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=200", "--trainer.max_epochs=1"]
 
 
@@ -379,7 +372,7 @@ def test_an_existing_file_is_replaced_only_when_asked(
     assert sorted(p.name for p in workdir.iterdir()) == ["model.json", "notes.txt"]
 
     APPS["export"].main([*ckpt, "--output", str(workdir / "model"), "--overwrite"])
-    assert json.loads(sidecar.read_text())["format_version"] == SIDECAR_VERSION
+    assert json.loads(sidecar.read_text())["format_version"] == APPS["export"].SIDECAR_VERSION
     main(predict_words(messy_trained.checkpoint, rows, f"--output={notes}", "--overwrite=true"))
     assert pd.read_csv(notes).columns[:2].tolist() == ["row", "prediction"]
 
@@ -480,12 +473,18 @@ def test_an_output_path_spelled_like_a_class_names_no_class(
     assert not planted.exists()
 
 
-@pytest.mark.skipif("sweep" not in APPS, reason="src/apps/sweep.py was deleted")
+@pytest.mark.skipif("sweep" not in APPS, reason="src/apps/sweep/ was deleted")
 def test_a_sweep_never_writes_its_best_config_over_a_config_it_reads(workdir: Path, capsys) -> None:
     mine = workdir / "logs" / "sweeps" / "digits-best.yaml"
     mine.parent.mkdir(parents=True)
     mine.write_text((CONFIGS / "spiral.yaml").read_text())
-    words = ["--space", str(CONFIGS / "sweeps" / "digits.yaml"), "--trials=1", "--config", str(mine)]
+    words = [
+        "--space",
+        str(ROOT / "src" / "apps" / "sweep" / "digits.yaml"),
+        "--trials=1",
+        "--config",
+        str(mine),
+    ]
     sentence = refusal(APPS["sweep"].cli_main, words, capsys)
     assert sentence.startswith("the sweep's best config='logs/sweeps/digits-best.yaml' is")
     assert mine.read_text() == (CONFIGS / "spiral.yaml").read_text()

@@ -640,7 +640,3 @@ def main(args: Sequence[str] | None = None) -> None:
         )
     except KeyboardInterrupt:  # stopped while LitServe was starting, before it listens for the signal
         quiet.stopping.set()
-
-
-if __name__ == "__main__":
-    main()

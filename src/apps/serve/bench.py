@@ -1,31 +1,24 @@
-"""How fast the served model answers, and how fast its exported graph runs beside the checkpoint.
+"""How fast the served model answers.
 
-    .venv/bin/python -m benchmarks.serve_throughput                # 4 clients, 10 s per measurement
-    .venv/bin/python -m benchmarks.serve_throughput --seconds 30 --clients 8
+    .venv/bin/python -m src.apps.serve.bench                # 4 clients, 10 s per measurement
+    .venv/bin/python -m src.apps.serve.bench --seconds 30 --clients 8
 
-A short fit on ``configs/penguins.yaml`` makes the checkpoint. Then, as Markdown tables on stdout:
-
-- **Serving**: ``python -m src.apps.serve`` on a free port of 127.0.0.1, with LitServe's batching
-  (``--max_batch_size 16``, the default), without it (``--max_batch_size 1``), and with two inference
-  workers (``--workers 2``, each with its own HTTP process). ``--clients`` threads,
-  each with its own keep-alive connection, post requests of 1 or 64 raw penguin rows (text, empty
-  cells) for ``--seconds`` after a warm-up: requests/s, rows/s, median and 99th-percentile latency.
-  Clients and server share the machine's cores.
-- **The graph alone**: 100k raw rows encoded once, then the net on all of them: the checkpoint in
-  PyTorch (eager), the ``torch.export`` program and the ONNX graph in onnxruntime, each with 1 and 2
-  threads, median over ``--rounds``.
+A short fit on ``configs/penguins.yaml`` makes the checkpoint. Then, as a Markdown table on stdout:
+``python -m src.apps.serve`` on a free port of 127.0.0.1, with LitServe's batching
+(``--max_batch_size 16``, the default), without it (``--max_batch_size 1``), and with two inference
+workers (``--workers 2``, each with its own HTTP process). ``--clients`` threads, each with its own
+keep-alive connection, post requests of 1 or 64 raw penguin rows (text, empty cells) for ``--seconds``
+after a warm-up: requests/s, rows/s, median and 99th-percentile latency. Clients and server share the
+machine's cores.
 """
 
 import argparse
 import contextlib
-import functools
 import http.client
-import io
 import json
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,45 +28,16 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
-import onnxruntime
-import pandas as pd
-import torch
 
-from src.apps import export
-from src.cli import main
-from src.data.sources import penguins_path
-from src.predict import Predictor
+from benchmarks.penguins import raw_rows, train
 
-ROOT = Path(__file__).resolve().parent.parent
-CONFIG = ROOT / "configs" / "penguins.yaml"
-QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
+ROOT = Path(__file__).resolve().parents[3]  # the repository: src/apps/<app>/bench.py
 #: the server settings measured side by side (src.apps.serve's defaults: max_batch_size 16, 1 worker)
 SERVERS = {
     "defaults: batching (max_batch_size 16), 1 worker": [],
     "no batching (max_batch_size 1), 1 worker": ["--max_batch_size=1"],
     "batching, 2 workers": ["--workers=2"],
 }
-
-
-def train(folder: Path) -> Path:
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        main(
-            [
-                "fit",
-                "--config",
-                str(CONFIG),
-                "--trainer.max_epochs=2",
-                f"--trainer.logger.init_args.save_dir={folder / 'logs'}",
-                *QUIET,
-            ]
-        )
-    return next((folder / "logs").rglob("last.ckpt"))
-
-
-def raw_rows(n: int, seed: int = 0) -> pd.DataFrame:
-    """Raw penguin rows as the file holds them, without the target, drawn with replacement."""
-    frame = pd.read_csv(penguins_path()).drop(columns="Sex")
-    return frame.sample(n, replace=True, random_state=seed).reset_index(drop=True)
 
 
 class Served:
@@ -177,71 +141,6 @@ def serving(checkpoint: Path, clients: int, seconds: float) -> str:
     return "\n".join(lines)
 
 
-def median_seconds(fn, rounds: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def graphs(checkpoint: Path, folder: Path, rows: int, rounds: int) -> str:
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        export.main(["--ckpt_path", str(checkpoint), "--output", str(folder / "model.onnx")])
-        export.main(
-            [
-                "--ckpt_path",
-                str(checkpoint),
-                "--format",
-                "torch-export",
-                "--output",
-                str(folder / "model.pt2"),
-            ]
-        )
-    predictor = Predictor.from_checkpoint(checkpoint)
-    x = predictor.encode(raw_rows(rows))  # (rows, F), encoded once: the graphs start from here
-    eager = export.Exportable(
-        predictor.model, classification=predictor.preprocessor.labels is not None
-    ).eval()
-    program = torch.export.load(folder / "model.pt2").module()
-    lines = [
-        f"The net alone on {rows:,} encoded rows (one call each), median of {rounds}",
-        "",
-        "| runtime | threads | seconds | rows/s |",
-        "|---|---|---|---|",
-    ]
-    features = x.numpy()
-
-    def torch_eager() -> None:
-        with torch.inference_mode():
-            eager(x)
-
-    def torch_export() -> None:
-        with torch.inference_mode():
-            program(x)
-
-    for threads in (1, 2):
-        torch.set_num_threads(threads)
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        session = onnxruntime.InferenceSession(
-            str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
-        )
-        for name, fn in (
-            ("PyTorch, the checkpoint (eager)", torch_eager),
-            ("torch.export program", torch_export),
-            (
-                "onnxruntime, the ONNX export",
-                functools.partial(session.run, ["logits"], {"features": features}),
-            ),
-        ):
-            seconds = median_seconds(fn, rounds)
-            lines.append(f"| {name} | {threads} | {seconds:.3f} | {rows / seconds:,.0f} |")
-    return "\n".join(lines)
-
-
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--clients", type=int, default=4)
@@ -253,5 +152,3 @@ if __name__ == "__main__":
     folder = Path(tempfile.mkdtemp(prefix="serve-bench-"))
     checkpoint = train(folder)
     print(serving(checkpoint, args.clients, args.seconds))
-    print()
-    print(graphs(checkpoint, folder, args.rows, args.rounds))

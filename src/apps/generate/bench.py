@@ -1,7 +1,7 @@
 """Characters per second of a character language model: training and generation side by side.
 
-    .venv/bin/python -m benchmarks.charlm_speed                    # 100 training steps, 3 rounds
-    .venv/bin/python -m benchmarks.charlm_speed --rounds 5 --write # and save results/charlm_speed.md
+    .venv/bin/python -m src.apps.generate.bench                    # 100 training steps, 3 rounds
+    .venv/bin/python -m src.apps.generate.bench --rounds 5 --write # and save results/charlm_speed.md
 
 The nets are those ``configs/charlm.yaml`` trains (its ``CharTransformer`` and its window length, read
 from the file, so that the numbers follow the config) and a ``CharGRU`` with its defaults, on the
@@ -57,7 +57,7 @@ from src.data.text import TextDataModule
 from src.models.language import LanguageModel, generate
 from src.nets.transformer import CharGRU, CharTransformer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]  # the repository: src/apps/<app>/bench.py
 CONFIG = ROOT / "configs" / "charlm.yaml"
 
 

@@ -208,7 +208,3 @@ def main(args: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt as err:  # Ctrl+C while generating: what was printed stays, no file is left
         print(file=sys.stderr)
         raise SystemExit(128 + signal.SIGINT) from err
-
-
-if __name__ == "__main__":
-    main()

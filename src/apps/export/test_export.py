@@ -16,7 +16,7 @@ import torch
 
 from src.apps import export
 from src.predict import Predictor
-from tests.conftest import ROOT, Trained
+from tests.conftest import Trained
 
 LABELS = ["high", "low", "mid"]
 PROBABILITIES = [f"probability({label})" for label in LABELS]
@@ -117,7 +117,7 @@ def test_the_sidecar_is_the_checkpoints_preprocessing(exported: Path, messy_trai
 
 def readme_example() -> str:
     """The docs' onnxruntime example, the block that reads the sidecar."""
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "deploy.md").read_text(), re.DOTALL)
+    blocks = re.findall(r"```python\n(.*?)```", Path(__file__).with_name("README.md").read_text(), re.DOTALL)
     [block] = [b for b in blocks if 'Path("model.onnx.json")' in b]
     return block
 
@@ -136,7 +136,7 @@ RAW_ROWS = [
 def test_the_docs_example_equals_predictor_on_rows_from_pandas_json_and_csv(
     exported: Path, messy_trained: Trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    """docs/deploy.md's block, with onnxruntime and numpy alone, on every row of a table with empty
+    """This folder's README.md block, with onnxruntime and numpy alone, on every row of a table with empty
     cells as pandas reads it (NaN), on JSON rows (None, blanks, "?", unseen categories, text among
     numbers) and on the csv module's rows (texts only): Predictor's labels and probabilities."""
     code = readme_example()
@@ -146,7 +146,7 @@ def test_the_docs_example_equals_predictor_on_rows_from_pandas_json_and_csv(
     (tmp_path / "request.json").write_text(json.dumps({"rows": RAW_ROWS}))
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    exec(compile(code, "docs/deploy.md", "exec"), namespace)
+    exec(compile(code, "src/apps/export/README.md", "exec"), namespace)
     predictor = Predictor.from_checkpoint(messy_trained.checkpoint)
     json_rows = predictor.predict(pd.DataFrame.from_records(RAW_ROWS))
     assert capsys.readouterr().out.strip() == str(json_rows["prediction"].tolist())
@@ -271,6 +271,7 @@ def test_a_regression_graph_returns_values_in_the_targets_units(
 
 
 def test_make_export_runs_the_export_command() -> None:
-    recipe = (ROOT / "Makefile").read_text().split("\nexport: $(STAMP)", 1)[1].split("\n\n", 1)[0]
+    targets = Path(__file__).with_name("app.mk").read_text()
+    recipe = targets.split("\nexport: $(STAMP)", 1)[1].split("\n\n", 1)[0]
     assert '$(PY) -m src.apps.export --ckpt_path "$(CKPT)" --format $(FORMAT)' in recipe
     assert '$(if $(OUTPUT),--output "$(OUTPUT)")' in recipe

@@ -3,8 +3,9 @@ PostgreSQL server; one is killed mid-trial and the other ends the study at the a
 or run twice. Processes that open a new database at once all get the study; a server that is down,
 silent or refuses the login is one sentence, at once.
 
-The server is Debian's PostgreSQL: ``scripts/postgres.sh start`` makes a throwaway cluster on a free port
-of 127.0.0.1 for this module and ``stop`` ends it; ``make postgres`` installs the server where missing.
+The server is Debian's PostgreSQL: ``postgres.sh start`` (beside this file) makes a throwaway cluster
+on a free port of 127.0.0.1 for this module and ``stop`` ends it; ``make postgres`` installs the server
+where missing.
 """
 
 import os
@@ -28,10 +29,9 @@ from optuna.trial import TrialState
 from typing_extensions import override
 
 from src.apps.sweep import open_study
-from tests.conftest import ROOT
-from tests.test_sweep import LR, environment, refusal, space, sweep_command
+from src.apps.sweep.test_sweep import LR, environment, refusal, space, sweep_command
 
-SCRIPT = ROOT / "scripts" / "postgres.sh"
+SCRIPT = Path(__file__).with_name("postgres.sh")
 #: the login the script gives its clusters; the workers read the password from PGPASSWORD (libpq's own
 #: variable), so that it stays off their command lines
 USER, PASSWORD = "sweep", "not-a-secret"
@@ -157,11 +157,11 @@ def test_two_machines_share_a_study_and_a_killed_ones_trial_is_failed_and_run_ag
             tmp_path / "machine0",
             server,
             0,
-            "--trainer.callbacks+=tests.test_sweep.AfterTheOtherProcessStarts",
+            "--trainer.callbacks+=src.apps.sweep.test_sweep.AfterTheOtherProcessStarts",
             f"--trainer.callbacks.storage={server.url()}",
         ) as first,
         machine(
-            tmp_path / "machine1", server, 1, "--trainer.callbacks+=tests.test_sweep_postgres.Stall"
+            tmp_path / "machine1", server, 1, "--trainer.callbacks+=src.apps.sweep.test_sweep_postgres.Stall"
         ) as second,
     ):
         try:

@@ -25,8 +25,9 @@ indicators and one-hot blocks are inside the graph, then the net; it returns
   reports) and ``label`` ``(B,)``, ``preprocessing.labels[argmax]``;
 - regression: ``values`` ``(B,)``, in the target's units.
 
-So onnxruntime in any language predicts from raw rows with no code of ours (docs/deploy.md's example;
-``tests/test_export.py`` and ``tests/test_cells.py`` hold it equal to :class:`src.predict.Predictor`).
+So onnxruntime in any language predicts from raw rows with no code of ours (this folder's README.md has
+the example; ``test_export.py`` beside this file and ``tests/test_cells.py`` hold it equal to
+:class:`src.predict.Predictor`).
 **A torch.export program** takes ``features``, the encoded float32 matrix ``(B, F)`` that
 :meth:`src.predict.Predictor.encode` makes (F = ``len(feature_names)``), and returns ``logits`` or
 ``values``; it loads with ``torch.export.load(path).module()`` and needs neither this project nor
@@ -45,7 +46,7 @@ Lightning.
 - ``recipe``: the rules below, as sentences.
 
 The rules, as sentences, are :data:`RAW_RECIPE` (ONNX) and :data:`RECIPE` (torch.export);
-:mod:`src.data.preprocessing` applies them, and ``tests/test_export.py`` re-implements them from the
+:mod:`src.data.preprocessing` applies them, and ``src/apps/export/test_export.py`` re-implements them from the
 sidecar alone and holds the two equal.
 """
 
@@ -661,7 +662,3 @@ def main(args: Sequence[str] | None = None) -> None:
         f"checked against the checkpoint: largest difference {worst:.2g} "
         f"(allowed {tolerance.atol:g} + {tolerance.rtol:g} * |value|)."
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -411,7 +411,7 @@ def test_two_processes_share_one_study_and_stop_at_the_requested_count(tmp_path:
                 tmp_path,
                 4,
                 worker,
-                "--trainer.callbacks+=tests.test_sweep.AfterTheOtherProcessStarts",
+                "--trainer.callbacks+=src.apps.sweep.test_sweep.AfterTheOtherProcessStarts",
                 f"--trainer.callbacks.storage=sqlite:///{tmp_path / 'logs' / 'sweeps' / 'space.db'}",
             ),
             cwd=tmp_path,

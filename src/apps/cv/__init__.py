@@ -21,7 +21,6 @@ same numbers as TensorBoard scalars (``summary/<metric>`` per run, ``summary/<me
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -152,10 +151,3 @@ def cli_main(argv: list[str] | None = None) -> None:
         cross_validate(words, options.folds)
     else:
         repeat(words, options.seeds)
-
-
-if __name__ == "__main__":
-    words = sys.argv[1:]
-    # the words reach LightningCLI through main(args); left in sys.argv too, it warns of a clash
-    del sys.argv[1:]
-    cli_main(words)

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# PostgreSQL for sweeps across machines (docs/sweeps.md): Debian's server, installed when missing, and
-# throwaway clusters on 127.0.0.1 (tests/test_sweep_postgres.py starts one per run; so can you, to try
+# PostgreSQL for sweeps across machines (README.md beside this script): Debian's server, installed when missing, and
+# throwaway clusters on 127.0.0.1 (src/apps/sweep/test_sweep_postgres.py starts one per run; so can you, to try
 # the multi-machine recipe on one machine).
 #
-#   scripts/postgres.sh install          apt-get install -y postgresql, unless a server is installed
-#   scripts/postgres.sh start DIR PORT   a new cluster in DIR (new or empty) on 127.0.0.1:PORT, with the
+#   src/apps/sweep/postgres.sh install          apt-get install -y postgresql, unless a server is installed
+#   src/apps/sweep/postgres.sh start DIR PORT   a new cluster in DIR (new or empty) on 127.0.0.1:PORT, with the
 #                                        user sweep and the database sweeps; prints the URL for --storage:
 #                                        postgresql://sweep:PASSWORD@127.0.0.1:PORT/sweeps
-#   scripts/postgres.sh stop DIR         stops the cluster in DIR; then delete DIR
+#   src/apps/sweep/postgres.sh stop DIR         stops the cluster in DIR; then delete DIR
 #
 # PASSWORD is $PGPASSWORD, else "sweep". The server refuses to run as root: run as root, this script runs
 # it as the user postgres that Debian's package creates. Exit status 3: no server is installed.
@@ -90,5 +90,5 @@ case ${1:-} in
 install) install ;;
 start) start "${@:2}" ;;
 stop) stop "${@:2}" ;;
-*) die "usage: scripts/postgres.sh install | start DIR PORT | stop DIR" 2 ;;
+*) die "usage: src/apps/sweep/postgres.sh install | start DIR PORT | stop DIR" 2 ;;
 esac

@@ -687,7 +687,7 @@ def test_a_regression_model_answers_values(regression_checkpoint: tuple[Path, pd
 
 
 def test_make_serve_starts_what_these_tests_start() -> None:
-    makefile = (ROOT / "Makefile").read_text()
+    makefile = Path(__file__).with_name("app.mk").read_text()
     assert "\nserve: PORT = 8000\n" in makefile  # its own default; tensorboard keeps 6006
     recipe = makefile.split("\nserve: $(STAMP)", 1)[1].split("\n\n", 1)[0]
     assert '$(PY) -m src.apps.serve --ckpt_path "$(CKPT)" --port $(PORT)' in recipe

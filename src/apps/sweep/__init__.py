@@ -1,10 +1,10 @@
 """Hyperparameter sweeps with Optuna: each trial an ordinary run of the CLI, the study in a database.
 
-    python -m src.apps.sweep --space configs/sweeps/digits.yaml --trials 20 --config configs/digits.yaml
-    make sweep CONFIG=configs/digits.yaml SPACE=configs/sweeps/digits.yaml TRIALS=20
+    python -m src.apps.sweep --space src/apps/sweep/digits.yaml --trials 20 --config configs/digits.yaml
+    make sweep CONFIG=configs/digits.yaml SPACE=src/apps/sweep/digits.yaml TRIALS=20
 
 The space file names dotted config keys and their ranges, the metric and its direction, the sampler and
-the pruner (``configs/sweeps/digits.yaml`` shows every key). Each trial runs
+the pruner (``src/apps/sweep/digits.yaml`` shows every key). Each trial runs
 ``python -m src.cli fit <your words> --<key>=<value> ...`` in this process and logs to
 ``logs/<experiment>/<study>/trial<N>``, so TensorBoard's HParams tab shows every trial's values and
 metrics. Optuna's pruner stops a trial whose validation metric falls behind after any epoch (or, with
@@ -528,7 +528,7 @@ def cli_main(argv: list[str]) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--space", required=True, help="the search space file (configs/sweeps/*.yaml)")
+    parser.add_argument("--space", required=True, help="the search space file (as digits.yaml here)")
     parser.add_argument("--trials", type=int, default=20, help="finished trials the study should have")
     parser.add_argument("--study", help="the study's name; left out, the space file's name")
     parser.add_argument("--storage", help="a database URL Optuna accepts; left out, logs/sweeps/<study>.db")
@@ -547,10 +547,3 @@ def cli_main(argv: list[str]) -> None:
     except UserInputError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from err
-
-
-if __name__ == "__main__":
-    words = sys.argv[1:]
-    # the words reach LightningCLI through main(args); left in sys.argv too, it warns of a clash
-    del sys.argv[1:]
-    cli_main(words)

@@ -1,0 +1,5 @@
+"""``python -m src.apps.export``: see :mod:`src.apps.export`."""
+
+from src.apps.export import main
+
+main()
