@@ -2,7 +2,7 @@
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import lightning as L
 import pytest
@@ -10,12 +10,15 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from src.callbacks import NonFiniteGuard
+import src.callbacks.guard
+import src.callbacks.steps
+from src.callbacks import NonFiniteGuard, StepValues
 from src.cli import CLI, main
 from src.errors import UserInputError
+from src.gradients import step_norm, total_norm
 from src.loggers import read_scalars
 from src.models import Classifier
-from tests.conftest import CONFIGS, QUIET
+from tests.conftest import BARE, CONFIGS, QUIET
 
 STEPS = 10  # 2 epochs of 5 batches
 SPIRAL = [
@@ -229,3 +232,105 @@ def test_lightnings_clipping_acts_beside_the_guard_under_mixed_precision_too(
     mixed.trainer.fit(mixed.model, datamodule=mixed.datamodule)
     assert guard(mixed).skipped == 0
     assert lightning_clipped == list(range(STEPS))
+
+
+# -- the norm both callbacks take, once per step ---------------------------------------------------------
+
+
+#: values written at every step, and no checkpoint (whose weights the guard checks with a norm of its own)
+ONLY_STEPS = ["--trainer.log_every_n_steps=1", "--trainer.enable_checkpointing=false"]
+
+
+class Run(NamedTuple):
+    calls: int  # of torch.nn.utils.get_total_norm
+    scalars: dict[str, list[tuple[int, float]]]
+    weights: dict[str, torch.Tensor]
+    guard: NonFiniteGuard
+
+
+def fit_beside_step_values(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, guard_first: bool, shared: bool, nan_at: set[int]
+) -> Run:
+    """A fit with only the guard and StepValues, in the order given, writing every step's values; the
+    norm shared between them, or taken by each as if the other were not there."""
+    calls = 0
+    get_total_norm = torch.nn.utils.get_total_norm
+
+    def counted(*args: Any, **kwargs: Any) -> torch.Tensor:
+        nonlocal calls
+        calls += 1
+        return get_total_norm(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        if not shared:  # what each callback did on its own: its own norm, every step
+            for module in (src.callbacks.guard, src.callbacks.steps):
+                patch.setattr(module, "step_norm", lambda grads, optimizer, step: total_norm(grads))
+        patch.setattr(torch.nn.utils, "get_total_norm", counted)  # Lightning's clipping does not call it
+        run = build(workdir, *BARE, *ONLY_STEPS, "--trainer.gradient_clip_val=0.05")
+        both: list[Callback] = [NonFiniteGuard(), StepValues()]
+        run.trainer.callbacks.extend(both if guard_first else both[::-1])
+        scale_loss_at(run, nan_at, math.nan)
+        run.trainer.fit(run.model, datamodule=run.datamodule)
+    return Run(calls, read_scalars(run.trainer.log_dir), run.model.state_dict(), guard(run))
+
+
+def assert_same_run(a: Run, b: Run) -> None:
+    """Every logged value and every weight to the bit (a NaN where the other has one)."""
+    assert a.scalars.keys() == b.scalars.keys()
+    for tag, values in a.scalars.items():
+        assert [step for step, _ in values] == [step for step, _ in b.scalars[tag]], tag
+        torch.testing.assert_close(
+            torch.tensor([v for _, v in values]), torch.tensor([v for _, v in b.scalars[tag]]), rtol=0,
+            atol=0, equal_nan=True, msg=tag,
+        )  # fmt: skip
+    for name, weight in a.weights.items():
+        torch.testing.assert_close(weight, b.weights[name], rtol=0, atol=0, msg=name)
+    assert a.guard.skipped == b.guard.skipped
+
+
+@pytest.mark.parametrize("guard_first", [False, True], ids=["step_values_first", "guard_first"])
+def test_the_guard_and_step_values_take_one_norm_per_step_and_log_and_train_as_with_two(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, guard_first: bool
+) -> None:
+    shared = fit_beside_step_values(workdir, monkeypatch, guard_first, shared=True, nan_at=set())
+    separate = fit_beside_step_values(workdir, monkeypatch, guard_first, shared=False, nan_at=set())
+    assert separate.calls == 2 * STEPS  # the precondition: each callback's own norm, every step
+    assert shared.calls == STEPS
+    assert sorted(dict(shared.scalars["train/optimization/grad_norm"])) == list(range(STEPS))
+    assert_same_run(shared, separate)
+
+
+@pytest.mark.parametrize("guard_first", [False, True], ids=["step_values_first", "guard_first"])
+def test_step_values_beside_a_guard_that_drops_a_step_logs_as_with_its_own_norm(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, guard_first: bool
+) -> None:
+    shared = fit_beside_step_values(workdir, monkeypatch, guard_first, shared=True, nan_at={3})
+    separate = fit_beside_step_values(workdir, monkeypatch, guard_first, shared=False, nan_at={3})
+    assert shared.guard.skipped == 1
+    # after the guard StepValues finds no gradients at the dropped step: no norm (its learning rate all
+    # the same); before it, the step's NaN norm
+    logged = dict(shared.scalars["train/optimization/grad_norm"])
+    assert sorted(logged) == [step for step in range(STEPS) if not (guard_first and step == 3)]
+    assert guard_first or math.isnan(logged[3])
+    assert 3 in dict(shared.scalars["train/optimization/lr"])
+    assert shared.calls == STEPS
+    assert separate.calls == 2 * STEPS - guard_first
+    assert_same_run(shared, separate)
+
+
+def test_step_norm_is_reused_only_for_the_same_optimizer_step_and_gradients() -> None:
+    grads = [torch.randn(3, 2), torch.randn(3)]
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)])
+    first = step_norm(grads, optimizer, 5)
+    torch.testing.assert_close(first, torch.nn.utils.get_total_norm(grads), rtol=0, atol=0)
+    assert step_norm(list(grads), optimizer, 5) is first  # another list of the same tensors
+    others = [
+        (grads, optimizer, 6),  # the next step: gradients written in place by an accumulating loop
+        (grads[::-1], optimizer, 5),  # another order: another float sum
+        (grads[:1], optimizer, 5),  # fewer gradients: one optimizer's of several
+        ([g.clone() for g in grads], optimizer, 5),  # new tensors
+        (grads, torch.optim.SGD([torch.zeros(1, requires_grad=True)]), 5),  # another optimizer
+    ]
+    for args in others:
+        assert step_norm(*args) is not first
+        first = step_norm(grads, optimizer, 5)

@@ -124,7 +124,7 @@ def test_clipping_test_catches_a_grad_norm_logged_after_clipping(
     workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # clip first, then measure: train/grad_norm would never show a norm above the threshold
-    norm = "norm = torch.nn.utils.get_total_norm(grads)"
+    norm = "norm = step_norm(grads, optimizer, trainer.global_step)"
     clipped = f"{norm}.clamp(max=trainer.gradient_clip_val)"  # the norm of the clipped gradients
     mutate(monkeypatch, StepValues, "on_before_optimizer_step", norm, clipped)
     with pytest.raises(AssertionError, match="not close"):

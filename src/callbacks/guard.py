@@ -10,6 +10,7 @@ from torch.distributed.tensor import DTensor
 from typing_extensions import override
 
 from src.errors import UserInputError
+from src.gradients import step_norm
 
 
 class NonFiniteGuard(Callback):
@@ -65,10 +66,8 @@ class NonFiniteGuard(Callback):
         self._epoch_steps += 1
         # one fused norm over all gradients instead of a check per tensor: it is NaN or infinite when any
         # element is (or, with every element finite, when the norm itself exceeds the dtype's range,
-        # a step that clipping would turn into a zero update anyway)
-        norm = torch.nn.utils.get_total_norm([grad for _, grad in named])
-        if isinstance(norm, DTensor):  # FSDP2: the gradients are sharded; the norm gathers the shards'
-            norm = norm.full_tensor()
+        # a step that clipping would turn into a zero update anyway); StepValues reuses it
+        norm = step_norm([grad for _, grad in named], optimizer, trainer.global_step)
         finite = torch.isfinite(norm)
         if trainer.world_size > 1:  # all processes skip the step together, or none does
             finite = trainer.strategy.reduce((~finite).float(), reduce_op="max") == 0

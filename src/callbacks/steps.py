@@ -5,9 +5,9 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
-from torch.distributed.tensor import DTensor
 from typing_extensions import override
 
+from src.gradients import step_norm, total_norm
 from src.loggers import step_loss, write
 
 #: the name of the fit's share of optimizer steps whose gradients clipping cut, in ``callback_metrics``
@@ -77,10 +77,8 @@ class StepValues(Callback):
         groups = optimizer.param_groups
         grads = [p.grad for group in groups for p in group["params"] if p.grad is not None]
         norm = None  # no gradients when NonFiniteGuard dropped this step's
-        if grads:
-            norm = torch.nn.utils.get_total_norm(grads)
-            if isinstance(norm, DTensor):  # FSDP2: the shards' norms, gathered on every process
-                norm = norm.full_tensor()
+        if grads:  # taken once per step: NonFiniteGuard, before or after this, reuses it
+            norm = step_norm(grads, optimizer, trainer.global_step)
         clip = trainer.gradient_clip_val
         if norm is not None and clip:  # the Trainer's clipping, which comes next, fires above its threshold
             if trainer.gradient_clip_algorithm == "value":
@@ -105,7 +103,7 @@ class StepValues(Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         for suffix, (grads, before) in self._before.items():
-            self._count(suffix, _total_norm(grads) < before)
+            self._count(suffix, total_norm(grads) < before)
         self._before = {}
         if self._pending is None:
             return
@@ -130,8 +128,3 @@ class StepValues(Callback):
         for counts in (self._interval, self._fit):
             clipped, steps = counts.get(suffix, (torch.zeros((), device=fired.device), 0))
             counts[suffix] = (clipped + fired.float(), steps + 1)
-
-
-def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
-    norm = torch.nn.utils.get_total_norm(grads)
-    return norm.full_tensor() if isinstance(norm, DTensor) else norm  # FSDP2: the shards' norms gathered
