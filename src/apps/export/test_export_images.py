@@ -15,6 +15,12 @@ from src.apps import export
 from src.predict import Predictor
 from tests.conftest import CLASSES, PROBABILITIES
 
+
+@pytest.fixture(scope="module")
+def predictor(image_checkpoint: Path) -> Predictor:
+    return Predictor.from_checkpoint(image_checkpoint)
+
+
 # -- export ---------------------------------------------------------------------------------------------
 
 

@@ -39,6 +39,8 @@ from src.errors import UserInputError
 from tests.conftest import BARE, CONFIGS, QUIET, ROOT
 from tests.test_dashboard import Run, read_events, session_hparams
 
+#: the shipped search space, beside this file
+SPACE_FILE = Path(__file__).with_name("digits.yaml")
 LR = "model.init_args.optimizer.init_args.lr"
 HIDDEN = "model.init_args.net.init_args.hidden_sizes"
 #: a tiny spiral run: 300 rows, a few epochs, no callbacks beyond what a test adds
@@ -139,7 +141,7 @@ def test_space_values_become_cli_words() -> None:
 
 
 def test_the_digits_space_names_keys_the_digits_config_accepts(workdir: Path) -> None:
-    digits = Space.read(CONFIGS / "sweeps" / "digits.yaml")
+    digits = Space.read(SPACE_FILE)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     trial = study.ask()
     params = {key: suggest(trial, key, spec) for key, spec in digits.params.items()}
@@ -248,7 +250,7 @@ UNUSABLE: dict[str, tuple[Callable[[Path], tuple[str, str]], str]] = {
 def refusal(capsys: pytest.CaptureFixture[str], storage: str) -> str:
     """What ``python -m src.apps.sweep ... --storage <storage>`` prints on stderr; it must exit with 2."""
     with pytest.raises(SystemExit) as stop:
-        cli_main(["--space", str(CONFIGS / "sweeps" / "digits.yaml"), "--trials=0", f"--storage={storage}"])
+        cli_main(["--space", str(SPACE_FILE), "--trials=0", f"--storage={storage}"])
     assert stop.value.code == 2
     return capsys.readouterr().err
 
