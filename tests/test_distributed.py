@@ -21,7 +21,8 @@ from typing_extensions import override
 
 from src.callbacks import RandomState
 from src.cli import CLI, main
-from src.data.datamodule import TabularDataModule, keep_batch
+from src.data.datamodule import TabularDataModule
+from src.data.loading import keep_batch
 from tests.conftest import BARE, CONFIGS, ONE_PASS, QUIET, ROOT
 
 TRAINER = CONFIGS / "trainer"

@@ -32,8 +32,8 @@ from src.callbacks import NonFiniteGuard
 from src.callbacks.images import TAG, EpochImages, MisclassifiedImages, first_misclassified
 from src.cli import CLI, main
 from src.data import images
-from src.data.datamodule import ResumableLoader, keep_batch
 from src.data.images import ImageDataModule, write_digits
+from src.data.loading import ResumableLoader, keep_batch
 from src.errors import UserInputError
 from src.image_predict import ImagePreprocessing
 from src.models import Classifier

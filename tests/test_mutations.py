@@ -33,7 +33,7 @@ import tests.test_resume as resume
 import tests.test_trust as trust
 from src.callbacks import Dashboard, PredictionWriter, StepValues
 from src.cli import CLI
-from src.data.datamodule import ResumableDataModule
+from src.data.loading import ResumableDataModule
 from src.models import BaseTask, ManualClassifier
 from src.predict import Predictor
 

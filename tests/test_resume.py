@@ -13,7 +13,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from src.callbacks import Preemption, RandomState
 from src.cli import CLI, main
-from src.data.datamodule import ResumableLoader, check_batching
+from src.data.loading import ResumableLoader, check_batching
 from src.data.text import bundled_text
 from src.errors import UserInputError
 from tests.conftest import BARE, CONFIGS, ONE_PASS, QUIET

@@ -19,7 +19,7 @@ from typing_extensions import override
 from src.callbacks import NonFiniteGuard
 from src.callbacks.text import TextSamples
 from src.cli import CLI, main
-from src.data.datamodule import ResumableLoader, keep_batch
+from src.data.loading import ResumableLoader, keep_batch
 from src.data.text import UNKNOWN_ID, UNKNOWN_TEXT, TextDataModule, Vocabulary, bundled_text
 from src.errors import UserInputError
 from src.models.language import (

@@ -3,7 +3,8 @@
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from src.data.datamodule import Columns, Encoding, Split, TabularDataModule, TensorBatches
+    from src.data.datamodule import Columns, Encoding, Split, TabularDataModule
+    from src.data.loading import TensorBatches
 
 __all__ = ["Columns", "Encoding", "Split", "TabularDataModule", "TensorBatches"]
 
@@ -12,7 +13,7 @@ def __getattr__(name: str) -> Any:
     # src.data.TabularDataModule (as configs name it) is imported on first use, with Lightning; reading a
     # file and applying a checkpoint's preprocessing (src.data.sources, src.data.preprocessing) need neither
     if name in __all__:
-        from src.data import datamodule
+        from src.data import datamodule, loading
 
-        return getattr(datamodule, name)
+        return getattr(loading if name == "TensorBatches" else datamodule, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,30 +1,26 @@
 """The DataModule: source → seeded split → preprocessing fitted on train only → tensors → loaders."""
 
 import gc
-import itertools
 import math
 import os
-from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sized
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast, get_args
 
-import lightning as L
 import numpy as np
 import pandas as pd
 import torch
-from lightning.pytorch.accelerators import CUDAAccelerator
 from lightning.pytorch.utilities import AttributeDict
 from sklearn.compose import ColumnTransformer
 from sklearn.model_selection import KFold, StratifiedKFold, train_test_split
 from sklearn.utils.class_weight import compute_class_weight
-from torch.utils.data import DataLoader, Dataset
 from typing_extensions import override
 
 from src.checkpoints import load_checkpoint
 from src.data import sources
+from src.data.loading import ResumableDataModule, Stage, TensorBatches, check_fractions
 from src.data.preprocessing import (
     Label,
     Options,
@@ -37,278 +33,9 @@ from src.data.preprocessing import (
 )
 from src.errors import UserInputError
 
-Stage = Literal["train", "val", "test", "predict"]
 Source = Literal["digits", "diabetes", "spiral", "friedman", "penguins", "csv", "parquet"]
 BUNDLED = ("digits", "diabetes", "spiral", "friedman", "penguins")
 _DEFAULT_NOISE = {"spiral": 0.2, "friedman": 1.0}
-
-
-class TensorBatches(Dataset[tuple[torch.Tensor, ...]]):
-    """Tensors held in memory and batched by indexing.
-
-    ``DataLoader`` hands ``__getitems__`` the whole list of a batch's indices, so a batch costs one
-    fancy-index per tensor instead of ``batch_size`` calls to ``__getitem__`` plus a collate.
-    """
-
-    def __init__(self, *tensors: torch.Tensor, repeat: int = 1) -> None:
-        if len({len(t) for t in tensors}) != 1:
-            raise ValueError("all tensors need the same first dimension")
-        self.tensors = tensors
-        #: how many times each row is in the dataset: index ``i`` is row ``i % rows``, so a shuffled epoch
-        #: holds every row ``repeat`` times (``tensors`` keeps each row once)
-        self.repeat = repeat
-
-    def __len__(self) -> int:
-        return len(self.tensors[0]) * self.repeat
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
-        index %= len(self.tensors[0])
-        return tuple(t[index] for t in self.tensors)
-
-    def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, ...]:
-        index = torch.as_tensor(indices)
-        if self.repeat > 1:
-            index = index % len(self.tensors[0])
-        # index_select: the same rows as t[index], without advanced indexing's general path (a third of
-        # the time for a batch of 256 rows of 64 floats)
-        return tuple(t.index_select(0, index) for t in self.tensors)
-
-
-def keep_batch(batch: Any) -> Any:
-    """The collate function for :class:`TensorBatches`: the batch is already stacked."""
-    return batch
-
-
-class ResumableLoader(DataLoader):
-    """The training loader, resumable in the middle of an epoch.
-
-    Lightning saves a loader's ``state_dict`` in each checkpoint and hands it back on resume when the
-    loader has one. The state is the shuffle generator as it stood before this epoch's order was drawn,
-    how many batches the epoch has processed (:attr:`processed`) and how the epoch was cut into batches
-    (:meth:`batching`); the resumed loader draws the same order again and skips those batches, so the run
-    goes on with the very batch the interrupted one would have taken. (Batches drawn are not batches
-    processed: Lightning draws one ahead.) A resume under other batching (another batch size, process
-    count, ``drop_last`` or training split) could not go on exactly and is refused in one sentence.
-
-    Args:
-        *args: What ``DataLoader`` takes.
-        **kwargs: What ``DataLoader`` takes.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        #: batches of the current epoch that reached a training step; the DataModule counts them
-        self.processed = 0
-        #: processes that share each epoch, each its own part (the DataModule sets the Trainer's world size)
-        self.processes = 1
-        self._epoch_start: torch.Tensor | None = None
-        self._skip = 0
-
-    def batching(self) -> dict[str, Any]:
-        """What cuts an epoch into batches: the items per batch, whether the last short batch is dropped,
-        the processes sharing the epoch, the items of the training split and the passes over them."""
-        passes = self.dataset.repeat if isinstance(self.dataset, TensorBatches) else 1
-        return {
-            "batch_size": self.batch_size,
-            "drop_last": self.drop_last,
-            "processes": self.processes,
-            "items": len(cast(Sized, self.dataset)) // passes,
-            "passes": passes,
-        }
-
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # not a _BaseDataLoaderIter
-        skip = self.start_epoch()
-        return itertools.islice(super().__iter__(), skip, None)
-
-    def start_epoch(self) -> int:
-        """Sets the generator where this epoch's order is drawn from (where the interrupted epoch's was, on
-        resume) and the count of batches processed; the batches of the interrupted epoch to skip."""
-        skip, self._skip = self._skip, 0
-        if self.generator is not None:
-            if skip and self._epoch_start is not None:
-                self.generator.set_state(self._epoch_start)  # the interrupted epoch's order, again
-            else:
-                self._epoch_start = self.generator.get_state()
-        self.processed = skip
-        return skip
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"epoch_start": self._epoch_start, "done": self.processed, "batching": self.batching()}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """The interrupted epoch's position; one sentence if this loader cuts epochs otherwise (checked
-        here, before Lightning starts the epoch: one it counts as done already never draws a batch)."""
-        done = int(state_dict["done"])
-        if done:  # "batching" is absent from checkpoints of older versions
-            check_batching(state_dict.get("batching"), self.batching(), done, len(self))
-        self._epoch_start = state_dict["epoch_start"]
-        self._skip = done
-
-
-def check_batching(saved: dict[str, Any] | None, now: dict[str, Any], done: int, batches: int) -> None:
-    """Refuses, in one sentence, to go on with an epoch interrupted after ``done`` batches under batching
-    other than the interrupted run's (``saved``; ``None`` from a checkpoint that did not record it, where
-    only a position past this epoch's ``batches`` shows the difference)."""
-    differs = [key for key in now if saved is not None and saved.get(key) != now[key]]
-    if "batch_size" in differs and "passes" in differs:
-        differs.remove("passes")  # data.min_batches_per_epoch gives small batches fewer passes
-    changes = [_change(key, cast(dict, saved)[key], now[key]) for key in differs]
-    if not changes and done < batches:
-        return
-    if not changes:
-        changes = [(f"{done} batches done of an epoch that now has {batches}", "with its batching")]
-    raise UserInputError(
-        "this checkpoint stopped in the middle of an epoch, whose remaining batches cannot go on exactly "
-        f"under other batching ({'; '.join(what for what, _ in changes)}); resume "
-        f"{', '.join(fix for _, fix in changes)}, or resume from a checkpoint written at an epoch's end to "
-        "change it."
-    )
-
-
-def _change(key: str, saved: Any, now: Any) -> tuple[str, str]:
-    """What changed in one part of the batching, and how a resume puts it back."""
-    if key == "processes":
-        return (
-            f"{now} process{'es' * (now != 1)} where the interrupted run had {saved}",
-            f"on {saved} process{'es' * (saved != 1)} (trainer.devices x trainer.num_nodes)",
-        )
-    if key == "items":
-        return (
-            f"a training split of {now} items where the interrupted run had {saved}",
-            "on the data the interrupted run trained on",
-        )
-    if key == "passes":
-        return (
-            f"{now} pass{'es' * (now != 1)} over the training items an epoch where the interrupted run had "
-            f"{saved}",
-            "with the interrupted run's data.min_batches_per_epoch",
-        )
-    setting = f"data.{key}={{}}"
-    shown = (lambda v: str(v).lower()) if isinstance(saved, bool) else str
-    return (
-        f"{setting.format(shown(now))} where the interrupted run had {shown(saved)}",
-        f"with {setting.format(shown(saved))}",
-    )
-
-
-def check_fractions(val_fraction: float, test_fraction: float, items: str, key: str = "data") -> None:
-    """The validation and test shares of the data must leave ``items`` (rows, images, text) to train on."""
-    if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
-        raise UserInputError(
-            f"{key}.val_fraction={val_fraction} and {key}.test_fraction={test_fraction} do not fit: each "
-            f"must lie in (0, 1) and together they must stay below 1, leaving {items} to train on."
-        )
-
-
-class ResumableDataModule(L.LightningDataModule, ABC):
-    """What the shipped DataModules share: the loaders of their splits, and a training loader that
-    resumes in the middle of an epoch, bit for bit. A subclass says what each split holds
-    (:meth:`dataset`).
-
-    The training loader is a :class:`ResumableLoader` drawing its order from one seeded generator. Its
-    position (the epoch's order and the batches processed) is kept twice: Lightning saves the loader's
-    own ``state_dict`` in each checkpoint, and this DataModule's ``state_dict`` carries it too, with the
-    generator. Lightning restores a DataModule before the model's ``configure_optimizers`` runs, the
-    loader's state only after; a run-length scheduler asks ``trainer.estimated_stepping_batches`` there,
-    which builds the loader early, and Lightning 2.6 then never hands that loader its saved state
-    (Lightning-AI/pytorch-lightning#20550). Restoring it from here makes the resume exact either way.
-
-    Args:
-        seed: Seeds the training order.
-        batch_size: Items per batch, per process.
-        num_workers: Loader worker processes; 0 loads in the main process.
-        drop_last: Drop the last, smaller training batch of each epoch.
-    """
-
-    def __init__(self, seed: int, batch_size: int, num_workers: int, drop_last: bool) -> None:
-        super().__init__()
-        if batch_size < 1:
-            raise UserInputError(f"data.batch_size={batch_size} must be at least 1.")
-        if num_workers < 0:
-            raise UserInputError(f"data.num_workers={num_workers} must be 0 (load in this process) or more.")
-        self._loading = (batch_size, num_workers, drop_last)
-        self._shuffle = torch.Generator().manual_seed(seed)
-        self._train_loader: ResumableLoader | None = None
-        self._loader_state: dict[str, Any] | None = None  # restored, waiting for the loader
-
-    @abstractmethod
-    def dataset(self, stage: Stage) -> Dataset[Any]:
-        """The items of one split (``train``, ``val``, ``test``) or of what ``predict`` reads."""
-
-    def _loader_options(self) -> dict[str, Any]:
-        batch_size, workers, _ = self._loading
-        on_cuda = self.trainer is not None and isinstance(self.trainer.accelerator, CUDAAccelerator)
-        return {
-            "batch_size": batch_size,
-            "collate_fn": keep_batch,  # the datasets hand over whole batches
-            "num_workers": workers,
-            "persistent_workers": workers > 0,
-            "pin_memory": on_cuda,
-        }
-
-    @override
-    def train_dataloader(self) -> DataLoader:
-        """Shuffled by this DataModule's generator, at its restored position."""
-        loader = ResumableLoader(
-            self.dataset("train"),
-            shuffle=True,
-            generator=self._shuffle,
-            drop_last=self._loading[2],
-            **self._loader_options(),
-        )
-        # kept by the copy with a DistributedSampler that Lightning makes of this loader under DDP
-        loader.processes = self.trainer.world_size if self.trainer is not None else 1
-        if self._loader_state is not None:
-            loader.load_state_dict(self._loader_state)
-            self._loader_state = None
-        self._train_loader = loader
-        return loader
-
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        """The training order's generator and, in the middle of an epoch, the loader's position."""
-        loader = self._train_loader
-        # at an epoch's end the next epoch starts afresh from the generator: nothing to skip
-        mid_epoch = (
-            loader is not None
-            and self.trainer is not None
-            and 0 < loader.processed < self.trainer.num_training_batches
-        )
-        position = loader.state_dict() if mid_epoch and loader is not None else None
-        return {"shuffle": self._shuffle.get_state(), "loader": position}
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if "shuffle" in state_dict:
-            self._shuffle.set_state(state_dict["shuffle"])
-        self._loader_state = state_dict.get("loader")
-
-    @override
-    def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.dataset("val"), **self._loader_options())
-
-    @override
-    def test_dataloader(self) -> DataLoader:
-        return DataLoader(self.dataset("test"), **self._loader_options())
-
-    @override
-    def predict_dataloader(self) -> DataLoader:
-        return DataLoader(self.dataset("predict"), **self._loader_options())
-
-    @override
-    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        # Lightning calls this once for each batch it runs a step on, after drawing it (and the one it
-        # draws ahead), so the training loader learns how many batches its epoch has processed. (A
-        # LightningModule's own on_before_batch_transfer then yields to this one, as Lightning warns.)
-        if self.trainer is not None and self.trainer.training:
-            running = self.trainer.train_dataloader
-            if isinstance(running, ResumableLoader):
-                # under DDP, the copy of train_dataloader()'s loader that Lightning gave a
-                # DistributedSampler: the one iterated, and the one whose state Lightning saves
-                self._train_loader = running
-            if self._train_loader is not None:
-                self._train_loader.processed += 1
-        return batch
 
 
 G = TypeVar("G", "Columns", "Encoding", "Split")

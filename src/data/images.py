@@ -28,12 +28,11 @@ from torch.utils.data import Dataset
 from typing_extensions import override
 
 from src.checkpoints import load_checkpoint
-from src.data.datamodule import ResumableDataModule, TensorBatches, check_fractions
+from src.data.loading import ResumableDataModule, Stage, TensorBatches, check_fractions
 from src.data.text import special_file
 from src.errors import UserInputError, notice
 from src.files import TEMPORARY, temporary_name
 
-Stage = Literal["train", "val", "test", "predict"]
 #: what the net reads: grayscale (1 channel), colour (3), or colour with alpha kept as a fourth channel
 Mode = Literal["L", "RGB", "RGBA"]
 CHANNELS: dict[Mode, int] = {"L": 1, "RGB": 3, "RGBA": 4}

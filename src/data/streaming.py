@@ -26,7 +26,7 @@ time, read by pyarrow (docs/streaming.md):
   group's values against the range and empty-cell count its footer records; files that store a column
   with types that do not mix, or that lack one, are refused before the run, naming two files.
 - **Resume** in mid-epoch: the loader's position (the order's generator before the epoch, the batches
-  done) is saved as :class:`~src.data.datamodule.ResumableDataModule` saves it; the resumed loader
+  done) is saved as :class:`~src.data.loading.ResumableDataModule` saves it; the resumed loader
   finds the window of its next batch from the row counts alone, without reading what it skips.
 """
 
@@ -56,15 +56,17 @@ from src.data import sources
 from src.data.datamodule import (
     Columns,
     Encoding,
+    Split,
+    group,
+    preprocessing_of,
+)
+from src.data.loading import (
     ResumableDataModule,
     ResumableLoader,
-    Split,
     Stage,
     TensorBatches,
     check_fractions,
-    group,
     keep_batch,
-    preprocessing_of,
 )
 from src.data.preprocessing import (
     CategoricalColumn,

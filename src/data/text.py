@@ -20,10 +20,9 @@ import torch
 from typing_extensions import override
 
 from src.checkpoints import load_checkpoint
-from src.data.datamodule import ResumableDataModule, TensorBatches, check_fractions
+from src.data.loading import ResumableDataModule, Stage, TensorBatches, check_fractions
 from src.errors import UserInputError, notice
 
-Stage = Literal["train", "val", "test", "predict"]
 #: the id of every character outside the vocabulary; the vocabulary's characters follow from id 1
 UNKNOWN_ID = 0
 #: how the unknown id reads when decoded: Unicode's replacement character

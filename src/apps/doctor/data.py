@@ -11,7 +11,7 @@ from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 from src.apps.doctor.findings import Finding
 from src.data import TabularDataModule
-from src.data.datamodule import Stage
+from src.data.loading import Stage
 
 SPLITS: tuple[Stage, ...] = ("train", "val", "test")
 #: share of validation or test rows that may repeat a training row before it counts as leakage

@@ -24,7 +24,7 @@ from typing_extensions import override
 from src.apps.doctor import model as model_checks
 from src.apps.doctor.callback import Doctor, _aside, _forward
 from src.apps.doctor.findings import Finding
-from src.data.datamodule import keep_batch
+from src.data.loading import keep_batch
 from src.models import BaseTask
 
 #: optimizer steps of the configured run that the doctor watches

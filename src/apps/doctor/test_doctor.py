@@ -31,8 +31,8 @@ from src.apps.doctor.model import layers_in_python_lists
 from src.apps.doctor.probe import OVERFIT_STEPS, input_free_loss, overfit_one_batch
 from src.cli import main
 from src.data import TabularDataModule
-from src.data.datamodule import Stage, TensorBatches
 from src.data.images import ImageDataModule
+from src.data.loading import Stage, TensorBatches
 from src.data.text import TextDataModule, bundled_text
 from src.models import Classifier, Regressor
 from src.models.language import LanguageModel
