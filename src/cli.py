@@ -275,7 +275,7 @@ class CLI(LightningCLI):
         subcommand = next((word for word in words if word in SUBCOMMANDS), None)
         ckpt_path = settings.option_value(words, "--ckpt_path")
         if ckpt_path is None:  # none typed: one may still come from a config file
-            super().parse_arguments(parser, args)
+            super().parse_arguments(parser, [*words, *self.own_defaults(words)[0]])
             found = self.config.get(f"{subcommand}.ckpt_path") if subcommand else None
             ckpt_path = str(found) if found is not None else None
         if subcommand is not None and ckpt_path is not None and settings.is_checkpoint_file(ckpt_path):
@@ -287,10 +287,11 @@ class CLI(LightningCLI):
             layer = settings.carried_settings(checkpoint.get("config"), ckpt_path)
             self.layer = layer
             at = words.index(subcommand) + 1
-            self.config = parser.parse_args([*words[:at], "--config", yaml.safe_dump(layer), *words[at:]])
+            layered = [*words[:at], "--config", yaml.safe_dump(layer), *words[at:]]
+            self.config = parser.parse_args([*layered, *self.own_defaults(words)[0]])
             self.place_logging(subcommand, ckpt_path, words)
         elif not hasattr(self, "config"):
-            super().parse_arguments(parser, args)
+            super().parse_arguments(parser, [*words, *self.own_defaults(words)[0]])
         typed = settings.option_value(words, "--ckpt_path")
         if (
             subcommand is not None
@@ -299,12 +300,14 @@ class CLI(LightningCLI):
         ):
             # a config file's `ckpt_path: null` (every saved run config has one) does not undo a typed path
             self.config[subcommand]["ckpt_path"] = typed
-        layers = settings.layers_of(words, settings.config_files(words), self.layer)
-        for key, switch in settings.switched_classes(layers, words).items():
-            settings.give_own_defaults(
-                self.config.get(subcommand) if subcommand else self.config, key, switch
-            )
+        for line in self.own_defaults(words)[1]:
+            notice(line)
         self.parsed_model = self.config.get(f"{subcommand}.model") if subcommand else None
+
+    def own_defaults(self, words: list[str]) -> tuple[list[str], list[str]]:
+        """:func:`settings.own_default_words` for the layers these words and the checkpoint give."""
+        layers = settings.layers_of(words, settings.config_files(words), self.layer)
+        return settings.own_default_words(layers, words)
 
     #: the settings of the checkpoint given as ``--ckpt_path``, read below the user's
     layer: dict[str, Any] | None = None

@@ -11,6 +11,7 @@ subclass starts from its own defaults for every argument the later layer does no
 
 import copy
 import inspect
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from jsonargparse import Namespace
 
 from src.checkpoints import DOTTED, resolve
 from src.errors import UserInputError
@@ -176,21 +176,32 @@ def check_last(base: Path, version: Any) -> None:
     raise UserInputError(f"--ckpt_path last finds no last.ckpt in {where}; give {hint}.")
 
 
-def give_own_defaults(config: Any, key: Key, switch: Switch) -> None:
-    """Give the class a later layer put at ``key`` its own defaults for the arguments jsonargparse carried
-    over from the unrelated class an earlier layer had there (AdamW's ``weight_decay`` for SGD)."""
-    node = config.get(".".join(key)) if config is not None else None
-    if not isinstance(node, Namespace) or node.get("class_path") != switch.after:
-        return
-    arguments = node.get("init_args")
-    for name, default in defaults_of(switch).items():
-        value = arguments.get(name) if isinstance(arguments, Namespace) else None
-        if plain(value) == plain(switch.carried[name]):
-            arguments[name] = default
+def own_default_words(layers: list[dict[str, Any]], words: list[str]) -> tuple[list[str], list[str]]:
+    """For each class a later layer (or a word) put in place of an unrelated one, the words that give it
+    its own defaults for the arguments the earlier class was given and the later layer does not give
+    again (``--model.init_args.optimizer.init_args.weight_decay=0`` for SGD after AdamW), to parse after
+    every other word so that ``--print_config``, the saved config and the run agree; and one line per
+    switch saying what was not carried over."""
+    given: list[str] = []
+    said: list[str] = []
+    for key, switch in switched_classes(layers, words).items():
+        defaults = defaults_of(switch)
+        if not defaults:
+            continue
+        where = ".".join(key)
+        given += [f"--{where}.init_args.{name}={json.dumps(plain(v))}" for name, v in defaults.items()]
+        before = ", ".join(f"{name}={switch.carried[name]!r}" for name in defaults)
+        after = ", ".join(f"{name}={value!r}" for name, value in defaults.items())
+        said.append(
+            f"{where}: {switch.after} replaces {switch.before} and starts from its own defaults ({after}), "
+            f"not from what was given for {switch.before.rpartition('.')[2]} ({before}); give them again "
+            "to keep them."
+        )
+    return given, said
 
 
 def plain(value: Any) -> Any:
-    """A value as YAML writes it, for comparing a parsed setting with a file's (tuples are lists)."""
+    """A value as YAML and JSON write it (tuples are lists)."""
     return [plain(item) for item in value] if isinstance(value, list | tuple) else value
 
 

@@ -1,6 +1,7 @@
 """The command line, driven in-process exactly as a user types it."""
 
 import importlib
+import logging
 import os
 import subprocess
 import sys
@@ -439,3 +440,34 @@ def test_a_config_that_names_another_class_gives_it_its_own_defaults(workdir: Pa
     run = main([*digits, f"--best_checkpoint={__name__}.BestOfMine", *QUIET], run=False)
     mine = next(c for c in run.trainer.callbacks if isinstance(c, BestOfMine))
     assert (mine.monitor, mine.filename) == ("val/loss", "best-epoch{epoch:03d}-step{step}")
+
+
+def test_print_config_shows_the_switched_class_as_it_runs_and_a_line_says_what_was_not_carried(
+    workdir: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``--print_config`` after a class switch prints the new class's own defaults, as the run gets them,
+    so that the printed config, fitted again, trains the same optimizer."""
+    digits = ["--config", str(CONFIGS / "digits.yaml")]  # AdamW: lr 0.002, weight_decay 0.0001
+    (workdir / "sgd.yaml").write_text(
+        "model:\n  init_args:\n    optimizer:\n      class_path: torch.optim.SGD\n      init_args:\n"
+        "        momentum: 0.9\n"
+    )
+    with pytest.raises(SystemExit):
+        main(["fit", *digits, "--config", "sgd.yaml", "--print_config"])
+    printed = yaml.safe_load(capsys.readouterr().out)
+    arguments = printed["model"]["init_args"]["optimizer"]["init_args"]
+    assert (arguments["lr"], arguments["weight_decay"], arguments["momentum"]) == (0.001, 0, 0.9)
+    # the printed model section, given as a file after digits.yaml's: every argument it prints is given
+    (workdir / "printed.yaml").write_text(yaml.safe_dump({"model": printed["model"]}))
+    with caplog.at_level(logging.INFO):
+        run = main([*digits, "--config", "printed.yaml", *QUIET], run=False)
+        switched = main([*digits, "--config", "sgd.yaml", *QUIET], run=False)
+    for parsed in (run, switched):
+        group = parsed.model.optimizer(parsed.model.parameters()).param_groups[0]
+        assert (group["lr"], group["weight_decay"], group["momentum"]) == (0.001, 0, 0.9)
+    said = [r.getMessage() for r in caplog.records if "replaces torch.optim.AdamW" in r.getMessage()]
+    assert said == [
+        "model.init_args.optimizer: torch.optim.SGD replaces torch.optim.AdamW and starts from its own "
+        "defaults (lr=0.001, weight_decay=0), not from what was given for AdamW (lr=0.002, "
+        "weight_decay=0.0001); give them again to keep them."
+    ]
