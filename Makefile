@@ -54,7 +54,7 @@ tensorboard: $(STAMP) ## serve logs/ on localhost (PORT=6006)
 	@echo "TensorBoard: http://127.0.0.1:$(PORT)/"
 	$(VENV)/bin/tensorboard --logdir logs --host 127.0.0.1 --port $(PORT)
 
-bench: $(STAMP) ## training speed side by side, make train's time, epoch time and memory by rows, the dashboard's cost, predict, the server and the exports (benchmarks/results/)
+bench: $(STAMP) ## training speed side by side, make train's time, epoch time and memory by rows, the dashboard's cost, predict, and each app's benchmark (benchmarks/results/)
 	$(PY) -m benchmarks.train_speed --rounds 7 --write
 	$(PY) -m benchmarks.fit_overhead --rounds 3 --write   # make train's whole fit, its cost split by callback
 	$(PY) -m benchmarks.make_train --write

@@ -213,7 +213,8 @@ def as_param(block: Block) -> Any:
     """The README's blocks run in ``make test``; the docs pages' walkthroughs, minutes of fits and sweeps
     in all, run in ``make test-full``."""
     marks = () if block.page == README else (pytest.mark.slow,)
-    return pytest.param(block, marks=marks, id=f"{block.page.stem}-{block.language}-line{block.line}")
+    page = block.page.stem if block.page.parent in (ROOT, DOCS) else block.page.parent.name  # an app's
+    return pytest.param(block, marks=marks, id=f"{page}-{block.language}-line{block.line}")
 
 
 #: the pages whose blocks this session ran (or saw skip a command), for the count below
