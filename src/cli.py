@@ -275,7 +275,7 @@ class CLI(LightningCLI):
         subcommand = next((word for word in words if word in SUBCOMMANDS), None)
         ckpt_path = settings.option_value(words, "--ckpt_path")
         if ckpt_path is None:  # none typed: one may still come from a config file
-            super().parse_arguments(parser, [*words, *self.own_defaults(words)[0]])
+            self.config = parser.parse_args([*words, *self.own_defaults(words)[0]])
             found = self.config.get(f"{subcommand}.ckpt_path") if subcommand else None
             ckpt_path = str(found) if found is not None else None
         if subcommand is not None and ckpt_path is not None and settings.is_checkpoint_file(ckpt_path):
@@ -291,7 +291,7 @@ class CLI(LightningCLI):
             self.config = parser.parse_args([*layered, *self.own_defaults(words)[0]])
             self.place_logging(subcommand, ckpt_path, words)
         elif not hasattr(self, "config"):
-            super().parse_arguments(parser, [*words, *self.own_defaults(words)[0]])
+            self.config = parser.parse_args([*words, *self.own_defaults(words)[0]])
         typed = settings.option_value(words, "--ckpt_path")
         if (
             subcommand is not None

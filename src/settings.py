@@ -11,7 +11,6 @@ subclass starts from its own defaults for every argument the later layer does no
 
 import copy
 import inspect
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -177,31 +176,36 @@ def check_last(base: Path, version: Any) -> None:
 
 
 def own_default_words(layers: list[dict[str, Any]], words: list[str]) -> tuple[list[str], list[str]]:
-    """For each class a later layer (or a word) put in place of an unrelated one, the words that give it
-    its own defaults for the arguments the earlier class was given and the later layer does not give
-    again (``--model.init_args.optimizer.init_args.weight_decay=0`` for SGD after AdamW), to parse after
-    every other word so that ``--print_config``, the saved config and the run agree; and one line per
-    switch saying what was not carried over."""
-    given: list[str] = []
+    """For each class a later layer (or a word) put in place of an unrelated one, its own defaults for
+    the arguments the earlier class was given and the later layer does not give again (SGD's
+    ``weight_decay`` after AdamW's), as one ``--config`` layer to parse after every other word, so that
+    ``--print_config``, the saved config and the run agree; and one line per switch saying so."""
+    layer: dict[str, Any] = {}
     said: list[str] = []
     for key, switch in switched_classes(layers, words).items():
-        defaults = defaults_of(switch)
+        defaults = {
+            name: value
+            for name, value in defaults_of(switch).items()
+            if plain(value) != plain(switch.carried[name])
+        }
         if not defaults:
             continue
-        where = ".".join(key)
-        given += [f"--{where}.init_args.{name}={json.dumps(plain(v))}" for name, v in defaults.items()]
+        node = layer
+        for part in key:
+            node = node.setdefault(part, {})
+        node.update({"class_path": switch.after, "init_args": {k: plain(v) for k, v in defaults.items()}})
         before = ", ".join(f"{name}={switch.carried[name]!r}" for name in defaults)
         after = ", ".join(f"{name}={value!r}" for name, value in defaults.items())
         said.append(
-            f"{where}: {switch.after} replaces {switch.before} and starts from its own defaults ({after}), "
-            f"not from what was given for {switch.before.rpartition('.')[2]} ({before}); give them again "
-            "to keep them."
+            f"{'.'.join(key)}: {switch.after} replaces {switch.before} and starts from its own defaults "
+            f"({after}), not from what was given for {switch.before.rpartition('.')[2]} ({before}); give "
+            "them again to keep them."
         )
-    return given, said
+    return (["--config", yaml.safe_dump(layer)] if layer else []), said
 
 
 def plain(value: Any) -> Any:
-    """A value as YAML and JSON write it (tuples are lists)."""
+    """A value as YAML writes it (tuples are lists)."""
     return [plain(item) for item in value] if isinstance(value, list | tuple) else value
 
 
