@@ -17,7 +17,7 @@ model and the Trainer). The variants, all on ``--epochs`` epochs (default 30) wi
   Two changes, the same in every CLI variant: the logger writes into a temporary folder (on the disk
   ``tempfile`` picks; checkpoints are flushed to it), and early stopping waits 1000 epochs, so that every
   variant runs all its epochs (the table says how many each ran). The sections that act only in another
-  subcommand (``src.cli.ONLY_IN``: the prediction writer) are off, as ``fit`` leaves them out.
+  subcommand (the prediction writer) are off, as ``fit`` leaves them out.
 - ``bare``: a LightningModule holding a copy of the shipped model's net as built (:class:`src.nets.MLP`,
   the same sizes, dropout and initial weights), cross-entropy, AdamW with the shipped learning rate and
   weight decay (no scheduler), whose ``training_step`` returns the loss and whose ``validation_step`` logs
@@ -32,7 +32,7 @@ model and the Trainer). The variants, all on ``--epochs`` epochs (default 30) wi
   ``last.ckpt``), ``EarlyStopping`` (patience beyond the run) and Lightning's ``TensorBoardLogger``, no
   progress bar, no model summary; the same data. Neither this nor ``bare`` gets the project's speed-ups
   (``src/speedups.py``): they run as Lightning runs them.
-- ``no <section>``: ``shipped`` with one of the shipped callback sections (``src.cli.CALLBACK_SECTIONS``,
+- ``no <section>``: ``shipped`` with one of the shipped callback sections (``src.cli.callback_sections()``,
   as the code has them now) set to ``null``. Where Lightning would put its own callback in the section's
   place, that is switched off too: the progress bar's section also sets ``trainer.enable_progress_bar=
   false`` (with ``null`` alone Lightning's own bar stands in, refreshed on every step: that is the row
@@ -75,6 +75,7 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
+import yaml
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
@@ -86,6 +87,7 @@ from typing_extensions import override
 import src.cli
 from benchmarks import report
 from benchmarks.train_speed import isolated
+from src.checkpoints import resolve
 from src.speedups import skip_idle_log_moves
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,24 +110,21 @@ class Section:
 
 
 def fit_sections() -> list[Section]:
-    """The shipped callback sections that act in fit, in the code's order.
-
-    Read from ``src.cli.CALLBACK_SECTIONS`` (``(name, class, purpose)`` entries, or plain names), so the
-    list follows the code; a section that :data:`src.cli.ONLY_IN` gives to another subcommand is left out.
-    """
-    entries = getattr(src.cli, "CALLBACK_SECTIONS", ())
+    """The shipped callback sections that act in fit, in the defaults' order
+    (:func:`src.cli.callback_sections`),
+    each with the class its section names; the prediction writer, which acts in predict only, is left out."""
+    defaults = yaml.safe_load(src.cli.DEFAULTS.read_text())
     sections = []
-    for entry in entries:
-        name, base = (entry[0], entry[1]) if isinstance(entry, tuple) else (entry, None)
+    for name in src.cli.callback_sections():
+        found = resolve(defaults[name]["class_path"]) if defaults.get(name) else None
         if name not in elsewhere():
-            sections.append(Section(str(name), base if isinstance(base, type) else None))
+            sections.append(Section(name, found if isinstance(found, type) else None))
     return sections
 
 
 def elsewhere() -> list[str]:
     """The sections that act only in a subcommand other than fit (predict's writer): off in every run."""
-    only_in: dict[str, str] = getattr(src.cli, "ONLY_IN", {"prediction_writer": "predict"})
-    return [name for name, subcommand in only_in.items() if subcommand != "fit"]
+    return ["prediction_writer"]
 
 
 def is_progress_bar(section: Section) -> bool:

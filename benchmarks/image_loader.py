@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from benchmarks import report
-from src.data.images import ImageDataModule
+from src.extras.images import ImageDataModule
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@
 Synthetic rows of 64 float32 columns and a class of 10 are written once to a temporary folder as
 Parquet files of 1e6 rows (row groups of 65536); each size reads the first of them (a folder of links).
 Each size is trained for one epoch in a process of its own (so its peak resident memory, ``VmHWM``, is
-its own) with the CLI as a user runs it: ``src.data.streaming.StreamingTableDataModule``, MLP
+its own) with the CLI as a user runs it: ``src.extras.streaming.StreamingTableDataModule``, MLP
 64 → 256 → 256 → 10, batches of 256, every shipped callback off (configs/trainer/bare.yaml), no
 validation. At the smallest size the in-memory ``TabularDataModule`` trains on the same file too.
 
@@ -91,7 +91,7 @@ def measure(kind: str, path: str) -> dict[str, Any]:
     from src.cli import main
 
     data = (
-        ["--data=src.data.streaming.StreamingTableDataModule", f"--data.path={path}"]
+        ["--data=src.extras.streaming.StreamingTableDataModule", f"--data.path={path}"]
         if kind == "streaming"
         else ["--data=src.data.TabularDataModule", f"--data.path={path}", "--data.source=parquet"]
     )
@@ -104,7 +104,7 @@ def measure(kind: str, path: str) -> dict[str, Any]:
             "--model.net.periodic_frequencies=0",
             "--trainer.max_epochs=1", "--trainer.limit_val_batches=0", "--trainer.logger=false",
             "--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false",
-            "--trainer.enable_model_summary=false", "--cpu_threads=src.callbacks.CpuThreads",
+            "--trainer.enable_model_summary=false", "--cpu_threads=src.extras.threads.CpuThreads",
         ],
         run=False,
     )  # fmt: skip

@@ -27,7 +27,7 @@ if __name__ == "__main__":
     console()
     sys.exit(0)
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import lightning as L
 import yaml
@@ -35,7 +35,6 @@ from jsonargparse import Namespace
 from lightning.pytorch.callbacks import (
     BasePredictionWriter,
     Callback,
-    EarlyStopping,
     ModelCheckpoint,
     ModelSummary,
 )
@@ -46,17 +45,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from src import runs, settings
-from src.callbacks import (
-    Baselines,
-    CpuThreads,
-    Dashboard,
-    NonFiniteGuard,
-    PredictionWriter,
-    Preemption,
-    RandomState,
-    StepValues,
-    ValidationFigures,
-)
+from src.callbacks import PredictionWriter
 from src.checkpoints import check_names, load_checkpoint
 from src.cli_errors import Parser, check_config_files, check_log_folder, user_error
 from src.errors import UserInputError, notice
@@ -65,33 +54,31 @@ from src.settings import DEFAULTS
 from src.speedups import Speedups
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
-#: the shipped callbacks, one top-level config section each (settings in configs/defaults.yaml), in the
-#: order the Trainer gets them: (section, the class it accepts, itself or a subclass; what it is for).
-#: A later config changes one setting (``early_stopping: {init_args: {patience: 5}}``) without repeating
-#: the others, and ``null`` switches a section off; ``trainer.callbacks`` holds the user's own. Every
-#: subcommand has them, so that a config fit reads is one validate/test/predict read too: checkpoints and
-#: early stopping act only while fitting, and the prediction writer only in predict.
-CALLBACK_SECTIONS: tuple[tuple[str, type[Callback], str], ...] = (
-    ("best_checkpoint", ModelCheckpoint, "Keeps the best checkpoints by val/loss."),
-    ("last_checkpoint", ModelCheckpoint, "Rewrites last.ckpt at every epoch's end, for resuming."),
-    ("early_stopping", EarlyStopping, "Stops training when val/loss stops improving."),
-    ("model_summary", ModelSummary, "Parameters per block, printed when the fit starts."),
-    # before baselines: at the fit's end the summary prints first, their verdict after it
-    ("run_summary", Callback, "At the fit's end: why it ended, the best epoch, where the run is."),
-    ("baselines", Baselines, "Gradient boosting and a linear model on the same table rows, for comparison."),
-    ("dashboard", Dashboard, "TensorBoard's speed, generalization gap, HParams and layout."),
-    ("step_values", StepValues, "Writes the step's loss, learning rate and gradient norm every few steps."),
-    ("validation_figures", ValidationFigures, "Confusion matrix or predicted vs true per validation."),
-    ("prediction_writer", BasePredictionWriter, "Writes predict's CSV file."),
-    ("random_state", RandomState, "Keeps the random generators' states in checkpoints, for resuming."),
-    ("preemption", Preemption, "On SIGTERM, saves last.ckpt at the end of the step and stops."),
-    ("nonfinite_guard", NonFiniteGuard, "Skips steps with non-finite gradients; stops after too many."),
-    ("progress_bar", LightningProgressBar, "The progress bar, refreshed on the logging steps."),
-    ("cpu_threads", CpuThreads, "Threads torch uses within one operation on the CPU, during the run."),
-)
-#: sections whose callbacks act in one subcommand only, and are left out of the others' Trainer: the
-#: Trainer calls every callback at each of the six hooks of every training step, whether it acts or not
-ONLY_IN = {"prediction_writer": "predict"}
+#: top-level keys of a config that are LightningCLI's own, never a callback section
+OWN_KEYS = ("seed_everything", "trainer", "model", "data", "optimizer", "lr_scheduler", "ckpt_path")
+
+
+def callback_sections(defaults: Path = DEFAULTS) -> list[str]:
+    """The callback sections: each top-level key of ``configs/defaults.yaml`` that names a class (or is
+    ``null``) and is not LightningCLI's own, in the file's order.
+
+    A section is one callback a later config changes one setting of (``early_stopping: {init_args:
+    {patience: 5}}``) without repeating the others, or switches off with ``null``; ``trainer.callbacks``
+    holds the user's own. Removing a section from the defaults removes it from every run.
+    """
+    loaded = yaml.safe_load(defaults.read_text()) or {}
+    return [
+        key
+        for key, value in loaded.items()
+        if key not in OWN_KEYS and (value is None or (isinstance(value, dict) and "class_path" in value))
+    ]
+
+
+@runtime_checkable
+class TakesCommand(Protocol):
+    """A callback that repeats the run's command in its advice (how to resume); the CLI gives it the words."""
+
+    command: list[str] | None
 
 
 class CLI(LightningCLI):
@@ -103,12 +90,16 @@ class CLI(LightningCLI):
         # module without such an argument is built without it); nobody types them twice
         parser.link_arguments("data.in_features", "model.init_args.in_features", apply_on="instantiate")
         parser.link_arguments("data.out_features", "model.init_args.out_features", apply_on="instantiate")
-        for section, base, purpose in CALLBACK_SECTIONS:
-            # add_lightning_class_args(subclass_mode=True, required=False) but for two things: a help line
-            # of our own, and no entry in LightningCLI's callback keys, which would hand the Trainer a None
-            # for a section set to null; instantiate_trainer gives it the sections that are on instead
+        for section in callback_sections():
+            # add_lightning_class_args(subclass_mode=True, required=False) but for one thing: no entry in
+            # LightningCLI's callback keys, which would hand the Trainer a None for a section set to null;
+            # instantiate_trainer gives it the sections that are on instead
             parser.add_subclass_arguments(
-                base, section, required=False, fail_untyped=False, help=f"{purpose} null: off."
+                Callback,
+                section,
+                required=False,
+                fail_untyped=False,
+                help=f"The callback of configs/defaults.yaml's {section} section; null: off.",
             )
         # the tricks that lean on Lightning's internals, each with an off switch (src/speedups.py)
         parser.add_class_arguments(Speedups, "speedups")
@@ -179,19 +170,18 @@ class CLI(LightningCLI):
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
         """The Trainer with the shipped callbacks of the sections that are on, then ``trainer.callbacks``.
 
-        A subcommand leaves out the sections that act only in another (:data:`ONLY_IN`);
+        A subcommand other than predict leaves out the prediction writer;
         ``trainer.enable_checkpointing=false`` leaves out the sections that are ModelCheckpoints, and
         ``trainer.enable_progress_bar=false`` the progress bar, so that each means what it says instead of
         clashing with them (one given in ``trainer.callbacks`` still clashes: the user asked for both).
         """
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         trainer = config.get("trainer") or {}
-        shipped = [
-            config[section]
-            for section, *_ in CALLBACK_SECTIONS
-            if config.get(section) is not None
-            and (self.subcommand is None or ONLY_IN.get(section, self.subcommand) == self.subcommand)
-        ]
+        shipped = [config[section] for section in callback_sections() if config.get(section) is not None]
+        if self.subcommand not in (None, "predict"):
+            # a prediction writer acts in predict only: the Trainer calls every callback at each hook of
+            # every training step, whether it acts or not
+            shipped = [c for c in shipped if not isinstance(c, BasePredictionWriter)]
         if trainer.get("enable_checkpointing") is False:
             shipped = [c for c in shipped if not isinstance(c, ModelCheckpoint)]
         if trainer.get("enable_progress_bar") is False:
@@ -232,7 +222,7 @@ class CLI(LightningCLI):
             if self.subcommand == "fit" and config.get("ckpt_path") == "last":
                 settings.check_last(base, named)
         for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
-            if isinstance(callback, Preemption):
+            if isinstance(callback, TakesCommand):
                 callback.command = self.typed
         optimizer = getattr(self.model, "optimizer", None)  # the shipped tasks' injected one
         if callable(optimizer):
@@ -402,6 +392,11 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
     Bad input (a missing file, column or value) ends with one sentence on stderr and exit status 2.
     """
     quiet_dependencies()
+    if "" in sys.path:
+        # the parser reads a config file from inside the file's folder, where "" (the working folder of
+        # `python -m`) would then point: a module beside src/ named in a config file (examples.manual,
+        # a net of yours) is found from the folder the command was typed in
+        sys.path[sys.path.index("")] = os.getcwd()
     try:
         return CLI(
             model_class=L.LightningModule,  # any: the shipped tasks, or yours as it is
@@ -421,7 +416,7 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
             auto_configure_optimizers=False,
         )
     except SIGTERMException as err:
-        # stopped from outside; Preemption saved the checkpoint and said where: 128 + SIGTERM, as a shell
+        # stopped from outside (a preemption callback saved and said where): 128 + SIGTERM, as a shell
         raise SystemExit(128 + signal.SIGTERM) from err
     except Exception as err:
         # jsonargparse wraps errors raised while instantiating; the user's sentence is in the chain

@@ -16,6 +16,7 @@ import errno
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -246,3 +247,19 @@ def _sync(path: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def special_file(path: Path) -> str | None:
+    """What ``path`` is, in words, when it is there but is neither a regular file nor a folder: a FIFO, a
+    socket, a device (reading one can wait for ever) or a link to nothing; None otherwise."""
+    try:
+        kind = path.stat().st_mode  # follows links: a link to a FIFO is a FIFO
+    except OSError:
+        return "a link to nothing" if path.is_symlink() else None
+    if stat.S_ISFIFO(kind):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(kind):
+        return "a socket"
+    if stat.S_ISCHR(kind) or stat.S_ISBLK(kind):
+        return "a device"
+    return None

@@ -9,28 +9,66 @@ predictor.predict(pandas.read_csv("new_penguins.csv"))  # a DataFrame: row, pred
 Predictor.from_checkpoint("logs/images/version_0/checkpoints/last.ckpt").predict(["cat.png"])  # path, ...
 ```
 
-Raw rows go through the checkpoint's own fitted preprocessing (:mod:`src.data.preprocessing`), images
-through the run's way of reading files and its fitted statistics (:mod:`src.image_predict`); then the
-model's ``predict_step``, then :func:`prediction_frame`, which names each class by its label.
+Raw rows go through the checkpoint's own fitted preprocessing (:mod:`src.data.preprocessing`); other items
+(images) through what the run's DataModule says its run fitted to read them (:class:`ItemReading`); then
+the model's ``predict_step``, then :func:`prediction_frame`, which names each class by its label.
 ``python -m src.cli predict`` runs the same pieces under the Trainer.
 """
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import pandas as pd
 import torch
 
-from src.checkpoints import load_model
+from src.checkpoints import load_model, resolve
 from src.data.preprocessing import CellReport, Location, Preprocessor, preprocessing_of
 from src.errors import UserInputError
 
-if TYPE_CHECKING:  # Lightning (and, for images, Pillow) are imported when a model is loaded
+if TYPE_CHECKING:  # Lightning is imported when a model is loaded
     from lightning import LightningModule
 
-    from src.image_predict import ImageGraph, ImageInput, ImagePreprocessing
+
+@runtime_checkable
+class ItemReading(Protocol):
+    """How a run of items other than a table's rows (images, say) reads new ones: what its DataModule's
+    ``reading_of(checkpoint, path)`` gives back (:class:`ReadsItems`)."""
+
+    #: class labels in class-id order; ``None`` for regression
+    labels: Any
+
+    def stack(self, items: Sequence[Any], names: Sequence[str] | None = None) -> torch.Tensor:
+        """Items → one tensor of them, each read as the run read its own; ``names`` say what each is in a
+        sentence (a file: its path)."""
+        ...
+
+    def graph(self, model: torch.nn.Module) -> torch.nn.Module:
+        """``model`` behind the run's fitted input transform: stacked items in, the model's output out;
+        its ``normalize(items)`` gives the model's input alone."""
+        ...
+
+
+@runtime_checkable
+class ReadsItems(Protocol):
+    """A DataModule class that says how its runs read new items (images): :class:`Predictor` asks it."""
+
+    @classmethod
+    def reading_of(cls, checkpoint: dict[str, Any], path: str) -> ItemReading:
+        """What the checkpoint's run fitted to read new items; one sentence when it carries none."""
+        ...
+
+
+def reading_of(checkpoint: dict[str, Any], path: str) -> "Preprocessor | ItemReading":
+    """What a checkpoint's run fitted to read new inputs: its DataModule's own reading (:class:`ReadsItems`),
+    else a table's fitted preprocessing. The DataModule's class is the one its carried config names, which
+    :func:`src.checkpoints.load_model` has checked."""
+    data = (checkpoint.get("config") or {}).get("data") or {}
+    found = resolve(data["class_path"]) if isinstance(data.get("class_path"), str) else None
+    if isinstance(found, type) and isinstance(found, ReadsItems):
+        return found.reading_of(checkpoint, path)
+    return preprocessing_of(checkpoint, path)
 
 
 def beside_the_run(ckpt_path: str | Path) -> Path:
@@ -81,29 +119,25 @@ class Predictor:
     Args:
         model: The trained LightningModule, whose ``predict_step`` answers (the shipped tasks', or yours).
         reading: What the same run fitted to read its inputs: a table's
-            :class:`~src.data.preprocessing.Preprocessor`, or :class:`~src.image_predict.ImagePreprocessing`.
-        batch_size: Rows (or images) per forward pass; left out, 8192 rows or 256 images.
+            :class:`~src.data.preprocessing.Preprocessor`, or an :class:`ItemReading` (images).
+        batch_size: Rows (or items) per forward pass; left out, 8192 rows or 256 items.
         device: Where the model runs: ``auto`` is the GPU when one is present, else the CPU.
     """
 
     def __init__(
         self,
         model: "LightningModule",
-        reading: "Preprocessor | ImagePreprocessing",
+        reading: "Preprocessor | ItemReading",
         batch_size: int | None = None,
         device: str | torch.device = "auto",
     ) -> None:
         self.device = torch.device(accelerator(device))
         self.model = model.eval().to(self.device)
         self.reading = reading
-        #: images: the module an exported graph holds (uint8 pixels in, the run's normalization, the net)
-        self.graph: ImageGraph | None = None
+        #: items: the module an exported graph holds (stacked items in, the run's input transform, the net)
+        self.graph: Any = None
         if not isinstance(reading, Preprocessor):
-            from src import image_predict
-
-            self.graph = (
-                image_predict.ImageGraph(self.model, reading.mean, reading.std).to(self.device).eval()
-            )
+            self.graph = reading.graph(self.model).to(self.device).eval()
         self.batch_size = batch_size or (8192 if self.graph is None else 256)
 
     @classmethod
@@ -116,12 +150,8 @@ class Predictor:
     ) -> "Predictor":
         """The checkpoint's model (:func:`src.checkpoints.load_model`: read as data, its names checked, its
         class the one it names or ``model_class``) with what its run fitted to read inputs, on ``device``."""
-        from src.image_predict import ImagePreprocessing, image_state
-
         model, checkpoint = load_model(path, model_class)
-        if image_state(checkpoint) is not None:
-            return cls(model, ImagePreprocessing.of(checkpoint, str(path)), batch_size, device)
-        return cls(model, preprocessing_of(checkpoint, str(path)), batch_size, device)
+        return cls(model, reading_of(checkpoint, str(path)), batch_size, device)
 
     @property
     def preprocessor(self) -> Preprocessor:
@@ -131,11 +161,16 @@ class Predictor:
         return self.reading
 
     @property
-    def preprocessing(self) -> "ImagePreprocessing":
-        """An image run's fitted statistics and how it read its files (one sentence for a table's)."""
+    def preprocessing(self) -> ItemReading:
+        """How a run of items (images) reads new ones (one sentence for a table's)."""
         if isinstance(self.reading, Preprocessor):
             raise UserInputError("this model reads a table's rows, not images; give it rows.")
         return self.reading
+
+    @property
+    def reads_rows(self) -> bool:
+        """Whether the model reads a table's rows (else items, such as images)."""
+        return isinstance(self.reading, Preprocessor)
 
     @property
     def labels(self) -> list[Any] | None:
@@ -151,10 +186,10 @@ class Predictor:
         where = Location(source) if isinstance(source, str) else source
         return torch.from_numpy(self.preprocessor.transform(frame, where, report=report))
 
-    def read(self, images: "Sequence[ImageInput]", names: Sequence[str] | None = None) -> torch.Tensor:
-        """Images (files, their bytes, Pillow images) → uint8 ``(N, H, W, C)``, each read as the run read
-        its files; ``names`` say what each is in a sentence (a file: its path)."""
-        return self.preprocessing.stack(images, names)
+    def read(self, items: Sequence[Any], names: Sequence[str] | None = None) -> torch.Tensor:
+        """Items (images: files, their bytes, Pillow images → uint8 ``(N, H, W, C)``), each read as the run
+        read its own; ``names`` say what each is in a sentence (a file: its path)."""
+        return self.preprocessing.stack(items, names)
 
     @torch.inference_mode()
     def outputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -169,12 +204,12 @@ class Predictor:
         return {key: torch.cat([o[key] for o in outputs]).cpu() for key in outputs[0]}
 
     def _net_input(self, batch: torch.Tensor) -> torch.Tensor:
-        """Pixels are normalized per batch, as the run normalized its own; rows are encoded already."""
+        """Items are transformed per batch, as the run transformed its own; rows are encoded already."""
         return batch if self.graph is None else self.graph.normalize(batch)
 
     def predict(
         self,
-        items: "pd.DataFrame | Sequence[ImageInput]",
+        items: "pd.DataFrame | Sequence[Any]",
         source: str | Location = "the rows",
         report: CellReport | None = None,
     ) -> pd.DataFrame:

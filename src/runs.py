@@ -21,9 +21,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
-from src.callbacks.dashboard import environment_text
 from src.files import written
-from src.loggers import tensorboard_writer
 from src.settings import CARRIED, PER_INVOCATION
 
 
@@ -177,11 +175,10 @@ class SaveConfig(SaveConfigCallback):
     @override
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # Lightning's hook for saving the config elsewhere (global rank 0, once per run): TensorBoard's
-        # Text tab shows the resolved config and the environment beside the run's curves
-        writer = tensorboard_writer(trainer)
-        if writer is not None and stage != "predict":
-            writer.add_text("run/config", f"```yaml\n{self.config_text}\n```")
-            writer.add_text("run/environment", environment_text(trainer))
+        # Text tab shows the resolved config beside the run's curves
+        logger = trainer.logger
+        if isinstance(logger, TensorBoardLogger) and trainer.is_global_zero and stage != "predict":
+            logger.experiment.add_text("run/config", f"```yaml\n{self.config_text}\n```")
 
     @override
     def on_save_checkpoint(

@@ -15,7 +15,6 @@ import torch
 from PIL import Image
 
 from src.cli import CLI, main
-from src.data.text import bundled_text
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
@@ -26,6 +25,12 @@ def app(name: str) -> ModuleType | None:
     path holds on those that remain when an app is deleted."""
     found = importlib.util.find_spec(f"src.apps.{name}") is not None
     return importlib.import_module(f"src.apps.{name}") if found else None
+
+
+def extra(name: str) -> bool:
+    """Whether the extra ``src/extras/<name>/`` is still there: a core test checks what an extra adds to a
+    run only while the extra is part of the project."""
+    return importlib.util.find_spec(f"src.extras.{name}") is not None
 
 
 @pytest.fixture(autouse=True)
@@ -243,6 +248,8 @@ T = 16  # the tests' window length
 @pytest.fixture(scope="session")
 def small_text(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bundled text's first 12 000 characters: 600 training windows of 16, 75 for val and for test."""
+    from src.extras.text import bundled_text  # here: the suite collects without the text extra
+
     path = tmp_path_factory.mktemp("text") / "small.txt"
     path.write_text(bundled_text()[:12_000], encoding="utf-8")
     return path

@@ -3,12 +3,12 @@
 from pathlib import Path
 
 import lightning as L
+import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from src.cli import CLI, main
-from src.loggers import read_scalars
 from tests.conftest import BARE, CONFIGS, ONE_PASS, QUIET
 
 TRAINER = CONFIGS / "trainer"
@@ -97,6 +97,7 @@ def global_norm(grads: list[torch.Tensor]) -> torch.Tensor:
 
 def written(run: CLI, tag: str) -> list[torch.Tensor]:
     """What StepValues wrote to TensorBoard under ``tag``, one value per optimizer step, in order."""
+    read_scalars = pytest.importorskip("src.extras.dashboard.logger").read_scalars  # StepValues writes it
     points = read_scalars(run.trainer.log_dir)[tag]
     assert [step for step, _ in points] == list(range(len(points)))
     return [torch.tensor(value) for _, value in points]
@@ -110,7 +111,8 @@ def fit_probed(fragment: str, clip: float) -> tuple[CLI, GradientProbe]:
         "--model.init_args.optimizer.init_args.weight_decay=0",
         "--model.init_args.scheduler=null", "--data.batch_size=32", "--trainer.max_epochs=1",
         "--trainer.limit_train_batches=5", "--trainer.log_every_n_steps=1",
-        "--step_values=src.callbacks.StepValues",  # back after bare.yaml: it writes the gradient norm
+        # back after bare.yaml: it writes the gradient norm
+        "--step_values=src.extras.dashboard.steps.StepValues",
     )  # fmt: skip
     probe = GradientProbe()
     run.trainer.callbacks.append(probe)

@@ -20,12 +20,10 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 from typing_extensions import override
 
-from src.callbacks import NonFiniteGuard
 from src.cli import main
-from src.loggers import read_scalars
 from src.models import Classifier
 from src.predict import Predictor
-from tests.conftest import QUIET
+from tests.conftest import QUIET, extra
 
 #: a small fit of the bundled digits: 3 epochs of 5 batches, validation and checkpoints every epoch
 DIGITS = [
@@ -114,6 +112,22 @@ def test_a_plain_lightning_module_trains_under_every_shipped_default(workdir: Pa
     # the data's widths reached its constructor: nobody typed 64 or 10
     assert (model.hparams["in_features"], model.hparams["out_features"]) == (64, 10)
     folder = Path(run.trainer.logger.log_dir)
+    # both checkpoints, whole, carrying the run's own config
+    best = run.trainer.checkpoint_callback.best_model_path
+    last = folder / "checkpoints" / "last.ckpt"
+    assert Path(best).is_file()
+    assert last.is_file()
+    state = torch.load(last, weights_only=True)
+    assert state["config"]["model"]["class_path"] == f"{__name__}.TutorialModule"
+    if extra("resume"):
+        assert any("RandomState" in key for key in state["callbacks"])  # the generators, for an exact resume
+    if extra("figures"):
+        # ValidationFigures: the module returns preds and target, so the confusion matrix is drawn
+        assert sorted(images(folder)) == ["summary/confusion_matrix", "val/confusion_matrix"]
+    if not extra("dashboard"):
+        return
+    from src.extras.dashboard.logger import read_scalars
+
     scalars = read_scalars(folder)
     # StepValues: the loss it returned, the learning rate and the gradient norm, every 2nd optimizer step
     steps = run.trainer.global_step
@@ -128,16 +142,6 @@ def test_a_plain_lightning_module_trains_under_every_shipped_default(workdir: Pa
     gaps = [value for _, value in scalars["val/generalization_gap"]]
     val, train = [v for _, v in scalars["val/loss"]], [v for _, v in scalars["train/loss"]]
     assert gaps == pytest.approx([v - t for v, t in zip(val, train, strict=True)], rel=1e-5)
-    # ValidationFigures: the module returns preds and target, so the confusion matrix is drawn
-    assert sorted(images(folder)) == ["summary/confusion_matrix", "val/confusion_matrix"]
-    # both checkpoints, whole, carrying the run's own config
-    best = run.trainer.checkpoint_callback.best_model_path
-    last = folder / "checkpoints" / "last.ckpt"
-    assert Path(best).is_file()
-    assert last.is_file()
-    state = torch.load(last, weights_only=True)
-    assert state["hyper_parameters"]["_class_path"] == f"{__name__}.TutorialModule"
-    assert any("RandomState" in key for key in state["callbacks"])  # the generators, for an exact resume
 
 
 def test_resuming_a_plain_module_continues_exactly(workdir: Path) -> None:
@@ -153,6 +157,8 @@ def test_resuming_a_plain_module_continues_exactly(workdir: Path) -> None:
 
 
 def test_the_guard_skips_a_plain_modules_nan_step(workdir: Path) -> None:
+    NonFiniteGuard = pytest.importorskip("src.extras.guard").NonFiniteGuard
+    read_scalars = pytest.importorskip("src.extras.dashboard.logger").read_scalars
     run = fit(workdir, "--model.init_args.nan_at=4", "--trainer.max_epochs=1")
     guard = next(c for c in run.trainer.callbacks if isinstance(c, NonFiniteGuard))
     assert guard.skipped == 1

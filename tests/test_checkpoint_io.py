@@ -271,7 +271,7 @@ def test_fit_returns_with_its_last_checkpoint_whole_and_last_reads_it(workdir: P
 def test_sigterms_checkpoint_is_whole_before_the_process_exits(workdir: Path) -> None:
     with pytest.raises(SystemExit) as exit_:
         main([
-            "fit", *FIT, "--trainer.max_epochs=3", "--trainer.callbacks+=tests.test_resume.SigtermAt",
+            "fit", *FIT, "--trainer.max_epochs=3", "--trainer.callbacks+=tests.helpers.SigtermAt",
             "--trainer.callbacks.step=3",
         ])  # fmt: skip
     assert exit_.value.code == 128 + signal.SIGTERM

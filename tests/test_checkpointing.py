@@ -10,7 +10,7 @@ import yaml
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from src.cli import CALLBACK_SECTIONS, CLI, main
+from src.cli import CLI, callback_sections, main
 from tests.conftest import CONFIGS, QUIET, plant_val_loss
 
 TRAINER = CONFIGS / "trainer"
@@ -134,7 +134,7 @@ def test_checkpoints_fragment_changes_its_settings_and_keeps_every_other_callbac
     defaults = yaml.safe_load((CONFIGS / "defaults.yaml").read_text())
     plain, stacked = build(), build("--config", str(TRAINER / "checkpoints.yaml"))
     changed = {"best_checkpoint": {"save_top_k": 3}, "early_stopping": {"patience": 5}}
-    for section, *_ in CALLBACK_SECTIONS:
+    for section in callback_sections():
         shipped = defaults[section]
         assert plain.config[section].class_path == shipped["class_path"], section
         for name, value in shipped.get("init_args", {}).items():

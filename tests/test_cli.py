@@ -15,8 +15,7 @@ import yaml
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.profilers import SimpleProfiler
 
-from src.callbacks import ProgressBar
-from src.cli import CALLBACK_SECTIONS, DEFAULTS, main
+from src.cli import DEFAULTS, callback_sections, main
 from src.models import Classifier, Regressor
 from src.nets import MLP
 from src.profilers import NoProfiler
@@ -205,7 +204,7 @@ def test_defaults_give_each_shipped_callback_a_section_of_its_own(workdir: Path)
     defaults = yaml.safe_load(DEFAULTS.read_text())
     # speedups: the switches of src/speedups.py, not a callback
     assert [key for key in defaults if key not in ("seed_everything", "trainer", "speedups", "data")] == [
-        section for section, *_ in CALLBACK_SECTIONS
+        *callback_sections()
     ]
     assert defaults["trainer"]["callbacks"] == []  # the user's own
     assert callback_types() == SHIPPED
@@ -232,7 +231,7 @@ def test_own_callbacks_come_after_the_shipped_ones(workdir: Path) -> None:
 
 def test_bare_leaves_no_shipped_callback(workdir: Path) -> None:
     bare = yaml.safe_load((CONFIGS / "trainer" / "bare.yaml").read_text())
-    assert bare == {section: None for section, *_ in CALLBACK_SECTIONS}
+    assert bare == dict.fromkeys(callback_sections())
     # Lightning's own default ModelCheckpoint stands in while trainer.enable_checkpointing is left on
     assert callback_types(*BARE) == ["SaveConfig", "ModelCheckpoint"]
     assert callback_types(*BARE, "--trainer.enable_checkpointing=false") == ["SaveConfig"]
@@ -251,6 +250,7 @@ def test_enable_checkpointing_false_leaves_out_the_checkpoint_sections(cli, work
 
 
 def test_the_progress_bar_section_unless_the_bar_is_off(workdir: Path) -> None:
+    ProgressBar = pytest.importorskip("src.extras.summary.progress").ProgressBar
     run = main([*SMALL, "--trainer.enable_model_summary=false"], run=False)
     assert type(run.trainer.progress_bar_callback) is ProgressBar
     plain = main([*SMALL, "--trainer.enable_model_summary=false", "--progress_bar=null"], run=False)

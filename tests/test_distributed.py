@@ -19,7 +19,6 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from torch.utils.data import DataLoader, DistributedSampler
 from typing_extensions import override
 
-from src.callbacks import RandomState
 from src.cli import CLI, main
 from src.data.datamodule import TabularDataModule
 from src.data.loading import keep_batch
@@ -182,7 +181,7 @@ def test_two_nodes_with_torchrun_on_localhost(tmp_path: Path) -> None:
 
 
 #: the guard back on after BARE: its checks must work on sharded (DTensor) gradients and weights
-GUARD = ["--nonfinite_guard=src.callbacks.NonFiniteGuard"]
+GUARD = ["--nonfinite_guard=src.extras.guard.NonFiniteGuard"]
 
 
 def test_fsdp2_shards_checkpoints_resumes_and_consolidates(tmp_path: Path, cli, workdir: Path) -> None:
@@ -269,6 +268,7 @@ class StopAfter(Callback):
 def test_ddp_resumed_equals_uninterrupted(workdir: Path) -> None:
     """Two processes, dropout and DistributedSampler shuffling on: stopped after epoch 0 and resumed from
     last.ckpt, the replicas end bit for bit where the uninterrupted run's do."""
+    RandomState = pytest.importorskip("src.extras.resume").RandomState  # the generators' states
 
     def fit(report: Path, *callbacks: Callback, ckpt_path: str | None = None) -> None:
         run = build(

@@ -102,7 +102,7 @@ def test_checkpoints_of_other_data_go_to_the_full_cli(messy_trained) -> None:
     # a model of yours on a table takes this path too: it predicts through its own predict_step
     yours = {**checkpoint, "hyper_parameters": {**checkpoint["hyper_parameters"], "_class_path": "my.Task"}}
     assert fast_predict.on_a_table(yours)
-    images = {**checkpoint, "config": {**checkpoint["config"], "data": {"class_path": "src.data.images.X"}}}
+    images = {**checkpoint, "config": {**checkpoint["config"], "data": {"class_path": "src.extras.images.X"}}}
     for other in (images, {k: v for k, v in checkpoint.items() if k != "TabularDataModule"}):
         assert not fast_predict.on_a_table(other)
 

@@ -1,6 +1,7 @@
-"""Core and apps apart: the core imports no app, each app needs only the core and the apps it names, and
-an app comes off by deleting its folder (its code, tests, page, make targets and benchmark) and its row
-in the README's table of apps."""
+"""Core, extras and apps apart: the core imports no extra and no app; each extra needs only the core, and
+comes off by deleting its folder, its entries in ``configs/`` and its README row; each app needs only the
+core and the apps it names, and comes off by deleting its folder (its code, tests, page, make targets and
+benchmark) and its row in the README's table of apps."""
 
 import ast
 import os
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import ROOT
 
@@ -131,3 +133,149 @@ def test_an_app_comes_off_by_deleting_its_folder_and_its_row_in_the_readme(app: 
         made = subprocess.run(["make", "-s", "-n", "-C", str(copy), target], capture_output=True, text=True)
         assert made.returncode != 0
         assert f"No rule to make target '{target}'" in made.stderr
+
+
+# -- the extras: what a config switches on, one folder each, which the core never names -----------------
+
+EXTRAS = SRC / "extras"
+#: the class Lightning ships that stands in for an extra's logger once the extra is gone
+STOCK_LOGGER = "lightning.pytorch.loggers.TensorBoardLogger"
+
+
+def extras() -> list[str]:
+    return sorted(path.parent.name for path in EXTRAS.glob("*/__init__.py"))
+
+
+def extra_of(module: str) -> str | None:
+    """The extra a module belongs to; ``None`` for the core and for what the extras share
+    (``src/extras/*.py``: the painter, the worker processes, the loggers' helpers)."""
+    parts = module.split(".")
+    inside = parts[:2] == ["src", "extras"] and len(parts) > 2 and (EXTRAS / parts[2]).is_dir()
+    return parts[2] if inside else None
+
+
+def is_test(path: Path) -> bool:
+    return path.name.startswith("test_") or path.name == "conftest.py"
+
+
+def core_files() -> list[Path]:
+    return [
+        path
+        for path in SRC.rglob("*.py")
+        if not module_of(path).startswith(("src.apps", "src.extras")) and not is_test(path)
+    ]
+
+
+def test_the_core_imports_no_extra_and_names_none() -> None:
+    core = core_files()
+    assert len(core) > 15
+    naming = re.compile(r"src[./]extras\b")
+    for path in core:
+        found = naming.search(path.read_text())
+        assert found is None, f"{path.relative_to(ROOT)} names the extras: the core must not know them"
+
+
+def test_each_extra_needs_only_the_core() -> None:
+    assert len(extras()) >= 8
+    for path in EXTRAS.rglob("*.py"):
+        own = extra_of(module_of(path))
+        if own is None or is_test(path):
+            continue
+        others = {extra_of(module) for module in imported(path)} - {None, own}
+        apps = {module for module in imported(path) if module.startswith("src.apps")}
+        assert not others, f"{path.relative_to(ROOT)} uses the extras {sorted(others)}"
+        assert not apps, f"{path.relative_to(ROOT)} uses the apps {sorted(apps)}"
+
+
+def names(value: object, extra: str) -> bool:
+    """Whether a config value names a class of ``src/extras/<extra>/`` anywhere inside it."""
+    if isinstance(value, dict):
+        return any(names(item, extra) for item in value.values())
+    if isinstance(value, list):
+        return any(names(item, extra) for item in value)
+    return isinstance(value, str) and re.match(rf"src\.extras\.{extra}\b", value) is not None
+
+
+def take_off(config: dict, extra: str, sections: set[str]) -> dict | None:
+    """``config`` without the entries of ``extra`` (its sections, its callbacks, its logger: Lightning's own
+    stands in), or ``None`` for a config whose model or data is the extra's (it goes with the extra)."""
+    if names(config.get("model"), extra) or names(config.get("data"), extra):
+        return None
+    kept = {key: value for key, value in config.items() if key not in sections}
+    trainer = kept.get("trainer")
+    if isinstance(trainer, dict):
+        callbacks = trainer.get("callbacks")
+        if isinstance(callbacks, list):
+            trainer["callbacks"] = [c for c in callbacks if not names(c, extra)]
+        logger = trainer.get("logger")
+        if isinstance(logger, dict) and names(logger.get("class_path"), extra):
+            logger["class_path"] = STOCK_LOGGER
+            logger["init_args"] = {
+                key: value for key, value in (logger.get("init_args") or {}).items() if key != "save_every_s"
+            }
+    assert not names(kept, extra), f"an entry of {extra} that cannot come off: {kept}"
+    return kept
+
+
+def sections_of(extra: str, configs: Path) -> set[str]:
+    defaults = yaml.safe_load((configs / "defaults.yaml").read_text())
+    return {key for key, value in defaults.items() if names(value, extra)}
+
+
+@pytest.mark.parametrize("extra", extras())
+def test_every_entry_of_an_extra_in_the_configs_comes_off(extra: str) -> None:
+    """Each config names an extra only in entries that come off with it: a section of its own, an item of
+    ``trainer.callbacks``, the logger; or it is the extra's own experiment (its model or data)."""
+    sections = sections_of(extra, ROOT / "configs")
+    for path in sorted((ROOT / "configs").rglob("*.yaml")):
+        config = yaml.safe_load(path.read_text()) or {}
+        take_off(config, extra, sections)  # raises for an entry that cannot come off
+    readme = (ROOT / "README.md").read_text()
+    assert f"(src/extras/{extra}/README.md)" in readme  # its row in the table of extras
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", extras())
+def test_an_extra_comes_off_by_deleting_its_folder_and_its_entries(extra: str, tmp_path: Path) -> None:
+    """In a copy of the repository: the extra's folder, its entries in ``configs/`` and its README row
+    deleted, nothing of the core or the configs names it, every remaining shipped config fits (one step
+    of each) and the rest of the suite collects."""
+    copy = tmp_path / "repository"
+    shutil.copytree(ROOT, copy, ignore=not_copied)
+    shutil.rmtree(copy / "src" / "extras" / extra)
+    readme = copy / "README.md"
+    lines = readme.read_text().splitlines(keepends=True)
+    readme.write_text("".join(line for line in lines if f"(src/extras/{extra}/README.md)" not in line))
+    sections = sections_of(extra, copy / "configs")
+    for path in sorted((copy / "configs").rglob("*.yaml")):
+        kept = take_off(yaml.safe_load(path.read_text()) or {}, extra, sections)
+        if kept is None:
+            path.unlink()
+        else:
+            path.write_text(yaml.safe_dump(kept, sort_keys=False))
+
+    naming = re.compile(rf"src[./]extras[./]{extra}\b")
+    for path in [*(copy / "src").rglob("*.py"), *(copy / "configs").rglob("*.yaml"), copy / "Makefile"]:
+        if path.is_relative_to(copy / "src" / "apps"):
+            continue  # an app may read an extra's checkpoints, which cannot exist without it
+        found = naming.search(path.read_text())
+        assert found is None, f"{path.relative_to(copy)} still names {found.group(0)!r}"
+
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    configs = sorted(str(path) for path in (copy / "configs").glob("*.yaml") if path.name != "defaults.yaml")
+    assert configs
+    fits = (
+        "import sys\nfrom src.cli import main\n"
+        "for config in sys.argv[1:]:\n"
+        "    main(['fit', '--config', config, '--trainer.fast_dev_run=1',\n"
+        "          '--trainer.enable_progress_bar=false'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", fits, *configs], cwd=copy, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    words = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--collect-only"]
+    collected = subprocess.run(
+        [*words, "tests", "examples", "src"], cwd=copy, env=env, capture_output=True, text=True
+    )
+    assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]

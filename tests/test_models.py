@@ -13,9 +13,10 @@ import torch.nn.functional as F
 from sklearn.metrics import f1_score, mean_absolute_error, r2_score
 from torch import nn
 
+from examples.manual import ManualClassifier
 from src.cli import main
 from src.errors import UserInputError
-from src.models import BaseTask, Classifier, ManualClassifier, Regressor
+from src.models import BaseTask, Classifier, Regressor
 from src.nets import MLP
 from src.nets.mlp import PeriodicEmbedding
 from tests.conftest import CONFIGS

@@ -17,7 +17,6 @@ from src.errors import UserInputError
 from src.files import check_output
 from src.predict import Predictor
 from tests.conftest import QUIET, fit_in
-from tests.test_dashboard import Run, parse_counts, read_events
 
 TINY = ["--trainer.max_epochs=3", "--trainer.limit_val_batches=2"]
 
@@ -223,6 +222,9 @@ def test_text_and_numbers_beyond_float32_in_a_numeric_column_read_as_missing_in_
 
 
 def test_the_confusion_matrix_names_the_classes(trained) -> None:
+    pytest.importorskip("src.extras.figures")  # draws the matrix
+    dashboard = pytest.importorskip("src.extras.dashboard.test_dashboard")
+    Run, parse_counts, read_events = dashboard.Run, dashboard.parse_counts, dashboard.read_events
     run, _, _ = trained
     log_dir = Path(run.trainer.log_dir)
     texts = Run(run, log_dir, read_events(log_dir)).texts("val/confusion_counts")
@@ -285,7 +287,7 @@ def test_predicting_a_moved_checkpoint_under_the_trainer_says_nothing_of_its_old
 @pytest.fixture(scope="module")
 def image_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A short fit on tiny generated PNG files: its last checkpoint."""
-    from tests.test_images import tiny, write_images
+    from src.extras.images.test_images import tiny, write_images
 
     folder = tmp_path_factory.mktemp("image-run")
     last = [
@@ -304,7 +306,7 @@ def image_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_no_output_lands_inside_a_folder_predict_reads_even_when_overwriting(
     image_checkpoint: Path, workdir: Path, capsys, target: str, how: str
 ) -> None:
-    from tests.test_images import write_images
+    from src.extras.images.test_images import write_images
 
     folder = write_images(workdir / "imgs" / "a", per_class=2)
     output = {

@@ -34,11 +34,12 @@ DOCS = ROOT / "docs"
 
 
 def pages() -> list[Path]:
-    """README.md, the docs pages in the order its links name them, then the apps' pages (each goes with
-    its app's folder)."""
+    """README.md, the docs pages in the order its links name them, then the extras' and the apps' pages
+    (each goes with its folder)."""
     linked = re.findall(r"\]\((docs/[\w-]+\.md)\)", README.read_text())
+    extras = sorted((ROOT / "src" / "extras").glob("*/README.md"))
     apps = sorted((ROOT / "src" / "apps").glob("*/README.md"))
-    return [README, *(ROOT / name for name in dict.fromkeys(linked)), *apps]
+    return [README, *(ROOT / name for name in dict.fromkeys(linked)), *extras, *apps]
 
 
 VENV_BIN = Path(sys.executable).parent
@@ -48,7 +49,7 @@ NOT_RUN = {
     "make test": "the test suite itself",
     "make test-full": "the test suite itself, slow tests included",
     "make lint": "CI runs it",
-    "make tensorboard": "a server that runs until stopped; tests/test_tensorboard_server.py starts one",
+    "make tensorboard": "a server that runs until stopped; the dashboard's tests start one",
     "make bench": "minutes of measurement; benchmarks are not tests",
     "make serve": "a server that runs until stopped; src/apps/serve/test_serve.py starts one and asks it",
     "curl": "asks the server above; src/apps/serve/test_serve.py sends the same request",

@@ -137,7 +137,7 @@ time.sleep(120)
 
 def test_the_advice_after_sigterm_is_a_command_that_resumes_the_run(workdir: Path, caplog) -> None:
     typed = ["fit", *SPIRAL, "--trainer.max_epochs=3", *QUIET]
-    stop = ["--trainer.callbacks+=tests.test_resume.SigtermAt", "--trainer.callbacks.step=3"]
+    stop = ["--trainer.callbacks+=tests.helpers.SigtermAt", "--trainer.callbacks.step=3"]
     with pytest.raises(SystemExit) as exit_:
         main([*typed, *stop])
     assert exit_.value.code == 128 + signal.SIGTERM

@@ -1,6 +1,6 @@
 """The silent training-loop bugs the PyTorch tutorials warn about, each run next to the right loop.
 
-One test per bug. Each one (1) checks the reference, ``src.loop``, against an expectation computed
+One test per bug. Each one (1) checks the reference, ``examples.loop``, against an expectation computed
 without it (gradient descent written as algebra, a closed form, a direct evaluation), so breaking the
 loop breaks the test; (2) runs the bug written out by hand and shows that it gives another result; and
 (3) checks the symptom you would see. Where the template's Lightning path rules the bug out, a
@@ -21,10 +21,10 @@ from torch import nn
 from torch.optim.lr_scheduler import StepLR
 from torch.utils.data import DataLoader, TensorDataset
 
-from src.loop import evaluate, fit, predict
+from examples.loop import evaluate, fit, predict
+from examples.test_loop import descend_by_hand, make_batches, make_net
 from src.models import Classifier
 from src.nets import MLP
-from tests.test_loop import descend_by_hand, make_batches, make_net
 
 SGD = partial(torch.optim.SGD, lr=0.1)
 
@@ -39,7 +39,7 @@ def assert_differs(actual: dict[str, torch.Tensor], expected: dict[str, torch.Te
 
 
 def reference_sgd(batches: list, **fit_args) -> dict[str, torch.Tensor]:
-    """``src.loop.fit`` with plain SGD, checked against gradient descent written as algebra."""
+    """``examples.loop.fit`` with plain SGD, checked against gradient descent written as algebra."""
     net = make_net()
     clip = fit_args.get("gradient_clip_val")
     expected = descend_by_hand(make_net(), [[b] for b in batches], lr=0.1, divide_by=1, clip_norm=clip)

@@ -2,7 +2,6 @@
 
 from src.models.base import BaseTask
 from src.models.classifier import Classifier
-from src.models.manual import ManualClassifier
 from src.models.regressor import Regressor
 
-__all__ = ["BaseTask", "Classifier", "ManualClassifier", "Regressor"]
+__all__ = ["BaseTask", "Classifier", "Regressor"]

@@ -30,13 +30,14 @@ from lightning.pytorch.callbacks import Callback
 from lightning_utilities.core.apply_func import apply_to_collection
 from typing_extensions import override
 
+from examples.manual import ManualClassifier
 from src.apps.doctor import data as data_checks
 from src.apps.doctor import model as model_checks
 from src.apps.doctor.findings import Finding
 from src.apps.doctor.schedule import check_schedule, scheduler_steps
 from src.data import TabularDataModule
 from src.errors import UserInputError
-from src.models import BaseTask, Classifier, ManualClassifier
+from src.models import BaseTask, Classifier
 
 #: the kernel's account of this thread's time (Linux): nanoseconds on a CPU, waiting for one, time slices
 SCHEDSTAT = Path("/proc/thread-self/schedstat")

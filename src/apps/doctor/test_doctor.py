@@ -31,16 +31,16 @@ from src.apps.doctor.model import layers_in_python_lists
 from src.apps.doctor.probe import OVERFIT_STEPS, input_free_loss, overfit_one_batch
 from src.cli import main
 from src.data import TabularDataModule
-from src.data.images import ImageDataModule
 from src.data.loading import Stage, TensorBatches
-from src.data.text import TextDataModule, bundled_text
+from src.extras.images import ImageDataModule
+from src.extras.images.nets import SmallCNN
+from src.extras.images.test_images import CLASSES, write_images
+from src.extras.text import TextDataModule, bundled_text
+from src.extras.text.model import LanguageModel
+from src.extras.text.nets import CharTransformer
 from src.models import Classifier, Regressor
-from src.models.language import LanguageModel
 from src.nets import MLP
-from src.nets.cnn import SmallCNN
-from src.nets.transformer import CharTransformer
 from tests.conftest import CONFIGS, QUIET
-from tests.test_images import CLASSES, write_images
 
 ADAM = partial(torch.optim.Adam, lr=0.01)
 EXPERIMENTS = sorted(p for p in CONFIGS.glob("*.yaml") if p.name != "defaults.yaml")

@@ -8,7 +8,7 @@ Two files are written: the graph at ``--output`` (left out: beside the checkpoin
 destination folder and renamed only after the check below passed, so a failed export leaves nothing;
 neither may be the checkpoint, and an existing file is replaced only with ``--overwrite``.
 
-**An image checkpoint** (a run of :class:`src.data.images.ImageDataModule`) gives a graph that takes
+**An image checkpoint** (a run of :class:`src.extras.images.ImageDataModule`) gives a graph that takes
 ``images``, uint8 pixels ``(B, H, W, C)`` as decoded files stack (B dynamic), and holds the float
 conversion, the standardization with the run's statistics and the net; it returns ``logits`` ``(B, K)``.
 Its sidecar's ``graph`` says the ``layout``, ``dtype``, ``mode``, ``size``; its ``preprocessing`` the
@@ -78,7 +78,6 @@ from src.data.preprocessing import (
 )
 from src.errors import UserInputError
 from src.files import check_output, written
-from src.image_predict import ImagePreprocessing, carries_images
 
 if TYPE_CHECKING:
     from lightning import LightningModule
@@ -155,8 +154,10 @@ class Exportable(nn.Module):
         return self.model.predict_step((features,), 0)["preds"]  # (B,) in the target's units
 
 
-def image_sidecar_of(preprocessing: ImagePreprocessing, graph_file: str, fmt: str) -> dict[str, Any]:
-    """An image checkpoint's sidecar: how to call the graph, and what the run fitted and how it read files."""
+def image_sidecar_of(preprocessing: Any, graph_file: str, fmt: str) -> dict[str, Any]:
+    """An image checkpoint's sidecar: how to call the graph, and what the run fitted and how it read files
+    (``preprocessing``: the predictor's reading of images, with its ``size``, ``mode``, ``channels`` and
+    ``state()``)."""
     height, width = preprocessing.size
     return {
         "format_version": SIDECAR_VERSION,
@@ -176,7 +177,7 @@ def image_sidecar_of(preprocessing: ImagePreprocessing, graph_file: str, fmt: st
     }
 
 
-def probe_images(preprocessing: ImagePreprocessing, images: int = 8, seed: int = 0) -> torch.Tensor:
+def probe_images(preprocessing: Any, images: int = 8, seed: int = 0) -> torch.Tensor:
     """uint8 ``(B, H, W, C)`` pixels drawn at random over 0…255: every input value the graph can see."""
     shape = (images, *preprocessing.size, preprocessing.channels)
     return torch.from_numpy(np.random.default_rng(seed).integers(0, 256, size=shape, dtype=np.uint8))
@@ -574,7 +575,8 @@ def export(
     if fmt not in FORMATS:
         raise UserInputError(f"--format {fmt!r} is unknown; choose one of {', '.join(FORMATS)}.")
     # one sentence for a missing or unsafe file
-    prepared = image_export(ckpt_path) if carries_images(ckpt_path) else table_export(ckpt_path)
+    reads_rows = Predictor.from_checkpoint(ckpt_path, device="cpu").reads_rows
+    prepared = table_export(ckpt_path) if reads_rows else image_export(ckpt_path)
     option = "--output" if output is not None else "the default output beside the checkpoint"
     graph_path = Path(output) if output is not None else Path(ckpt_path).with_suffix(SUFFIXES[fmt])
     check_output(output if output is not None else graph_path, [ckpt_path], overwrite, option)

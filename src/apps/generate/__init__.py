@@ -26,11 +26,11 @@ from typing_extensions import override
 
 from src.checkpoints import check_names, load_checkpoint, resolve
 from src.cli_errors import summarize
-from src.data.text import Vocabulary, read_text, text_state_of, vocabulary_of
-from src.decoding import Strategy, check_decoding, stream
 from src.errors import UserInputError
+from src.extras.text import Vocabulary, read_text, text_state_of, vocabulary_of
+from src.extras.text.decoding import Strategy, check_decoding, stream
+from src.extras.text.model import LanguageModel
 from src.files import check_output, written
-from src.models.language import LanguageModel
 from src.speedups import class_saved_by_the_cli
 
 #: the prompt when none is given: the start of a line
@@ -87,7 +87,7 @@ def checked(
     token_limit: int,
     vocabulary: int | None = None,
 ) -> None:
-    """:func:`src.decoding.check_decoding`, its sentence naming the option (``--top_k=...``)."""
+    """:func:`src.extras.text.decoding.check_decoding`, its sentence naming the option (``--top_k=...``)."""
     try:
         check_decoding(
             strategy,

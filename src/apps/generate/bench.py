@@ -5,15 +5,15 @@
 
 The nets are those ``configs/charlm.yaml`` trains (its ``CharTransformer`` and its window length, read
 from the file, so that the numbers follow the config) and a ``CharGRU`` with its defaults, on the
-config's data (:class:`src.data.text.TextDataModule`: the bundled text, its batch size and stride), on
+config's data (:class:`src.extras.text.TextDataModule`: the bundled text, its batch size and stride), on
 the CPU with ``--threads`` torch threads. Per net and round:
 
-- **training**: :class:`src.models.language.LanguageModel` (loss, accuracy and perplexity updated every
+- **training**: :class:`src.extras.text.model.LanguageModel` (loss, accuracy and perplexity updated every
   step) fitted for ``--steps`` optimizer steps by a quiet Trainer (no logger, checkpoints, progress bar
   or model summary; AdamW at the config's learning rate, no scheduler; the shipped gradient clipping).
   The clock runs from ``on_train_start`` to the last step's ``on_train_batch_end``; characters per
   second are the target characters of the batches it covered, ``steps * batch_size * block_size``.
-- **generation**: :func:`src.models.language.generate` of ``--new_tokens`` characters after a prompt of
+- **generation**: :func:`src.extras.text.model.generate` of ``--new_tokens`` characters after a prompt of
   one window, one sequence, ``sample`` with temperature 0.8 and top-k 40, the context cropped to the
   window: one forward pass of up to ``block_size`` characters per generated character, as
   ``python -m src.apps.generate`` does it.
@@ -23,7 +23,7 @@ Each number is the median over ``--rounds`` rounds, after one unmeasured warm-up
 Then **generation from the command line beside the function**, on a checkpoint of the config's net
 trained for ``--steps`` steps through the CLI: ``python -m src.apps.generate`` as a user runs it (its
 own process, its text printed as it comes, to /dev/null) with its default thread setting and with
-torch's own (``--threads null``: one per core), and :func:`src.models.language.generate` on the model
+torch's own (``--threads null``: one per core), and :func:`src.extras.text.model.generate` on the model
 loaded from the same checkpoint under the same two settings. A command's characters per second are
 the extra characters of a long run over a short one divided by its extra seconds, so that starting
 Python and loading the checkpoint do not count; both runs sample as above, from the same prompt.
@@ -53,9 +53,9 @@ from torch import nn
 from typing_extensions import override
 
 from benchmarks import report
-from src.data.text import TextDataModule
-from src.models.language import LanguageModel, generate
-from src.nets.transformer import CharGRU, CharTransformer
+from src.extras.text import TextDataModule
+from src.extras.text.model import LanguageModel, generate
+from src.extras.text.nets import CharGRU, CharTransformer
 
 ROOT = Path(__file__).resolve().parents[3]  # the repository: src/apps/<app>/bench.py
 CONFIG = ROOT / "configs" / "charlm.yaml"

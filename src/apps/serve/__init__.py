@@ -30,10 +30,10 @@ finite: one forward pass and one labelling call for all their rows. Encoding eac
 keeps its prediction what it is alone (pandas reads a column from its cells, so the cells of another
 request could change how it reads them).
 
-**An image checkpoint** (a run of :class:`src.data.images.ImageDataModule`) is served the same way, with
+**An image checkpoint** (a run of :class:`src.extras.images.ImageDataModule`) is served the same way, with
 ``{"images": ["<base64 of a PNG or JPEG file>", ...]}``, one image per row, answered in the same shape
 ``{"predictions": [{"label": ..., "probabilities": {...}}, ...]}``. Each image is read as ``predict``
-reads files (:mod:`src.data.images`' one rule); an entry that is not base64 or not an image, or of
+reads files (:mod:`src.extras.images`' one rule); an entry that is not base64 or not an image, or of
 another size where the run did not resize its images, refuses its request with a 422 naming it;
 ``--max_rows`` bounds the images of one request, and ``--max_pixels`` their pixels (413), read from the
 headers before any image is decoded.
@@ -67,10 +67,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, StrictBool, StrictFloat, StrictInt, StrictStr
 
-from src.data.images import header
 from src.data.preprocessing import CellReport, Location
 from src.errors import UserInputError
-from src.image_predict import carries_images
 from src.predict import Predictor, prediction_frame
 
 #: one cell of a row as JSON gives it; null is a missing cell
@@ -415,6 +413,8 @@ class ImageAPI(BatchedAPI):
                     422, f"images[{i}] is not base64 ({err}); send each image file's bytes base64-encoded."
                 )
         names = [f"images[{i}]" for i in range(len(files))]
+        from src.extras.images import header  # an image checkpoint: the images extra made it
+
         try:
             # headers only: a request of too many pixels is refused before any of them is decoded
             headers = [
@@ -563,8 +563,7 @@ def build(options: argparse.Namespace) -> ls.LitServer:
     if options.batch_timeout < 0:
         raise UserInputError(f"--batch_timeout {options.batch_timeout} must not be negative.")
     # a missing, broken or foreign checkpoint: one sentence
-    images = carries_images(options.ckpt_path)
-    Predictor.from_checkpoint(options.ckpt_path)
+    images = not Predictor.from_checkpoint(options.ckpt_path).reads_rows
     family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
     with socket.socket(family) as probe:
         try:

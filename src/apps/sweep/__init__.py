@@ -48,9 +48,9 @@ from optuna.trial import TrialState
 from typing_extensions import override
 
 from src.apps.cv import cross_validate, mean_std
-from src.callbacks import Dashboard
 from src.cli import CLI, main
 from src.errors import UserInputError
+from src.extras.dashboard import Dashboard
 from src.files import check_output, written
 from src.settings import config_files
 

@@ -36,8 +36,8 @@ from src.apps.sweep import (
 )
 from src.cli import main
 from src.errors import UserInputError
+from src.extras.dashboard.test_dashboard import Run, read_events, session_hparams
 from tests.conftest import BARE, CONFIGS, QUIET, ROOT
-from tests.test_dashboard import Run, read_events, session_hparams
 
 #: the shipped search space, beside this file
 SPACE_FILE = Path(__file__).with_name("digits.yaml")
@@ -74,7 +74,7 @@ def space(**changes: object) -> Space:
 def test_a_sweep_finds_a_better_config_than_a_bad_start(workdir: Path, capsys) -> None:
     bad_start = [*TINY, f"--{LR}=1e-5"]  # learns next to nothing in 4 epochs
     baseline = run_metrics(main(["fit", *bad_start]))["val/acc"]
-    words = [*bad_start, "--dashboard=src.callbacks.Dashboard"]  # the HParams rows below
+    words = [*bad_start, "--dashboard=src.extras.dashboard.Dashboard"]  # the HParams rows below
     study = run_sweep(words, space(), trials=4, name="better")
 
     assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 4

@@ -1,0 +1,109 @@
+"""The baselines' models on a table's raw columns: gradient boosting and a linear model, built, fitted and
+run wherever :class:`src.extras.baselines.callback.Baselines` sends them, by default a process of their own.
+
+No Lightning and no torch here: such a process starts in the time scikit-learn takes to import, and the
+training's interpreter never runs the boosting's Python (which would hold its lock while the net trains).
+"""
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator
+from sklearn.compose import ColumnTransformer
+from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+from sklearn.impute import SimpleImputer
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.pipeline import Pipeline, make_pipeline
+from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder, StandardScaler
+from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]  # no py.typed, no stubs
+
+#: gradient boosting reads at most this many categories of a column as categories of their own (its
+#: histograms hold 255 bins); the rarer ones share one
+MAX_BOOSTED_CATEGORIES = 255
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What the models are built from: the task, the raw columns the net reads by kind, the class count
+    (1 for regression), boosting's iterations and seed, and the threads of scikit-learn's pools (``None``:
+    one per core)."""
+
+    task: str
+    numeric: list[str]
+    categorical: list[str]
+    classes: int
+    max_iter: int
+    seed: int
+    threads: int | None
+
+
+@dataclass
+class Fitted:
+    """The fitted models by name; their outputs on each evaluated split (:func:`outputs`), by split then
+    model; the seconds fitting and running them took; the process that did it."""
+
+    models: dict[str, BaseEstimator]
+    outputs: dict[str, dict[str, np.ndarray]]
+    seconds: float
+    pid: int
+
+
+def build_models(spec: Spec) -> dict[str, BaseEstimator]:
+    """The two baselines, unfitted, each a pipeline from the raw columns (numbers as numbers with NaN for
+    missing cells, categories as text).
+
+    ``hgb``: HistGradientBoosting with scikit-learn's defaults (``max_iter`` iterations at learning rate 0.1,
+    whatever the class count), numbers as they are (missing cells its own way), each categorical column as
+    a native categorical feature (its :data:`MAX_BOOSTED_CATEGORIES` most frequent values). ``linear``:
+    logistic or ridge regression on numbers filled with the median (with a missing indicator) and
+    standardized, and every training value of a categorical column one-hot (unseen ones: none).
+    """
+    ordinal = OrdinalEncoder(
+        handle_unknown="use_encoded_value", unknown_value=np.nan, max_categories=MAX_BOOSTED_CATEGORIES
+    )
+    trees = ColumnTransformer(
+        [("numbers", "passthrough", spec.numeric), ("categories", ordinal, spec.categorical)],
+        remainder="drop",
+    )
+    is_categorical = np.array([False] * len(spec.numeric) + [True] * len(spec.categorical))
+    lines = ColumnTransformer(
+        [
+            ("numbers", make_pipeline(SimpleImputer(strategy="median", add_indicator=True), StandardScaler()),
+             spec.numeric),
+            ("categories", OneHotEncoder(handle_unknown="ignore"), spec.categorical),
+        ],
+        remainder="drop",
+    )  # fmt: skip
+    options = {"max_iter": spec.max_iter, "random_state": spec.seed, "categorical_features": is_categorical}
+    if spec.task == "classification":
+        hgb, linear = HistGradientBoostingClassifier(**options), LogisticRegression(max_iter=1000)
+    else:
+        hgb, linear = HistGradientBoostingRegressor(**options), Ridge()
+    return {"hgb": Pipeline([("columns", trees), ("model", hgb)]), "linear": make_pipeline(lines, linear)}
+
+
+def outputs(model: Any, x: pd.DataFrame, spec: Spec) -> np.ndarray:
+    """A fitted model's ``(N, K)`` class probabilities (a class absent from its training rows: 0), or its
+    ``(N,)`` values in the target's units."""
+    with threadpool_limits(spec.threads):
+        if spec.task != "classification":
+            return np.asarray(model.predict(x), dtype=np.float64)
+        probs = np.zeros((len(x), spec.classes), dtype=np.float64)
+        probs[:, model.classes_.astype(int)] = model.predict_proba(x)
+        return probs
+
+
+def fit(spec: Spec, train: tuple[pd.DataFrame, np.ndarray], evaluate: dict[str, pd.DataFrame]) -> Fitted:
+    """Both models fitted on ``train`` (raw columns, targets), and their :func:`outputs` on each split of
+    ``evaluate``."""
+    start = time.perf_counter()
+    models = build_models(spec)
+    with threadpool_limits(spec.threads):
+        for model in models.values():
+            model.fit(*train)
+    ran = {split: {name: outputs(m, x, spec) for name, m in models.items()} for split, x in evaluate.items()}
+    return Fitted(models, ran, time.perf_counter() - start, os.getpid())

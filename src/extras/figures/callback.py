@@ -1,0 +1,240 @@
+"""Pictures of the validation errors for TensorBoard's Images tab, drawn off the training thread."""
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import lightning as L
+import numpy as np
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_info
+from matplotlib.figure import Figure
+from torch.utils.tensorboard import SummaryWriter
+from torchmetrics.aggregation import CatMetric
+from torchmetrics.classification import MulticlassConfusionMatrix
+from typing_extensions import override
+
+from src.errors import UserInputError
+from src.extras.figures import drawing
+from src.extras.figures.drawing import Drawn
+from src.extras.loggers import BestEpoch, last_by_cap, logging_step, tensorboard_writer
+from src.extras.painter import Painter
+
+
+@dataclass
+class _Epoch:
+    """What one validation epoch leaves to draw: (K, K) counts, or (N,) predictions and targets."""
+
+    epoch: int
+    step: int
+    counts: np.ndarray | None = None
+    preds: np.ndarray | None = None
+    target: np.ndarray | None = None
+    labels: list[str] | None = None
+    drawn: bool = False
+
+
+class ValidationFigures(Callback):
+    """The confusion matrix (classification) or predicted against true values (regression).
+
+    Reads the ``{"preds", "target"}`` dict that ``validation_step`` returns, as the metrics see it:
+    ``(B, K)`` scores for classification, ``(B,)`` values in the target's units for regression; a module
+    whose ``validation_step`` returns no such dict gets one line saying so, and no figures. Class names
+    come from the DataModule's ``label_names`` when it has them. The
+    counts accumulate on the device; the only host transfer is at the end of the validation epoch.
+
+    Drawn on every n-th epoch's validation, on the first and the last of a fit (also when it resumes, or
+    when early stopping or a stop signal ends it), and at the fit's end for its best epoch by the monitored
+    value (the best checkpoint's): ``summary/…`` tags in the run folder, at that epoch's step. Drawing
+    (matplotlib: :mod:`src.extras.figures.drawing`) runs on a worker process
+    (:class:`~src.extras.painter.Painter`), one figure at a time, so the training neither waits for it nor
+    shares its interpreter's lock with it; the pixels come back and are written from a thread of this
+    process. The fit ends only once every figure is written. The last epoch by the fit's cap is drawn at its
+    own validation, so that the fit's end has only the best epoch's left to draw.
+
+    Tags: ``val/confusion_matrix`` (image) and ``val/confusion_counts`` (the same counts as a text table),
+    or ``val/predicted_vs_true`` (image); ``summary/…`` for the best epoch's.
+
+    Args:
+        every_n_epochs: Draw on every n-th validation epoch (and on the first and the last).
+        image_size: Width and height of the regression's image, in pixels; the confusion matrix is
+            sized to its class count instead.
+        max_points: Regression: at most this many validation rows (the first ones) in the scatter plot.
+        draw_in: ``process`` (a worker process) or ``thread`` (a background thread of this process, for
+            where a process may not be started, or a subclass whose ``_figure`` draws differently).
+    """
+
+    def __init__(
+        self,
+        every_n_epochs: int = 5,
+        image_size: int = 480,
+        max_points: int = 2000,
+        draw_in: Literal["process", "thread"] = "process",
+    ) -> None:
+        for name, value in {"every_n_epochs": every_n_epochs, "image_size": image_size}.items():
+            if value < 1:
+                raise UserInputError(f"ValidationFigures {name}={value} must be at least 1.")
+        self.every_n_epochs = every_n_epochs
+        self.image_size = image_size
+        self.max_points = max_points
+        self._confusion: MulticlassConfusionMatrix | None = None
+        self._preds = CatMetric(nan_strategy="disable")  # "disable": a NaN check would sync per step
+        self._target = CatMetric(nan_strategy="disable")
+        self._points = 0
+        self._collecting = False
+        self._latest: _Epoch | None = None
+        self._best = BestEpoch()
+        if draw_in not in ("process", "thread"):
+            raise UserInputError(f"ValidationFigures draw_in={draw_in!r} is not 'process' or 'thread'.")
+        self.draw_in = draw_in
+        self._painter = Painter("validation-figures", processes=draw_in == "process")
+        self._drew = False  # whether this run has drawn a figure yet
+        self._told = False  # whether the module was told what this callback needs
+
+    @override
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # every epoch is collected (a confusion-matrix update per batch, on the device): the best one
+        # is drawn at the fit's end, and which one is best is known only then
+        self._collecting = not trainer.sanity_checking
+        self._points = 0
+        for metric in (self._confusion, self._preds, self._target):
+            if metric is not None:
+                metric.reset()
+
+    @override
+    def on_validation_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if not self._collecting:
+            return
+        if not (isinstance(outputs, Mapping) and "preds" in outputs and "target" in outputs):
+            if not self._told:
+                self._told = True
+                rank_zero_info(
+                    f"ValidationFigures draws from the {{'preds', 'target'}} dict validation_step returns; "
+                    f"{type(pl_module).__name__}.validation_step returns none, so no figures are drawn."
+                )
+            return
+        preds, target = outputs["preds"], outputs["target"]
+        if preds.ndim == 2:  # (B, K) scores
+            if self._confusion is None:
+                # validate_args=False: the range checks would sync the host on every batch
+                self._confusion = MulticlassConfusionMatrix(preds.shape[1], validate_args=False)
+            self._confusion.to(preds.device).update(preds, target)
+        elif self._points < self.max_points:
+            keep = self.max_points - self._points  # a slice length from Python ints: no sync
+            self._preds.to(preds.device).update(preds[:keep])
+            self._target.to(preds.device).update(target[:keep])
+            self._points += min(keep, len(preds))
+
+    @override
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self._collecting:
+            return
+        # compute() runs on every process: it gathers the other processes' counts or values
+        latest = _Epoch(trainer.current_epoch, logging_step(trainer))
+        if self._confusion is not None and self._confusion.update_called:
+            # copies: the thread draws them while the next epoch updates the metric's own tensors
+            latest.counts = (
+                self._confusion.compute().cpu().numpy().copy()
+            )  # (K, K): rows true, columns predicted
+            latest.labels = _label_names(trainer, len(latest.counts))
+        elif self._preds.update_called:
+            latest.preds = self._preds.compute().cpu().numpy().copy()
+            latest.target = self._target.compute().cpu().numpy().copy()
+        else:
+            return
+        self._latest = latest
+        # a fit draws its first validation (also after a resume) and every n-th epoch; a validate run its one
+        first = not self._drew
+        if (
+            trainer.state.fn != TrainerFn.FITTING
+            or first
+            or latest.epoch % self.every_n_epochs == 0
+            or last_by_cap(trainer)  # drawn now, not after the training
+        ):
+            self._draw_later(trainer, latest, "val")
+
+    @override
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # the epoch's values are in callback_metrics from here on
+        if self._collecting and self._latest is not None and trainer.state.fn == TrainerFn.FITTING:
+            self._best.offer(trainer, self._latest)
+
+    @override
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # the fit's last validation epoch, whatever ended the fit, and its best one
+        if self._latest is not None and not self._latest.drawn:
+            self._draw_later(trainer, self._latest, "val")
+        if self._best.kept is not None:
+            self._draw_later(trainer, self._best.kept, "summary", self._best.title(trainer))
+        self._best = BestEpoch()
+
+    @override
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # before Lightning closes the loggers: every figure is written, and a drawing error is raised here
+        self._finish(drawn=True)
+
+    @override
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        # a failed run: figures not begun are dropped and the one being drawn is waited for (an error of
+        # its own would only hide the run's), so that nothing writes into a run folder being removed
+        self._finish(drawn=False)
+
+    def _finish(self, drawn: bool) -> None:
+        self._latest = None
+        self._best = BestEpoch()
+        self._drew = False
+        self._painter.finish(drawn)
+
+    def _draw_later(self, trainer: L.Trainer, epoch: _Epoch, group: str, title: str | None = None) -> None:
+        self._drew = True
+        epoch.drawn = epoch.drawn or group == "val"
+        writer = tensorboard_writer(trainer)
+        if writer is None:
+            return
+        what = (group, title or f"validation, epoch {epoch.epoch}", epoch.counts, epoch.labels, epoch.preds)
+        write = functools.partial(_write, writer, epoch.step)
+        if self.draw_in == "process":
+            self._painter.submit(drawing.validation, *what, epoch.target, None, self.image_size, then=write)
+        else:
+            self._painter.submit(self._draw, *what, epoch.target, then=write)
+
+    def _draw(
+        self,
+        group: str,
+        title: str,
+        counts: np.ndarray | None,
+        labels: list[str] | None,
+        preds: np.ndarray | None,
+        target: np.ndarray | None,
+    ) -> Drawn:
+        return drawing.validation(group, title, counts, labels, preds, target, figure=self._figure())
+
+    def _figure(self) -> Figure:
+        return drawing.new_figure(self.image_size)
+
+
+def _write(writer: SummaryWriter, step: int, drawn: Drawn) -> None:
+    for tag, text in drawn.texts.items():
+        writer.add_text(tag, text, step)
+    writer.add_image(drawn.tag, drawn.pixels, step, dataformats="HWC")
+
+
+def _label_names(trainer: L.Trainer, count: int) -> list[str]:
+    """The class labels as the data writes them (``MALE``, ``Gentoo``), or class ids when unknown."""
+    datamodule = trainer.datamodule  # type: ignore[attr-defined]  # set by Lightning at run time
+    labels = getattr(datamodule, "label_names", None)
+    if not isinstance(labels, list | tuple) or len(labels) != count:
+        return [str(k) for k in range(count)]
+    return [str(label) for label in labels]
