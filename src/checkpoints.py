@@ -4,7 +4,7 @@
   in one sentence, the same at every entry point, what is wrong with a file it cannot read.
 - :func:`check_names` refuses a checkpoint that names code outside the trusted set, at any depth of what
   it carries, before anything it names is imported: a ``class_path`` (or the keys LightningCLI
-  saves, :data:`src.speedups.SAVED_CLASS_KEY`) anywhere, any other text that reads as an importable
+  saves, :data:`SAVED_CLASS_KEY`) anywhere, any other text that reads as an importable
   dotted name, which jsonargparse would import for a parameter typed as a class or a callable, and
   the same inside a text that jsonargparse would read as YAML or as the path of a YAML file. Trusted:
   this project's own code
@@ -27,10 +27,21 @@ import torch
 import yaml
 
 from src.errors import UserInputError
-from src.speedups import SAVED_CLASS_KEY, SAVED_INSTANTIATOR_KEY, class_saved_by_the_cli
 
 if TYPE_CHECKING:  # Lightning is imported when a model is loaded, not when a checkpoint is read
     from lightning import LightningModule
+
+#: the keys under which LightningCLI's instantiator saves, in a checkpoint's ``hyper_parameters``, the
+#: class the module was built as and the instantiator itself
+SAVED_CLASS_KEY = "_class_path"
+SAVED_INSTANTIATOR_KEY = "_instantiator"
+
+
+def class_saved_by_the_cli(checkpoint: dict[str, Any]) -> str | None:
+    """The class path LightningCLI saved in a checkpoint's hyperparameters, or ``None``."""
+    class_path = dict(checkpoint.get("hyper_parameters") or {}).get(SAVED_CLASS_KEY)
+    return class_path if isinstance(class_path, str) else None
+
 
 #: keys whose text value is a class or function to import
 CLASS_KEYS = ("class_path", SAVED_CLASS_KEY, SAVED_INSTANTIATOR_KEY)

@@ -24,7 +24,6 @@ import tests.test_accumulation_clipping as accumulation_clipping
 import tests.test_any_module as any_module
 import tests.test_best_checkpoint as best_checkpoint
 import tests.test_checkpointing as checkpointing
-import tests.test_fast_predict as fast_predict_tests
 import tests.test_loop as loop
 import tests.test_models as models
 import tests.test_parity as parity
@@ -421,22 +420,6 @@ def test_resume_catches_a_datamodule_that_keeps_the_loaders_position_to_itself(
     )
     with pytest.raises(AssertionError):
         resume.test_resumed_in_the_middle_of_an_epoch_equals_uninterrupted(workdir, resume.COSINE)
-
-
-# -- predict without Lightning ------------------------------------------------------------------------
-
-
-def test_fast_predict_catches_a_checkpoint_let_through_unchecked(
-    messy_trained, planted: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The names unchecked by the one loader and by the task's own load_from_checkpoint: a name the
-    model's loading never uses, which the full CLI would refuse, gets by."""
-    for module in (src.checkpoints, src.models.base):
-        monkeypatch.setattr(module, "check_names", lambda *args, **kwargs: None)
-    with pytest.raises((AssertionError, pytest.fail.Exception)):
-        fast_predict_tests.test_a_checkpoint_naming_code_of_elsewhere_is_refused_before_anything_is_imported(
-            messy_trained, planted, workdir, "optimizer"
-        )
 
 
 @pytest.mark.filterwarnings(

@@ -24,14 +24,13 @@ import torch
 from jsonargparse import ArgumentParser, auto_cli
 from typing_extensions import override
 
-from src.checkpoints import check_names, load_checkpoint, resolve
+from src.checkpoints import check_names, class_saved_by_the_cli, load_checkpoint, resolve
 from src.cli_errors import summarize
 from src.data.text import Vocabulary, read_text, text_state_of, vocabulary_of
 from src.decoding import Strategy, check_decoding, stream
 from src.errors import UserInputError
 from src.files import check_output, written
 from src.models.language import LanguageModel
-from src.speedups import class_saved_by_the_cli
 
 #: the prompt when none is given: the start of a line
 DEFAULT_PROMPT = "\n"
