@@ -30,8 +30,7 @@ model and the Trainer). The variants, all on ``--epochs`` epochs (default 30) wi
   losses per stage updated in every step and logged with ``self.log`` per epoch, the best validation
   accuracy tracked with ``MaxMetric``; a Trainer with ``ModelCheckpoint`` (best by ``val/acc`` and
   ``last.ckpt``), ``EarlyStopping`` (patience beyond the run) and Lightning's ``TensorBoardLogger``, no
-  progress bar, no model summary; the same data. Neither this nor ``bare`` gets the project's speed-ups
-  (``src/speedups.py``): they run as Lightning runs them.
+  progress bar, no model summary; the same data.
 - ``no <section>``: ``shipped`` with one of the shipped callback sections (``src.cli.callback_sections()``,
   as the code has them now) set to ``null``. Where Lightning would put its own callback in the section's
   place, that is switched off too: the progress bar's section also sets ``trainer.enable_progress_bar=
@@ -88,7 +87,6 @@ import src.cli
 from benchmarks import report
 from benchmarks.train_speed import isolated
 from src.checkpoints import resolve
-from src.speedups import skip_idle_log_moves
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "digits.yaml"
@@ -243,8 +241,6 @@ def run_bare(folder: Path, epochs: int, extra: list[str]) -> Run:
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    # as Lightning runs it: building the CLI above switched the project's self.log speed-up on
-    skip_idle_log_moves(False)
     return timed_fit(trainer, module, datamodule=cli.datamodule)
 
 
@@ -325,8 +321,6 @@ def run_hydra(folder: Path, epochs: int, extra: list[str]) -> Run:
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    # as Lightning runs it: building the CLI above switched the project's self.log speed-up on
-    skip_idle_log_moves(False)
     return timed_fit(trainer, module, datamodule=cli.datamodule)
 
 

@@ -33,8 +33,6 @@ given ``max_epochs=1`` and ``limit_train_batches=steps``. The variants:
    model, the data file and the run's length, plus ``--trainer.accelerator=cpu`` (what ``auto`` picks
    here).
    The progress bar writes to ``/dev/null``, which is cheaper than a terminal.
-7. ``cli_plain``: variant 6 with every switch of the ``speedups`` section (:mod:`src.speedups`, the
-   tricks that lean on Lightning's internals) off.
 
 What the clock covers: from just before the first batch is drawn (the epoch's shuffle included) to
 the end of the last optimizer step. For Lightning, from ``on_train_start`` (after setup, the
@@ -56,7 +54,6 @@ the per-round ratios; a verdict whose range straddles its target wants more ``--
 import argparse
 import contextlib
 import cProfile
-import inspect
 import io
 import logging
 import math
@@ -88,7 +85,6 @@ from src.cli import main
 from src.data import Split, TabularDataModule
 from src.models import Classifier
 from src.nets import MLP
-from src.speedups import Speedups, skip_idle_log_moves
 
 #: the share of the file's rows the template's DataModule holds out for validation, and for test
 HELD_OUT = 0.05
@@ -401,18 +397,14 @@ def cli_words(setup: Setup, data: Data) -> list[str]:
     ]
 
 
-def run_cli(setup: Setup, data: Data, extra: tuple[str, ...] = ()) -> Run:
-    cli = main([*cli_words(setup, data), *extra], run=False)
+def run_cli(setup: Setup, data: Data) -> Run:
+    cli = main(cli_words(setup, data), run=False)
     cli.model.net.load_state_dict(setup.net().state_dict())
     clock = TrainingClock(setup.optimizer_steps)
     # Trainer.callbacks is public and documented, but Lightning assigns it in its callback connector
     # without declaring it on the class, so mypy cannot see it
     cli.trainer.callbacks.append(clock)  # type: ignore[attr-defined]
     return lightning_fit(cli.trainer, clock, cli.model, datamodule=cli.datamodule)
-
-
-#: every switch of the speed-ups section off: the figure the issue asks for beside the shipped one
-SPEEDUPS_OFF = tuple(f"--speedups.{name}=false" for name in inspect.signature(Speedups).parameters)
 
 
 @dataclass(frozen=True)
@@ -431,11 +423,6 @@ VARIANTS: dict[str, Variant] = {
         "5. `Classifier` + `TabularDataModule`, quiet Trainer", "the DataModule's", run_template
     ),
     "cli": Variant("6. template, shipped defaults (CLI)", "the DataModule's", run_cli),
-    "cli_plain": Variant(
-        "7. as 6, every speed-up off (`src/speedups.py`)",
-        "the DataModule's",
-        partial(run_cli, extra=SPEEDUPS_OFF),
-    ),
 }
 
 
@@ -444,8 +431,7 @@ def isolated(threads: int) -> Iterator[None]:
     """A variant's run with this process's global torch settings restored after it, its output discarded.
 
     ``deterministic: true`` in the shipped defaults switches deterministic algorithms on for the whole
-    process, and the CLI the project's ``self.log`` speed-up (``src/speedups.py``); the next variant must
-    inherit neither.
+    process; the next variant must not inherit it.
     """
     deterministic = torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(threads)
@@ -467,7 +453,6 @@ def isolated(threads: int) -> Iterator[None]:
         finally:
             torch.use_deterministic_algorithms(deterministic)
             torch.set_num_threads(threads)
-            skip_idle_log_moves(False)  # a CLI variant switched the project's speed-up on; Lightning's way
             for each, level in zip(loggers, levels, strict=True):
                 each.setLevel(level)
 
@@ -522,7 +507,7 @@ def measure(setup: Setup, rounds: int, threads: int = 1, warm_up: bool = True) -
 
 TARGETS = (
     # (variant, reference, at least, what the issue asks)
-    ("cli", "bare", 0.85, "template with shipped defaults (speed-ups on) ≥ 0.85x the bare LightningModule"),
+    ("cli", "bare", 0.85, "template with shipped defaults ≥ 0.85x the bare LightningModule"),
     ("cli", "tutorial", 1.2, "template with shipped defaults ≥ 1.2x the tutorials' DataLoader loop"),
     ("loop", "compute", 0.95, "`examples/loop.py` ≥ 0.95x the compute-only loop"),
 )
@@ -578,12 +563,6 @@ def table(results: Results) -> str:
             f"- {'PASS' if ratio >= least else 'FAIL'}: {what}: {ratio:.2f}x (rounds {min(rounds):.2f} to "
             f"{max(rounds):.2f}; by CPU time {by_cpu:.2f}x)"
         )
-    plain, rounds = results.ratio("cli_plain", "bare"), results.ratios("cli_plain", "bare")
-    by_cpu = results.ratio("cli_plain", "bare", by="cpu")
-    lines.append(
-        f"- the same with every speed-up off: {plain:.2f}x the bare LightningModule (rounds "
-        f"{min(rounds):.2f} to {max(rounds):.2f}; by CPU time {by_cpu:.2f}x)"
-    )
     return "\n".join(lines)
 
 

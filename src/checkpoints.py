@@ -3,13 +3,13 @@
 - :func:`load_checkpoint` reads tensors and plain data only (``torch.load(weights_only=True)``), and says
   in one sentence, the same at every entry point, what is wrong with a file it cannot read.
 - :func:`check_names` refuses a checkpoint that names code outside the trusted set, at any depth of what
-  it carries, before anything it names is imported: a ``class_path`` (or the keys LightningCLI
-  saves, :data:`src.speedups.SAVED_CLASS_KEY`) anywhere, any other text that reads as an importable
-  dotted name, which jsonargparse would import for a parameter typed as a class or a callable, and
-  the same inside a text that jsonargparse would read as YAML or as the path of a YAML file. Trusted:
-  this project's own code
-  (``src`` and any module whose file lies in the project's folder, such as a net or LightningModule of
-  yours beside ``src/``), the library classes configs use, and what the user names.
+  it carries, before anything it names is imported: a ``class_path`` anywhere, any other text that
+  reads as an importable dotted name, under any key (jsonargparse imports such a name for a parameter
+  typed as a class or a callable), and the same inside a text that jsonargparse would read as YAML or
+  as the path of a YAML file. Trusted: this project's own code (``src`` and any module whose file lies
+  in the project's folder, such as a net or LightningModule of yours beside ``src/``), the library
+  classes configs use, and what the user names.
+- :func:`model_class_path` is the model's class as the run's config names it.
 - :func:`load_model` is the one way every entry point rebuilds a checkpoint's model: read, checked,
   its class found, loaded on the CPU.
 """
@@ -27,13 +27,12 @@ import torch
 import yaml
 
 from src.errors import UserInputError
-from src.speedups import SAVED_CLASS_KEY, SAVED_INSTANTIATOR_KEY, class_saved_by_the_cli
 
 if TYPE_CHECKING:  # Lightning is imported when a model is loaded, not when a checkpoint is read
     from lightning import LightningModule
 
-#: keys whose text value is a class or function to import
-CLASS_KEYS = ("class_path", SAVED_CLASS_KEY, SAVED_INSTANTIATOR_KEY)
+#: keys whose text value is a class or function to import, importable or not
+CLASS_KEYS = ("class_path",)
 #: what a checkpoint may name by itself: classes of this project, and the library classes configs use
 TRUSTED_PREFIXES = (
     "src.",
@@ -51,6 +50,15 @@ DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 PROJECT = Path(__file__).resolve().parent.parent
 #: the sections of a checkpoint that are read as settings (the rest is state: tensors and numbers)
 SETTINGS = ("hyper_parameters", "datamodule_hyper_parameters", "config")
+
+
+def model_class_path(checkpoint: dict[str, Any]) -> str | None:
+    """The model's class as the run's config carried in the checkpoint names it (``model.class_path``,
+    written by :class:`src.runs.SaveConfig`), or ``None`` when the checkpoint carries none."""
+    config = checkpoint.get("config")
+    model = config.get("model") if isinstance(config, dict) else None
+    class_path = model.get("class_path") if isinstance(model, dict) else None
+    return class_path if isinstance(class_path, str) else None
 
 
 def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
@@ -226,7 +234,7 @@ def load_model(
     """The model a checkpoint holds, rebuilt on the CPU in eval mode, and the checkpoint itself.
 
     Read as data (:func:`load_checkpoint`), its names checked (:func:`check_names`: ``model_class`` counts as
-    named), its class found (``model_class``, else the class it names), then Lightning's
+    named), its class found (``model_class``, else :func:`model_class_path`), then Lightning's
     ``load_from_checkpoint``. One sentence for a checkpoint that names no class, names one that is no
     LightningModule, or does not fit the class (other arguments or weights).
     """
@@ -235,7 +243,7 @@ def load_model(
     checkpoint = load_checkpoint(path)
     named = {f"{model_class.__module__}.{model_class.__qualname__}"} if model_class else set()
     check_names(checkpoint, path, named)
-    class_path = class_saved_by_the_cli(checkpoint)
+    class_path = model_class_path(checkpoint)
     found = model_class or (resolve(class_path) if class_path is not None else None)
     if not (isinstance(found, type) and issubclass(found, LightningModule)):
         what = f"names {class_path!r}, which is not a LightningModule" if found else "names no model class"

@@ -20,13 +20,6 @@ from pathlib import Path
 # for Lightning's maintainers and only adds noise to every run here.
 os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
-if __name__ == "__main__":
-    # before Lightning is imported here: predict on a table's checkpoint needs neither it nor the Trainer
-    from src import console
-
-    console()
-    sys.exit(0)
-
 from typing import Any, Protocol, runtime_checkable
 
 import lightning as L
@@ -39,7 +32,7 @@ from lightning.pytorch.callbacks import (
     ModelSummary,
 )
 from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
@@ -51,7 +44,6 @@ from src.cli_errors import Parser, check_config_files, check_log_folder, user_er
 from src.errors import UserInputError, notice
 from src.files import check_output
 from src.settings import DEFAULTS
-from src.speedups import Speedups
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 #: top-level keys of a config that are LightningCLI's own, never a callback section
@@ -101,8 +93,6 @@ class CLI(LightningCLI):
                 fail_untyped=False,
                 help=f"The callback of configs/defaults.yaml's {section} section; null: off.",
             )
-        # the tricks that lean on Lightning's internals, each with an off switch (src/speedups.py)
-        parser.add_class_arguments(Speedups, "speedups")
         parser.add_argument(
             "--test_after_fit",
             type=bool,
@@ -189,19 +179,9 @@ class CLI(LightningCLI):
         if trainer.get("enable_model_summary") is False:
             shipped = [c for c in shipped if not isinstance(c, ModelSummary)]
         own = trainer.get("callbacks") or []  # a list, or one callback: the Trainer takes either
-        built = super().instantiate_trainer(
+        return super().instantiate_trainer(
             **{"callbacks": [*shipped, *(own if isinstance(own, list) else [own])], **kwargs}
         )
-        # the speed-ups apply to the shipped callbacks and those Lightning adds (model summary, config
-        # saver); the user's own are left as they are
-        speedups = config.get("speedups")
-        if isinstance(speedups, Speedups):
-            speedups.apply(
-                c
-                for c in built.callbacks  # type: ignore[attr-defined]
-                if any(c is s for s in shipped) or isinstance(c, SaveConfigCallback | ModelSummary)
-            )
-        return built
 
     @override
     def after_instantiate_classes(self) -> None:
@@ -425,3 +405,7 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
             raise
         print(f"error: {sentence}", file=sys.stderr)
         raise SystemExit(2) from err
+
+
+if __name__ == "__main__":
+    main()

@@ -9,8 +9,8 @@ def notice(message: str) -> None:
     """Tell the user something about their data (a column left out, cells read as missing), once per run
     (global rank 0), through Lightning's own rank-zero logger.
 
-    Lightning is imported on the first notice, not with the modules that read data: a table's ``predict``
-    runs without it (:mod:`src.fast_predict`), and importing it takes longer than the whole prediction.
+    Lightning is imported on the first notice, not with the modules that read data: the
+    :class:`src.predict.Predictor` reads and encodes a table without it.
     """
     from lightning.pytorch.utilities import rank_zero_info
 

@@ -2,11 +2,10 @@
 text among numbers, numbers beyond float32) through the five paths give the same predictions.
 
 The paths: the training DataModule's encoding of a file (``preprocessing_from`` the checkpoint), the
-``predict`` command (:mod:`src.fast_predict`, and the DataModule's ``predict_path`` that the Trainer's
-predict reads), :class:`src.predict.Predictor`, the server's request → prediction steps (in process, no
-HTTP), and the exported ONNX graph run by the export page's example (onnxruntime and numpy alone); the
-server and the graph where their apps are still there. Files are
-CSV, so their rows are the same cells as text.
+``predict`` command (and the DataModule's ``predict_path`` that the Trainer's predict reads),
+:class:`src.predict.Predictor`, the server's request → prediction steps (in process, no HTTP), and the
+exported ONNX graph run by the export page's example (onnxruntime and numpy alone); the server and the
+graph where their apps are still there. Files are CSV, so their rows are the same cells as text.
 """
 
 import math
@@ -20,11 +19,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from src import fast_predict
+from src.cli import main
 from src.data import TabularDataModule
 from src.data.preprocessing import CellReport
 from src.predict import Predictor
-from tests.conftest import ROOT, Trained, app, fit_in
+from tests.conftest import QUIET, ROOT, Trained, app, fit_in
 
 #: the apps among the paths, where they are still there (each can be deleted)
 export, serve = app("export"), app("serve")
@@ -173,10 +172,10 @@ def test_every_path_reads_every_cell_alike(paths: dict, rows: list[dict], tmp_pa
         got = probabilities_of_datamodule(predictor, dm, stages)[-len(rows) :]
         np.testing.assert_allclose(got, want, rtol=1.3e-6, atol=1e-5)
 
-    # the predict command itself, on the file (a table's predict runs without the Trainer)
+    # the predict command itself, on the file
     out = folder / "predictions.csv"
     words = ["--data.predict_path", str(folder / "new.csv"), "--output", str(out), "--overwrite", "true"]
-    assert fast_predict.predict(["predict", "--ckpt_path", checkpoint, *words])
+    main(["predict", "--ckpt_path", checkpoint, *words, *QUIET])
     written = pd.read_csv(out)
     assert written["prediction"].tolist() == expected["prediction"].tolist()
     np.testing.assert_allclose(written[PROBABILITIES].to_numpy(), want, rtol=1.3e-6, atol=1e-5)

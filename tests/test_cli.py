@@ -6,20 +6,16 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pytest
 import torch
 import yaml
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from lightning.pytorch.profilers import SimpleProfiler
 
 from src.cli import DEFAULTS, callback_sections, main
 from src.models import Classifier, Regressor
 from src.nets import MLP
-from src.profilers import NoProfiler
-from src.speedups import BATCH_HOOKS
 from tests.conftest import BARE, CONFIGS, ONE_PASS, QUIET, ROOT
 
 EXPERIMENTS = sorted(p for p in CONFIGS.glob("*.yaml") if p.name != "defaults.yaml")
@@ -202,8 +198,7 @@ SHIPPED = [
 
 def test_defaults_give_each_shipped_callback_a_section_of_its_own(workdir: Path) -> None:
     defaults = yaml.safe_load(DEFAULTS.read_text())
-    # speedups: the switches of src/speedups.py, not a callback
-    assert [key for key in defaults if key not in ("seed_everything", "trainer", "speedups", "data")] == [
+    assert [key for key in defaults if key not in ("seed_everything", "trainer", "data")] == [
         *callback_sections()
     ]
     assert defaults["trainer"]["callbacks"] == []  # the user's own
@@ -257,53 +252,6 @@ def test_the_progress_bar_section_unless_the_bar_is_off(workdir: Path) -> None:
     assert type(plain.trainer.progress_bar_callback).__name__ == "TQDMProgressBar"  # Lightning's own
     quiet = main([*SMALL, *QUIET], run=False)
     assert quiet.trainer.progress_bar_callback is None
-
-
-class CountingHooks(Callback):
-    """A user's callback that acts at no per-batch hook: it must still be called at every one."""
-
-    def __init__(self) -> None:
-        self.calls: dict[str, int] = {}
-
-    def __getattribute__(self, name: str) -> Any:
-        if name in BATCH_HOOKS:
-            calls = object.__getattribute__(self, "calls")
-            calls[name] = calls.get(name, 0) + 1
-        return object.__getattribute__(self, name)
-
-
-def test_the_trainer_calls_shipped_callbacks_only_at_the_batch_hooks_they_act_at(workdir: Path) -> None:
-    run = main([*SMALL, "--trainer.callbacks+=lightning.pytorch.callbacks.LearningRateMonitor"], run=False)
-    by_type = {type(c).__name__: c for c in run.trainer.callbacks}
-    # what each acts at stays a bound method; Callback's empty ones are hidden from Lightning's dispatch
-    assert callable(by_type["NonFiniteGuard"].on_before_optimizer_step)
-    assert callable(by_type["StepValues"].on_before_optimizer_step)
-    assert callable(by_type["StepValues"].on_train_batch_end)
-    assert callable(by_type["ProgressBar"].on_train_batch_end)
-    assert callable(by_type["ModelCheckpoint"].on_train_batch_end)
-    for name in ("EarlyStopping", "RandomState", "Preemption", "CpuThreads", "SaveConfig", "ModelSummary"):
-        assert all(getattr(by_type[name], hook) is None for hook in BATCH_HOOKS[:6]), name
-    monitor = by_type["LearningRateMonitor"]  # the user's own: untouched
-    assert all(callable(getattr(monitor, hook)) for hook in BATCH_HOOKS)
-    # and in a fit the user's callback is still called at every hook of every step
-    fitted = main([*SMALL, *TINY, *QUIET], run=False)
-    counting = CountingHooks()
-    fitted.trainer.callbacks.append(counting)  # type: ignore[attr-defined]
-    fitted.trainer.fit(fitted.model, datamodule=fitted.datamodule)
-    steps = fitted.trainer.global_step
-    assert steps > 0
-    assert {hook: counting.calls[hook] for hook in BATCH_HOOKS[:6]} == dict.fromkeys(BATCH_HOOKS[:6], steps)
-
-
-def test_the_shipped_profiler_records_nothing_and_a_named_one_replaces_it(workdir: Path) -> None:
-    run = main([*SMALL, *QUIET], run=False)
-    profiler = run.trainer.profiler
-    assert type(profiler) is NoProfiler
-    with profiler.profile("[Callback]Dashboard.on_train_batch_end") as action:
-        assert action == "[Callback]Dashboard.on_train_batch_end"  # what Lightning's profile() yields
-    assert profiler.summary() == ""
-    simple = main([*SMALL, *QUIET, "--trainer.profiler=simple"], run=False)
-    assert type(simple.trainer.profiler) is SimpleProfiler
 
 
 def test_shapes_are_linked_from_the_data(cli) -> None:

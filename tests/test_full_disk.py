@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from src import fast_predict
 from src.checkpoint_io import AtomicCheckpointIO
 from src.cli import main
 from src.files import TEMPORARY, NoRoomError, written
@@ -159,24 +158,19 @@ def rows(messy_trained: Trained, tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("path", ["the Trainer's writer", "without Lightning"])
 def test_predictions(
     disk: Path,
     messy_trained: Trained,
     rows: Path,
     workdir: Path,
     capsys: pytest.CaptureFixture[str],
-    path: str,
 ) -> None:
     output = disk / "predictions.csv"
     output.write_text("my old predictions\n")
     fill(disk)
     words = ["predict", "--ckpt_path", str(messy_trained.checkpoint), f"--data.predict_path={rows}"]
     words += [f"--output={output}", "--overwrite=true"]
-    if path == "the Trainer's writer":
-        sentence = refused(main, [*words, *QUIET], capsys)
-    else:
-        sentence = refused(fast_predict.main, words, capsys)
+    sentence = refused(main, [*words, *QUIET], capsys)
     assert sentence == f"cannot write {str(output)!r}: no space left on device {SENTENCE_END}"
     assert_nothing_lost(disk, {"predictions.csv": b"my old predictions\n"})
 

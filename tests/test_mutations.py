@@ -25,7 +25,6 @@ import src.models.base
 import tests.test_accumulation_clipping as accumulation_clipping
 import tests.test_best_checkpoint as best_checkpoint
 import tests.test_checkpointing as checkpointing
-import tests.test_fast_predict as fast_predict_tests
 import tests.test_models as models
 import tests.test_predict as predict
 import tests.test_trust as trust
@@ -366,22 +365,6 @@ def test_predict_catches_an_output_check_that_looks_only_at_an_input_folder_itse
             monkeypatch.setattr(module, "check_output", src.files.check_output)
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
         predict.test_the_output_rule_covers_a_folder_the_run_reads_at_any_depth_and_through_links(tmp_path)
-
-
-# -- predict without Lightning ------------------------------------------------------------------------
-
-
-def test_fast_predict_catches_a_checkpoint_let_through_unchecked(
-    messy_trained, planted: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The names unchecked by the one loader and by the task's own load_from_checkpoint: a name the
-    model's loading never uses, which the full CLI would refuse, gets by."""
-    for module in (src.checkpoints, src.models.base):
-        monkeypatch.setattr(module, "check_names", lambda *args, **kwargs: None)
-    with pytest.raises((AssertionError, pytest.fail.Exception)):
-        fast_predict_tests.test_a_checkpoint_naming_code_of_elsewhere_is_refused_before_anything_is_imported(
-            messy_trained, planted, workdir, "optimizer"
-        )
 
 
 @pytest.mark.filterwarnings(

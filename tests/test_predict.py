@@ -16,7 +16,7 @@ from src.data.preprocessing import CategoricalColumn, CellReport, Location, Nume
 from src.errors import UserInputError
 from src.files import check_output
 from src.predict import Predictor
-from tests.conftest import QUIET, fit_in
+from tests.conftest import PLANTED, QUIET, fit_in
 
 TINY = ["--trainer.max_epochs=3", "--trainer.limit_val_batches=2"]
 
@@ -173,16 +173,22 @@ def test_regression_predictions_are_in_the_targets_units(cli) -> None:
     assert out["row"].tolist() == dm.split_rows["val"].tolist()
 
 
-def test_a_checkpoint_does_not_choose_what_code_to_import(trained, tmp_path: Path) -> None:
+def test_a_checkpoint_does_not_choose_what_code_to_import(trained, planted: Path, tmp_path: Path) -> None:
     run, _, _ = trained
     checkpoint = torch.load(run.trainer.checkpoint_callback.best_model_path, weights_only=True)
-    checkpoint["hyper_parameters"]["_class_path"] = "planted_module_that_must_not_load.Model"
+    checkpoint["hyper_parameters"]["_class_path"] = f"{PLANTED}.Model"  # importable from here
     torch.save(checkpoint, tmp_path / "foreign.ckpt")
     with pytest.raises(
         UserInputError,
-        match=r"names 'planted_module_that_must_not_load.Model' \(at hyper_parameters._class_path\), code "
-        "outside this project",
+        match=rf"names '{PLANTED}.Model' \(at hyper_parameters._class_path\), code outside this project",
     ):
+        Predictor.from_checkpoint(tmp_path / "foreign.ckpt")
+    assert PLANTED not in sys.modules
+    assert not planted.exists()
+    # a module that cannot be imported from here is refused too, and nothing is imported
+    checkpoint["hyper_parameters"]["_class_path"] = "planted_module_that_must_not_load.Model"
+    torch.save(checkpoint, tmp_path / "foreign.ckpt")
+    with pytest.raises(UserInputError):
         Predictor.from_checkpoint(tmp_path / "foreign.ckpt")
     assert "planted_module_that_must_not_load" not in sys.modules
 
@@ -244,23 +250,31 @@ def test_a_checkpoint_url_is_refused_before_anything_loads(subcommand: str, cli,
 
 @pytest.mark.parametrize("where", ["hyperparameters", "hyperparameters-and-settings"])
 def test_the_cli_does_not_import_a_class_a_checkpoint_names(
-    trained, tmp_path: Path, monkeypatch, capsys, where: str
+    trained, planted: Path, tmp_path: Path, capsys, where: str
 ) -> None:
     run, _, _ = trained
     checkpoint = torch.load(run.trainer.checkpoint_callback.best_model_path, weights_only=True)
-    checkpoint["hyper_parameters"]["_class_path"] = "planted_module_for_the_cli.Model"
+    checkpoint["hyper_parameters"]["_class_path"] = f"{PLANTED}.Model"  # importable from here
     if where == "hyperparameters-and-settings":
-        checkpoint["config"]["model"]["class_path"] = "planted_module_for_the_cli.Model"
+        checkpoint["config"]["model"]["class_path"] = f"{PLANTED}.Model"
     torch.save(checkpoint, tmp_path / "foreign.ckpt")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["src.cli"])
     with pytest.raises(SystemExit) as exit_:
         main(["test", "--ckpt_path", str(tmp_path / "foreign.ckpt"), *QUIET])
     assert exit_.value.code == 2
     assert (
-        "names 'planted_module_for_the_cli.Model' (at hyper_parameters._class_path), code outside this "
+        f"names '{PLANTED}.Model' (at hyper_parameters._class_path), code outside this "
         "project that is not imported on a checkpoint's word" in capsys.readouterr().err
     )
+    assert PLANTED not in sys.modules
+    assert not planted.exists()
+    # a module that cannot be imported from here is refused too, and nothing is imported
+    checkpoint["hyper_parameters"]["_class_path"] = "planted_module_for_the_cli.Model"
+    if where == "hyperparameters-and-settings":
+        checkpoint["config"]["model"]["class_path"] = "planted_module_for_the_cli.Model"
+    torch.save(checkpoint, tmp_path / "foreign.ckpt")
+    with pytest.raises(SystemExit) as exit_:
+        main(["test", "--ckpt_path", str(tmp_path / "foreign.ckpt"), *QUIET])
+    assert exit_.value.code == 2
     assert "planted_module_for_the_cli" not in sys.modules
 
 

@@ -1,5 +1,5 @@
 """A regression target learnt as log(1 + y): chosen on the training rows, predicted back in the target's
-units on every path (the task, predict without Lightning, the exported graph), carried as plain data."""
+units on every path (the task, the predict command, the exported graph), carried as plain data."""
 
 import functools
 from pathlib import Path
@@ -10,12 +10,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from src import fast_predict
+from src.cli import main
 from src.errors import UserInputError
 from src.models import Regressor
 from src.models.regressor import use_log
 from src.nets import MLP
-from tests.conftest import CONFIGS, app, fit_in
+from tests.conftest import CONFIGS, QUIET, app, fit_in
 
 export = app("export")  # where the export app is still there
 
@@ -95,10 +95,10 @@ def test_every_path_predicts_prices_in_their_own_units(skewed_run, tmp_path: Pat
     with torch.no_grad():
         expected = run.model.predict_step((x,), 0)["preds"]
     assert expected.mean() > 1000  # prices, not logs
-    # predict without Lightning
+    # the predict command
     rows.to_csv(tmp_path / "rows.csv", index=False)
     words = ["--data.predict_path", str(tmp_path / "rows.csv"), "--output", str(tmp_path / "p.csv")]
-    assert fast_predict.predict(["predict", "--ckpt_path", str(checkpoint), *words])
+    main(["predict", "--ckpt_path", str(checkpoint), *words, *QUIET])
     written = pd.read_csv(tmp_path / "p.csv")["prediction"].to_numpy()
     np.testing.assert_allclose(written, expected.numpy(), rtol=1e-5)
     if export is not None:  # the exported graph of the raw columns

@@ -14,7 +14,6 @@ from lightning import LightningModule
 from torch import nn
 from typing_extensions import override
 
-from src import fast_predict
 from src.cli import CLI, main
 from src.models import Classifier
 from src.predict import Predictor
@@ -122,8 +121,6 @@ def test_an_edit_to_predict_step_answers_on_every_path(
     _, ckpt = fitted(f"--model={__name__}.Tempered")
     predict = ["predict", f"--ckpt_path={ckpt}", f"--data.predict_path={file}"]
     main([*predict, "--output=trainer.csv", *QUIET])  # the Trainer's predict
-    assert fast_predict.predict([*predict, "--output=fast.csv"])  # the command's path without the Trainer
-    assert (workdir / "fast.csv").read_bytes() == (workdir / "trainer.csv").read_bytes()
     predictor = Predictor.from_checkpoint(ckpt)
     assert type(predictor.model) is Tempered  # found from the checkpoint alone
     written = pd.read_csv(workdir / "trainer.csv")
@@ -145,8 +142,6 @@ def test_an_edit_to_the_decision_names_the_class_on_every_path(
     _, ckpt = fitted(f"--model={__name__}.Thresholded")
     predict = ["predict", f"--ckpt_path={ckpt}", f"--data.predict_path={file}"]
     main([*predict, "--output=trainer.csv", *QUIET])
-    assert fast_predict.predict([*predict, "--output=fast.csv"])
-    assert (workdir / "fast.csv").read_bytes() == (workdir / "trainer.csv").read_bytes()
     written = pd.read_csv(workdir / "trainer.csv")
     predictor = Predictor.from_checkpoint(ckpt)
     pd.testing.assert_frame_equal(written, predictor.predict(frame), check_dtype=False, atol=1e-6)

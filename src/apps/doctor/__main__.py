@@ -16,8 +16,7 @@ def main(args: list[str] | None = None) -> int:
     words = list(sys.argv[1:] if args is None else args)
     if words[:1] == ["fit"]:
         words = words[1:]  # the words of `python -m src.cli fit ...` work unchanged
-    sys.argv[1:] = words  # LightningCLI reads them from here when no args are given
-    run = cli(None, run=False)
+    run = cli(words, run=False)
     started = time.perf_counter()
     # the probes' Trainers would each announce the devices again
     lightning_log = logging.getLogger("lightning.pytorch")

@@ -12,7 +12,6 @@ import argparse
 import contextlib
 import functools
 import io
-import sys
 import tempfile
 from pathlib import Path
 
@@ -89,6 +88,5 @@ if __name__ == "__main__":
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    sys.argv = sys.argv[:1]  # the CLI inside reads its words from main(), not from these
     folder = Path(tempfile.mkdtemp(prefix="export-bench-"))
     print(graphs(train(folder), folder, args.rows, args.rounds))

@@ -24,14 +24,13 @@ import torch
 from jsonargparse import ArgumentParser, auto_cli
 from typing_extensions import override
 
-from src.checkpoints import check_names, load_checkpoint, resolve
+from src.checkpoints import check_names, load_checkpoint, model_class_path, resolve
 from src.cli_errors import summarize
 from src.errors import UserInputError
 from src.extras.text import Vocabulary, read_text, text_state_of, vocabulary_of
 from src.extras.text.decoding import Strategy, check_decoding, stream
 from src.extras.text.model import LanguageModel
 from src.files import check_output, written
-from src.speedups import class_saved_by_the_cli
 
 #: the prompt when none is given: the start of a line
 DEFAULT_PROMPT = "\n"
@@ -57,7 +56,7 @@ def load(ckpt_path: str, device: torch.device | str = "cpu") -> tuple[LanguageMo
     length it was trained on; one sentence for a checkpoint that is none."""
     checkpoint = load_checkpoint(ckpt_path)
     check_names(checkpoint, ckpt_path)
-    class_path = class_saved_by_the_cli(checkpoint)
+    class_path = model_class_path(checkpoint)
     found = resolve(class_path) if class_path is not None else None
     if not (isinstance(found, type) and issubclass(found, LanguageModel)):
         raise UserInputError(

@@ -88,7 +88,7 @@ def test_bad_generate_input_is_one_sentence_and_exit_2(
     trained_charlm: CLI, workdir: Path, capsys, words: list[str], message: str
 ) -> None:
     torch.save(
-        {"state_dict": {}, "hyper_parameters": {"_class_path": "src.models.Classifier"}}, "classifier.ckpt"
+        {"state_dict": {}, "config": {"model": {"class_path": "src.models.Classifier"}}}, "classifier.ckpt"
     )
     os.mkfifo("fifo")  # read, it would wait for a writer for ever
     with pytest.raises(SystemExit) as exit_:

@@ -148,7 +148,6 @@ if __name__ == "__main__":
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    sys.argv = sys.argv[:1]  # the CLI inside reads its words from main(), not from these
     folder = Path(tempfile.mkdtemp(prefix="serve-bench-"))
     checkpoint = train(folder)
     print(serving(checkpoint, args.clients, args.seconds))
