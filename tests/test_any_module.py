@@ -144,6 +144,7 @@ def test_a_plain_lightning_module_trains_under_every_shipped_default(workdir: Pa
     assert gaps == pytest.approx([v - t for v, t in zip(val, train, strict=True)], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_resuming_a_plain_module_continues_exactly(workdir: Path) -> None:
     whole = fit(workdir, "--trainer.logger.init_args.name=whole")
     cut = fit(workdir, "--trainer.logger.init_args.name=cut", "--trainer.max_epochs=2")
@@ -178,6 +179,7 @@ def test_figures_say_in_one_line_what_they_need(workdir: Path, caplog: pytest.Lo
     assert images(Path(run.trainer.logger.log_dir)) == []
 
 
+@pytest.mark.slow
 def test_a_net_of_your_own_is_a_config_change(workdir: Path) -> None:
     config = workdir / "mine.yaml"
     config.write_text(

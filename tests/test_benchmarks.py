@@ -23,6 +23,7 @@ def results():
     return measure(Setup(rows=2048, steps=STEPS), rounds=1, warm_up=False)
 
 
+@pytest.mark.slow
 def test_every_variant_takes_the_same_steps_on_its_clock(results) -> None:
     assert results.runs.keys() == VARIANTS.keys()
     for key, runs in results.runs.items():

@@ -130,6 +130,7 @@ def probabilities_of_datamodule(predictor: Predictor, dm: TabularDataModule, sta
     return back
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(ROW, min_size=1, max_size=6))
 def test_every_path_reads_every_cell_alike(paths: dict, rows: list[dict], tmp_path: Path) -> None:

@@ -43,6 +43,7 @@ FRAGMENT_ARGS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "fragment", [f for f in FRAGMENTS if f.name not in COVERED_ELSEWHERE], ids=lambda p: p.name
 )
@@ -65,6 +66,7 @@ def test_fragments_left_out_above_are_run_by_their_own_tests(fragment: str, test
     assert f'"{fragment}"' in (Path(__file__).parent / test_file).read_text()
 
 
+@pytest.mark.slow
 def test_fit_test_predict_round_trip(cli, workdir: Path) -> None:
     fit = cli("fit", "--config", "spiral.yaml", "--data.num_samples=600", *TINY)
     best = fit.trainer.checkpoint_callback.best_model_path
@@ -115,6 +117,7 @@ def test_fit_then_test_after_fit_uses_the_best_checkpoint(cli, capsys) -> None:
     assert "test/r2" in run.trainer.callback_metrics
 
 
+@pytest.mark.slow
 def test_checkpoint_holds_only_data_and_loads_back(cli) -> None:
     run = cli("fit", "--config", "digits.yaml", *TINY)
     path = run.trainer.checkpoint_callback.best_model_path
@@ -274,6 +277,7 @@ def test_plateau_scheduler_watches_its_metric(cli) -> None:
     assert config.interval == "epoch"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", EXPERIMENTS, ids=lambda p: p.name)
 def test_the_optimizer_gets_exactly_the_arguments_its_config_names(config: Path, cli) -> None:
     """No argument of another optimizer class (say AdamW's weight_decay) leaks into the one configured."""
@@ -296,6 +300,7 @@ def test_the_optimizer_is_set_in_one_place_only(cli, capsys) -> None:
     assert "--lr_scheduler " not in help_text
 
 
+@pytest.mark.slow
 def test_an_ordinary_run_prints_no_notices_of_the_dependencies_about_themselves(tmp_path: Path) -> None:
     """As a user runs it, in a process of its own: no torch deprecation notice, no advertisement."""
     done = subprocess.run(

@@ -184,6 +184,7 @@ def test_two_nodes_with_torchrun_on_localhost(tmp_path: Path) -> None:
 GUARD = ["--nonfinite_guard=src.extras.guard.NonFiniteGuard"]
 
 
+@pytest.mark.slow
 def test_fsdp2_shards_checkpoints_resumes_and_consolidates(tmp_path: Path, cli, workdir: Path) -> None:
     """FSDP2 through ModelParallelStrategy in 2 processes, then the checkpoint in 1 process."""
     words = [

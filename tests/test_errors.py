@@ -139,6 +139,7 @@ def test_a_column_both_numeric_and_categorical(cli, capsys, nothing_written) -> 
     assert "both name ['a']" in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("val", "test"), [(0.5, 0.5), (0.0, 0.2), (0.1, 1.2), (-0.1, 0.3)])
 def test_split_fractions_that_do_not_fit(cli, capsys, val: float, test: float, nothing_written) -> None:
     line = fails(
@@ -200,6 +201,7 @@ SCHEDULER = "--model.init_args.scheduler.init_args"
 NET = "--model.init_args.net.init_args"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "sentence"),
     [

@@ -175,6 +175,7 @@ def test_predictions(
     assert_nothing_lost(disk, {"predictions.csv": b"my old predictions\n"})
 
 
+@pytest.mark.slow
 @needs_export
 @pytest.mark.parametrize("fmt", ["onnx", "torch-export"])
 def test_an_export(disk: Path, messy_trained: Trained, workdir: Path, fmt: str) -> None:

@@ -5,9 +5,12 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 
+@pytest.mark.slow
 def test_an_editable_install_runs_the_cli_command_from_another_folder(tmp_path: Path) -> None:
     prefix = tmp_path / "prefix"
     install = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]

@@ -90,6 +90,7 @@ def not_copied(folder: str, names: list[str]) -> set[str]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("app", apps())
 def test_an_app_comes_off_by_deleting_its_folder_and_its_row_in_the_readme(app: str, tmp_path: Path) -> None:
     """In a copy of the repository: the app's folder (and those of the apps that build on it) and their

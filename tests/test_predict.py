@@ -100,6 +100,7 @@ def lines_name_their_rows(written: pd.DataFrame, source: pd.DataFrame, predictor
         assert line["prediction"] == alone["prediction"].iloc[0]
 
 
+@pytest.mark.slow
 def test_test_needs_only_the_checkpoint(trained, monkeypatch) -> None:
     run, folder, _ = trained
     best = run.trainer.checkpoint_callback.best_model_path
@@ -312,6 +313,7 @@ def image_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return next(folder.rglob("last.ckpt"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["--output", "the prediction writer's output_path"])
 @pytest.mark.parametrize(
     "target",

@@ -137,6 +137,7 @@ def test_a_missing_file_to_predict_names_its_setting() -> None:
 class TestTheApiReadsRowsAsTheCli:
     """``Predictor.predict`` on a frame the user read however they like gives what ``predict`` gives."""
 
+    @pytest.mark.slow
     def test_na_values_and_spaced_headers(self, tmp_path: Path, monkeypatch) -> None:
         frame = messy_frame(n=300)
         frame["region"] = frame["region"].fillna("?")
@@ -170,6 +171,7 @@ class TestTheApiReadsRowsAsTheCli:
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["folder", "input", "under-a-file"])
 def test_an_output_that_cannot_be_written_is_refused(tmp_path: Path, monkeypatch, capsys, kind: str) -> None:
     monkeypatch.chdir(tmp_path)
@@ -300,6 +302,7 @@ def test_a_parquet_field_name_written_twice_is_refused_before_any_column_is_read
         sources.read_file(path, "parquet")
 
 
+@pytest.mark.slow
 def test_a_name_written_twice_is_refused_by_fit_and_predict(workdir: Path, capsys) -> None:
     fit = main(["fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", *TINY, *QUIET])
     checkpoint = str(next((workdir / "logs").rglob("last.ckpt")))

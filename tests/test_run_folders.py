@@ -62,6 +62,7 @@ def test_a_fit_never_writes_over_a_run_that_holds_checkpoints(workdir: Path, cap
     assert Path(again.trainer.log_dir) == run
 
 
+@pytest.mark.slow
 def test_resuming_from_an_earlier_checkpoint_leaves_the_run_as_it_was(workdir: Path, capsys) -> None:
     first = fit("--trainer.max_epochs=3", "--trainer.logger.init_args.version=r1", *FIRST_IS_BEST)
     run = Path(first.trainer.log_dir)

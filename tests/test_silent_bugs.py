@@ -292,6 +292,7 @@ def track_graphs(loss_fn: Callable[..., torch.Tensor]) -> tuple[Callable[..., to
     return wrapped, iter(counts)
 
 
+@pytest.mark.slow
 def test_summing_loss_tensors_instead_of_item_keeps_every_steps_graph_alive() -> None:
     batches = make_batches([8] * 6)
     loss_fn, counts = track_graphs(F.cross_entropy)
@@ -324,6 +325,7 @@ class TrackedLoss(Classifier):
         return self.tracked(output, target)
 
 
+@pytest.mark.slow
 def test_lightning_keeps_no_old_step_graph_alive() -> None:
     model = TrackedLoss(in_features=4, out_features=3, net=partial(MLP, hidden_sizes=[8]), optimizer=SGD)
     model.tracked, counts = track_graphs(super(TrackedLoss, model).loss)

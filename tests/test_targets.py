@@ -86,6 +86,7 @@ def skewed_run(tmp_path_factory: pytest.TempPathFactory):
     return run, Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt", rows
 
 
+@pytest.mark.slow
 def test_every_path_predicts_prices_in_their_own_units(skewed_run, tmp_path: Path) -> None:
     run, checkpoint, rows = skewed_run
     assert run.model.target_log.item() == 1.0  # auto: prices are skewed amounts

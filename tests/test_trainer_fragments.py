@@ -37,6 +37,7 @@ def test_fragment_opens_with_the_command_that_stacks_it(fragment: Path) -> None:
     assert any(command in line for line in head), f"{fragment.name} should show how to stack it"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fragment", FRAGMENTS, ids=lambda p: p.name)
 def test_fragment_values_reach_the_parsed_config(fragment: Path, workdir: Path) -> None:
     """Stacked on digits.yaml, every value the fragment sets is what the CLI resolves."""

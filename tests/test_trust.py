@@ -113,6 +113,7 @@ PLACES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
 @pytest.mark.parametrize("where", PLACES)
 def test_a_checkpoint_names_no_code_at_any_depth_at_any_entry_point(
@@ -248,6 +249,7 @@ KINDS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_file_that_is_no_checkpoint_gets_the_same_sentence_at_every_entry_point(
     workdir: Path, capsys, kind: str
@@ -293,6 +295,7 @@ def fingerprint(path: Path) -> tuple[bool, bytes | None]:
     return path.is_file(), path.read_bytes() if path.is_file() else None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overwrite", [False, True])
 @pytest.mark.parametrize("target", ["the checkpoint", "the data file", "the config file", "a link to it"])
 def test_no_output_lands_on_an_input_even_when_overwriting(
@@ -320,6 +323,7 @@ def test_no_output_lands_on_an_input_even_when_overwriting(
     assert {p: fingerprint(p) for p in before} == before
 
 
+@pytest.mark.slow
 @needs_export
 @pytest.mark.parametrize("kind", ["a pipe", "/dev/full"])
 def test_only_regular_files_are_written(
@@ -348,6 +352,7 @@ def test_only_regular_files_are_written(
     assert (output.stat().st_ino, output.stat().st_mode) == (device.st_ino, device.st_mode)
 
 
+@pytest.mark.slow
 @needs_export
 def test_an_existing_file_is_replaced_only_when_asked(
     messy_trained: Trained, rows: Path, workdir: Path, capsys
@@ -377,6 +382,7 @@ def test_an_existing_file_is_replaced_only_when_asked(
     assert pd.read_csv(notes).columns[:2].tolist() == ["row", "prediction"]
 
 
+@pytest.mark.slow
 def test_predicts_default_file_is_not_replaced_by_the_next_predict(
     messy_trained: Trained, rows: Path, workdir: Path, capsys
 ) -> None:
@@ -394,6 +400,7 @@ def test_predicts_default_file_is_not_replaced_by_the_next_predict(
     assert default.read_bytes() == first
 
 
+@pytest.mark.slow
 @needs_export
 def test_a_killed_writers_leftovers_are_removed_by_the_next_write(
     messy_trained: Trained, rows: Path, workdir: Path

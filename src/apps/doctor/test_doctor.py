@@ -123,6 +123,7 @@ class SigmoidBinary(Classifier):
         return torch.cat([1 - output, output, torch.zeros_like(output)], dim=-1), (target > 0).long()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("model", "layer"),
     [
@@ -142,6 +143,7 @@ def unused_branch(in_features: int, out_features: int) -> nn.Module:
     return net
 
 
+@pytest.mark.slow
 def test_parameters_that_get_no_gradient() -> None:
     finding = doctor(classifier(net=unused_branch), spiral())["param-no-grad"]
     assert "net.aux_head.weight" in finding.saw
@@ -154,6 +156,7 @@ class BodyOnlyOptimizer(Classifier):
         return torch.optim.Adam(self.net.body.parameters(), lr=0.01)
 
 
+@pytest.mark.slow
 def test_parameters_missing_from_the_optimizer() -> None:
     finding = doctor(classifier(BodyOnlyOptimizer), spiral())["param-not-in-optimizer"]
     assert "net.head.weight" in finding.saw
@@ -324,6 +327,7 @@ def scheduled(make: Callable[[torch.optim.Optimizer], Any], interval: str = "epo
     return classifier(Scheduled)
 
 
+@pytest.mark.slow
 def test_a_schedule_sized_by_hand_to_another_length_than_the_run() -> None:
     # T_max typed as 60 beside max_epochs, then the run made longer
     model = scheduled(lambda o: CosineAnnealingLR(o, T_max=60))
@@ -346,12 +350,14 @@ def test_a_schedule_that_climbs_back_up_before_the_run_ends() -> None:
     assert "schedule-restarts" in doctor(model, spiral(), max_epochs=40)
 
 
+@pytest.mark.slow
 def test_an_epoch_schedule_stepped_per_step_collapses() -> None:
     model = scheduled(lambda o: StepLR(o, step_size=1, gamma=0.5), interval="step")
     finding = doctor(model, spiral(), max_epochs=10)["schedule-collapses"]
     assert "after 10 of 70 optimizer steps" in finding.saw  # 0.5**10 < 1/1000; 7 batches x 10 epochs
 
 
+@pytest.mark.slow
 def test_a_warmup_longer_than_the_run() -> None:
     model = scheduled(lambda o: LinearLR(o, start_factor=0.01, total_iters=1000), interval="step")
     assert "schedule-warmup-longer-than-run" in doctor(model, spiral())
@@ -371,6 +377,7 @@ class FunctionalDropout(MLP):
         return self.head(F.dropout(self.body(x), 0.5))  # BUG: F.dropout drops even in eval mode
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("model", "saw"),
     [
@@ -485,6 +492,7 @@ def test_the_loader_takes_most_of_the_step_time(machine: Machine) -> None:
     assert "waited for the next batch 95% of the time over 6 steps (100 ms of 105 ms per step)" in found.saw
 
 
+@pytest.mark.slow
 def test_a_fast_loader_on_a_busy_machine_is_not_reported(
     machine: Machine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -644,6 +652,7 @@ class OwnModule(L.LightningModule):
         return torch.optim.Adam(self.parameters(), lr=0.01)
 
 
+@pytest.mark.slow
 def test_a_module_of_its_own_is_examined_too() -> None:
     assert doctor(OwnModule(mlp()(2, 3)), spiral()) == {}
     assert (
@@ -670,6 +679,7 @@ def test_a_probe_that_fails_is_reported() -> None:
     assert "RuntimeError: shapes do not match" in finding.saw
 
 
+@pytest.mark.slow
 def test_make_doctor_exits_1_on_findings_and_0_when_clean(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

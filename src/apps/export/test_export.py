@@ -51,6 +51,7 @@ def assert_same_as_predictor(got: dict[str, np.ndarray], predicted: pd.DataFrame
     )
 
 
+@pytest.mark.slow
 def test_the_onnx_graph_takes_raw_columns_and_predicts_what_predictor_does(
     exported: Path, messy_trained: Trained
 ) -> None:
@@ -250,6 +251,7 @@ def test_bad_input_is_one_sentence_and_exit_status_2(
     assert sorted(tmp_path.iterdir()) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fmt", "name"), [("onnx", "model.onnx"), ("torch-export", "model.pt2")])
 def test_a_regression_graph_returns_values_in_the_targets_units(
     fmt: str, name: str, regression_checkpoint: tuple[Path, pd.DataFrame], tmp_path: Path

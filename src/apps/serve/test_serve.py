@@ -119,6 +119,7 @@ def server(messy_trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> 
         process.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_served_predictions_equal_predict(
     server: Server, messy_trained: Trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -71,6 +71,7 @@ def space(**changes: object) -> Space:
     return Space(**{**settings, **changes})
 
 
+@pytest.mark.slow
 def test_a_sweep_finds_a_better_config_than_a_bad_start(workdir: Path, capsys) -> None:
     bad_start = [*TINY, f"--{LR}=1e-5"]  # learns next to nothing in 4 epochs
     baseline = run_metrics(main(["fit", *bad_start]))["val/acc"]
@@ -363,6 +364,7 @@ def load(tmp: Path) -> optuna.Study:
     return optuna.load_study(study_name="space", storage=f"sqlite:///{tmp / 'logs' / 'sweeps' / 'space.db'}")
 
 
+@pytest.mark.slow
 def test_a_killed_sweep_resumes_to_the_requested_count_without_duplicates(tmp_path: Path) -> None:
     command = sweep_command(tmp_path, trials=4)  # three chances to find a trial running
     first = subprocess.Popen(
@@ -437,6 +439,7 @@ def test_two_processes_share_one_study_and_stop_at_the_requested_count(tmp_path:
     assert runs == [f"trial{t.number:03d}" for t in sorted(trials, key=lambda t: t.number) if t.user_attrs]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("words", "changes", "sentence"),
     [

@@ -135,6 +135,7 @@ def test_regression_baselines_score_in_the_targets_units(workdir: Path) -> None:
     assert "val/loss_hgb" not in metrics
 
 
+@pytest.mark.slow
 def test_many_classes_boost_with_scikit_learns_steps_and_beat_guessing(workdir: Path) -> None:
     """15 classes: 100 iterations at 0.1, as scikit-learn boosts 2 (fewer, larger steps to keep within
     300 trees, 25 iterations at 0.4, score 0.933 on these validation rows instead of 0.953)."""

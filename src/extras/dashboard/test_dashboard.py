@@ -131,6 +131,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
 # -- scalars -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_scalars_follow_one_naming_scheme(runs: dict[str, Run]) -> None:
     names = set(read_scalars(runs["fit"].log_dir))
     expected = {

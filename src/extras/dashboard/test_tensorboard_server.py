@@ -123,6 +123,7 @@ def session_groups(port: int) -> list[dict]:
     return request(port, "/data/plugin/hparams/session_groups", body)["sessionGroups"]  # type: ignore[index]
 
 
+@pytest.mark.slow
 def test_server_shows_the_run_its_scalars_layout_and_hparams(server, finished_run) -> None:
     port, process = server
     _, run_name, metrics = finished_run

@@ -291,6 +291,7 @@ def assert_same_run(a: Run, b: Run) -> None:
     assert a.guard.skipped == b.guard.skipped
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("guard_first", [False, True], ids=["step_values_first", "guard_first"])
 def test_the_guard_and_step_values_take_one_norm_per_step_and_log_and_train_as_with_two(
     workdir: Path, monkeypatch: pytest.MonkeyPatch, guard_first: bool
@@ -303,6 +304,7 @@ def test_the_guard_and_step_values_take_one_norm_per_step_and_log_and_train_as_w
     assert_same_run(shared, separate)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("guard_first", [False, True], ids=["step_values_first", "guard_first"])
 def test_step_values_beside_a_guard_that_drops_a_step_logs_as_with_its_own_norm(
     workdir: Path, monkeypatch: pytest.MonkeyPatch, guard_first: bool

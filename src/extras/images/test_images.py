@@ -468,6 +468,7 @@ class ForgetsTheCrops(ImageDataModule):
         super().load_state_dict({**state_dict, "augment": torch.Generator().manual_seed(42).get_state()})
 
 
+@pytest.mark.slow
 def test_an_image_run_resumed_mid_epoch_equals_the_uninterrupted_run(folder: Path, workdir: Path) -> None:
     step = BATCHES + 2  # after the second batch of epoch 1
 
@@ -541,6 +542,7 @@ def test_accumulating_two_batches_equals_one_batch_twice_the_size(folder: Path, 
     assert not torch.allclose(start["net.head.weight"], small.model.state_dict()["net.head.weight"])
 
 
+@pytest.mark.slow
 def test_the_guard_skips_a_nan_step_of_an_image_run(folder: Path, workdir: Path, caplog) -> None:
     words = tiny(
         folder, "--nonfinite_guard=src.extras.guard.NonFiniteGuard", "--trainer.max_epochs=2",
@@ -676,6 +678,7 @@ def test_a_module_without_preds_gets_one_line_and_no_images(folder: Path, tmp_pa
 # -- through the CLI: fit, then predict from the checkpoint alone --------------------------------------
 
 
+@pytest.mark.slow
 def test_fit_then_predict_a_folder_from_the_checkpoint_alone(
     folder: Path, tmp_path: Path, workdir: Path
 ) -> None:
@@ -933,6 +936,7 @@ def letters_run(folder: Path, *extra: str) -> CLI:
     return fitted(run)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("variant", "mode"), [("16-bit", None), ("exif", None), ("alpha", "L")])
 def test_a_16_bit_an_exif_turned_and_an_alpha_data_set_train_as_their_8_bit_copy(
     tmp_path: Path, workdir: Path, variant: str, mode: str | None
@@ -1029,6 +1033,7 @@ def with_chunk(png: bytes, kind: bytes, data: bytes) -> bytes:
     return png[: 8 + 25] + chunk + png[8 + 25 :]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("damage", "why"),
     [

@@ -185,6 +185,7 @@ def stopped_in_epoch_1(words: list[str], step: int) -> Path:
     return last
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "batches", "other"),
     [

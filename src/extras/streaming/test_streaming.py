@@ -282,6 +282,7 @@ def test_resumed_in_the_middle_of_an_epoch_equals_uninterrupted(workdir: Path) -
         )
 
 
+@pytest.mark.slow
 def test_stopped_twice_in_one_epoch_and_resumed_equals_uninterrupted(workdir: Path) -> None:
     """The second stop counts the batches of the whole epoch, those the resumed run skipped included."""
     folder = write_folder(workdir / "rows", frame_of())
@@ -460,6 +461,7 @@ def damage(file: Path, column: str, group: int, how: str, checksums: bool) -> No
     file.write_bytes(bytes(raw))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("how", "checksums", "caught_by"),
     [

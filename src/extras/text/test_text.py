@@ -475,6 +475,7 @@ SGD = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_accumulating_two_batches_equals_one_batch_twice_the_size(small_text: Path, workdir: Path) -> None:
     # the loader draws one permutation per epoch whatever the batch size; no dropout, no clipping
     common = [*tiny(small_text), *BARE, *SGD, "--config", str(TRAINER / "no_clip.yaml")]
@@ -504,6 +505,7 @@ def scale_loss_at(run: CLI, step: int, factor: float) -> None:
     run.model.loss = loss
 
 
+@pytest.mark.slow
 def test_a_nan_step_is_skipped_as_if_its_gradients_were_zero(small_text: Path, workdir: Path) -> None:
     def build() -> CLI:
         return main(
