@@ -38,6 +38,11 @@ def summarize(message: str) -> str:
     unknown = re.search(r"class_path '([\w.]+)':\s*Option '(\w+)' is not accepted", message)
     if keys and unknown:  # a key the chosen class does not take (a misspelling, an old name)
         chosen, option = unknown.groups()
+        if chosen.rpartition(".")[2] == "Callback":  # a callback section switched off has no class
+            return (
+                f"{keys[0]} is off (null), so it has no class to take {option}; name its class again "
+                f"(--{keys[0]}=<class>) or leave out the null; --{keys[0]}.help <class> lists its options"
+            )
         return f"{keys[0]}.{option} is not an option of {chosen}; --{keys[0]}.help {chosen} lists its options"
     given = re.search(r"(?:Given value|Got value): (.+)", message)
     if not keys:

@@ -230,7 +230,7 @@ NET = "--model.init_args.net.init_args"
         (["--early_stoping.patience=5"], "unrecognized arguments: --early_stoping.patience=5"),
         (
             ["--early_stopping=null", "--early_stopping.patience=5"],  # switched off, then half set up
-            "early_stopping: is not accepted (the following arguments are required: monitor)",
+            "early_stopping is off (null), so it has no class to take patience; name its class again",
         ),
         (["--trainer.logger.init_args.save_dir=/proc/runs"], "save_dir='/proc/runs' is not writable"),
         (
