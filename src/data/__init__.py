@@ -3,8 +3,9 @@
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from src.data.datamodule import Columns, Encoding, Split, TabularDataModule
+    from src.data.datamodule import TabularDataModule
     from src.data.loading import TensorBatches
+    from src.data.options import Columns, Encoding, Split
 
 __all__ = ["Columns", "Encoding", "Split", "TabularDataModule", "TensorBatches"]
 

@@ -1,0 +1,102 @@
+"""The table DataModule's settings, in three groups the signature names: which columns, how they are
+encoded, which rows train, validate and test (``data.columns.drop``, ``data.encoding.max_categories``,
+``data.split.val_fraction`` ...)."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Literal, TypeVar
+
+from src.errors import UserInputError
+
+G = TypeVar("G", "Columns", "Encoding", "Split")
+
+
+def group(value: object, kind: type[G], key: str) -> G:
+    """A settings group given as itself, left out (its defaults) or as a mapping, as ``hparams`` and
+    checkpoints hold it, so ``TabularDataModule(**datamodule.hparams)`` builds the same DataModule."""
+    if value is None:
+        return kind()
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - {f.name for f in fields(kind)})
+        if unknown:
+            raise UserInputError(f"{key} has no setting {unknown[0]!r}; see {kind.__name__}'s arguments.")
+        return kind(**value)
+    if not isinstance(value, kind):
+        raise UserInputError(f"{key} takes a {kind.__name__} or a mapping, not {type(value).__name__}.")
+    return value
+
+
+@dataclass
+class Columns:
+    """Which columns of your file the net reads, and as what.
+
+    Args:
+        features: The columns to read as features; all but the target when left out.
+        drop: Columns to leave out (IDs, free-text notes, anything known only after the fact).
+        categorical: Columns to encode as categories even if they hold numbers (say, codes 1, 2, 3).
+        numeric: Columns to read as numbers; a cell that is not one is then an error.
+        na_values: Further texts that mean "missing" in your file (empty cells and ``NA``, ``NaN``,
+            ``null`` already do), say ``["?", "-"]``.
+    """
+
+    features: list[str] | None = None
+    drop: list[str] = field(default_factory=list)
+    categorical: list[str] = field(default_factory=list)
+    numeric: list[str] = field(default_factory=list)
+    na_values: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Encoding:
+    """How numbers and categories become the net's inputs, fitted on the training rows only.
+
+    Args:
+        impute_strategy: What fills a missing numeric cell: the training ``median`` or ``mean``; left
+            out, the median (the streaming DataModule, which never holds every value at once: the mean).
+        missing_indicator: Add a 0/1 column per numeric column that had missing cells in training.
+        standardize: Scale numeric features to zero mean and unit variance (training statistics).
+        scaling: How ``standardize`` scales: ``standard`` by the mean and standard deviation, ``robust``
+            by the median and the interquartile range.
+        max_categories: One-hot columns per categorical column at most: its ``max_categories - 1`` most
+            frequent training values, and one column for the rest and for values never seen in training.
+        min_category_frequency: Training values rarer than this share the "rest" column.
+        high_cardinality: A categorical column of more than ``max_categories`` distinct training values:
+            ``target`` reads each value as its smoothed mean of the training target (per class), one
+            column per class (one for regression and two classes), standardized; ``other`` gives one-hot
+            columns to its most frequent values and one to the rest (the default: on a table of house
+            prices whose zip codes have 68 values, the target means scored worse, benchmarks/tables.py).
+    """
+
+    impute_strategy: Literal["median", "mean"] | None = None
+    missing_indicator: bool = False
+    standardize: bool = True
+    scaling: Literal["standard", "robust"] = "standard"
+    max_categories: int = 50
+    min_category_frequency: int = 1
+    high_cardinality: Literal["target", "other"] = "other"
+
+
+@dataclass
+class Split:
+    """Which rows train, validate and test.
+
+    Args:
+        val_fraction: Share of all rows held out for validation.
+        test_fraction: Share of all rows held out for the final test; touched only by ``test``.
+        folds: Cross-validation: split the train and validation rows together into this many folds
+            (stratified by class for classification, seeded by ``seed``); ``fold`` is then the
+            validation split and the other folds the training split. The test split is unchanged.
+        fold: Which fold (0 to ``folds - 1``) is the validation split when ``folds`` is set.
+        train_on_validation: Refit: train on the training and validation rows together (the
+            preprocessing is fitted on both too), for a final model once a first run has chosen the
+            epoch count. The validation split is still evaluated, but it is no longer held out, so its
+            figures flatter the model and must not pick a checkpoint or stop the run: give
+            ``trainer.max_epochs`` and ``early_stopping: null``, keep ``last.ckpt`` (docs/data.md). The
+            test split is untouched.
+    """
+
+    val_fraction: float = 0.1
+    test_fraction: float = 0.2
+    folds: int | None = None
+    fold: int = 0
+    train_on_validation: bool = False
