@@ -24,8 +24,8 @@ from torchmetrics import MeanMetric, MetricCollection
 from typing_extensions import override
 
 from src.checkpoints import check_names, load_checkpoint
-from src.errors import UserInputError, notice
-from src.models.schedules import spanned_by
+from src.errors import UserInputError
+from src.models.schedules import check_length, spanned_by
 from src.nets import DEFAULT_NET, MLP, Ensemble
 
 #: builds the net from the data's widths: ``net(in_features, out_features)``; in YAML, the ``class_path`` of
@@ -256,7 +256,7 @@ class BaseTask(L.LightningModule, ABC):
         interval = self.hparams["scheduler_interval"]
         spans = spanned_by(self.scheduler)  # left out of the config: the run's length fills it in
         scheduler = self.scheduler(optimizer, **({spans: self.run_length(spans)} if spans else {}))
-        self._check_length(scheduler)
+        check_length(scheduler, self.run_length, interval)
         config = {"scheduler": scheduler, "interval": interval}
         if isinstance(scheduler, ReduceLROnPlateau):
             config["monitor"] = self.hparams["scheduler_monitor"]
@@ -283,21 +283,6 @@ class BaseTask(L.LightningModule, ABC):
             return int(steps)
         per_epoch = math.ceil(self.trainer.num_training_batches / self.trainer.accumulate_grad_batches)
         return math.ceil(steps / max(per_epoch, 1))
-
-    def _check_length(self, scheduler: Any) -> None:
-        """A length typed in the config (``T_max``, ``total_steps``) that is not the run's: said in one line,
-        since the schedule then restarts or stops short as the run goes on."""
-        for argument in ("total_steps", "T_max"):
-            given = getattr(scheduler, argument, None)  # torch's schedulers keep them as public attributes
-            if not isinstance(given, int) or given == (length := self.run_length(argument)):
-                continue
-            steps = argument == "total_steps" or self.hparams["scheduler_interval"] == "step"
-            notice(
-                f"model.init_args.scheduler.init_args.{argument}={given}, but this run is {length} "
-                f"{'optimizer steps' if steps else 'epochs'} long, so the schedule "
-                f"{'ends before' if given < length else 'is not done when'} the run ends; leave {argument} "
-                "out and the run's length is filled in."
-            )
 
 
 def _subclasses(cls: type) -> list[type]:

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
 
-from src.errors import UserInputError
+from src.errors import UserInputError, notice
 
 #: arguments by which a scheduler spans the whole run: OneCycleLR's and WarmupCosine's ``total_steps``,
 #: CosineAnnealingLR's (and Cosine's) ``T_max``
@@ -22,6 +22,22 @@ def spanned_by(factory: Callable[..., Any]) -> str | None:
     if bound.get("epochs") is not None:
         return None  # OneCycleLR given epochs and steps_per_epoch counts them itself
     return next((name for name in SPANS_THE_RUN if name in bound and bound[name] is None), None)
+
+
+def check_length(scheduler: Any, run_length: Callable[[str], int], interval: str) -> None:
+    """A length typed in the config (``T_max``, ``total_steps``) that is not the run's (``run_length`` of
+    the argument): said in one line, since the schedule then restarts or stops short as the run goes on."""
+    for argument in SPANS_THE_RUN:
+        given = getattr(scheduler, argument, None)  # torch's schedulers keep them as public attributes
+        if not isinstance(given, int) or given == (length := run_length(argument)):
+            continue
+        steps = argument == "total_steps" or interval == "step"
+        notice(
+            f"model.init_args.scheduler.init_args.{argument}={given}, but this run is {length} "
+            f"{'optimizer steps' if steps else 'epochs'} long, so the schedule "
+            f"{'ends before' if given < length else 'is not done when'} the run ends; leave {argument} "
+            "out and the run's length is filled in."
+        )
 
 
 class WarmupCosine(SequentialLR):
