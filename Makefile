@@ -40,10 +40,10 @@ gpu-check: $(STAMP) ## on a machine with a GPU: the CUDA tests, then a timed fit
 test-full: $(STAMP) ## run every test, the slow ones too
 	$(PY) -m pytest --nbmake tests examples src/extras src/apps notebooks $(PYTEST_ARGS)
 
-lint: $(STAMP) ## ruff lint and format check, mypy type check of src/ and benchmarks/
+lint: $(STAMP) ## ruff lint and format check, mypy type check of src/, examples/ and benchmarks/
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy src benchmarks
+	$(VENV)/bin/mypy src examples benchmarks
 
 format: $(STAMP) ## ruff fix and format in place
 	$(VENV)/bin/ruff check --fix .
@@ -54,16 +54,15 @@ tensorboard: $(STAMP) ## serve logs/ on localhost (PORT=6006)
 	@echo "TensorBoard: http://127.0.0.1:$(PORT)/"
 	$(VENV)/bin/tensorboard --logdir logs --host 127.0.0.1 --port $(PORT)
 
-bench: $(STAMP) ## training speed side by side, make train's time, epoch time and memory by rows, the dashboard's cost, predict, and each app's benchmark (benchmarks/results/)
+bench: $(STAMP) ## training speed side by side, make train's time, epoch time and memory by rows, predict, and each extra's and app's benchmark (benchmarks/results/)
 	$(PY) -m benchmarks.train_speed --rounds 7 --write
 	$(PY) -m benchmarks.fit_overhead --rounds 3 --write   # make train's whole fit, its cost split by callback
 	$(PY) -m benchmarks.make_train --write
 	$(PY) -m benchmarks.scaling --write
-	$(PY) -m benchmarks.dashboard_overhead
 	$(PY) -m benchmarks.predict_throughput
 	$(foreach bench,$(APP_BENCHMARKS),$(PY) -m $(bench) && ) true   # each app's src/apps/<app>/bench.py
+	$(foreach bench,$(subst /,.,$(basename $(wildcard src/extras/*/bench.py))),$(PY) -m $(bench) && ) true   # each extra's bench.py
 	$(PY) -m benchmarks.tables --write   # public tables against CatBoost, LightGBM, XGBoost (needs: pip install -e '.[bench]')
-	$(PY) -m benchmarks.streaming --write   # 1e6 to 3e7 rows streamed from Parquet (8 GB in $TMPDIR)
 
 lock: $(STAMP) ## rewrite requirements.lock from what .venv holds
 	@{ sed -n '/^#/p' requirements.lock; $(PY) -m pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/'; } > requirements.lock.tmp

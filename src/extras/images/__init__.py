@@ -480,7 +480,7 @@ class ImageDataModule(ResumableDataModule):
         in_memory: Decode every image once and keep them in memory as uint8; ``false`` decodes each
             batch's images from their files in the loader (for data larger than memory: give workers).
         num_workers: Loader worker processes; 0 loads in the main process (best for images in memory,
-            see ``benchmarks/image_loader.py``).
+            see ``src/extras/images/bench.py``).
         drop_last: Drop the last, smaller training batch of each epoch.
     """
 

@@ -27,12 +27,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch.utils.data import DataLoader, DistributedSampler
 from typing_extensions import override
 
-from benchmarks.image_loader import Setup, measure, table
 from src.cli import CLI, main
 from src.data.loading import ResumableLoader, keep_batch
 from src.errors import UserInputError
 from src.extras import images
 from src.extras.images import ImageDataModule, write_digits
+from src.extras.images.bench import Setup, measure, table
 from src.extras.images.callback import TAG, EpochImages, MisclassifiedImages, first_misclassified
 from src.extras.images.nets import ResNet, SmallCNN
 from src.extras.images.predict import ImagePreprocessing

@@ -1,8 +1,8 @@
 """Images per second through ImageDataModule's training loader, with 0, 1 and 2 worker processes.
 
-    .venv/bin/python -m benchmarks.image_loader                      # the bundled digits, 3 rounds
-    .venv/bin/python -m benchmarks.image_loader --folder my/images --image-size 64
-    .venv/bin/python -m benchmarks.image_loader --rounds 5 --write   # and save it in benchmarks/results/
+    .venv/bin/python -m src.extras.images.bench                      # the bundled digits, 3 rounds
+    .venv/bin/python -m src.extras.images.bench --folder my/images --image-size 64
+    .venv/bin/python -m src.extras.images.bench --rounds 5 --write   # and save it in benchmarks/results/
 
 Two ways to load, each with 0, 1 and 2 workers (``--workers``): images decoded once and held in memory as
 uint8 (``in_memory: true``, the default; a batch is one index of a tensor) and images decoded from their

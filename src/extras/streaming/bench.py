@@ -1,7 +1,7 @@
 """Streaming Parquet rows: peak memory and epoch time by row count, and steps/s beside the in-memory path.
 
-    .venv/bin/python -m benchmarks.streaming                              # 1e6, 1e7, 3e7 rows
-    .venv/bin/python -m benchmarks.streaming --rows 1000000 10000000 --write
+    .venv/bin/python -m src.extras.streaming.bench                              # 1e6, 1e7, 3e7 rows
+    .venv/bin/python -m src.extras.streaming.bench --rows 1000000 10000000 --write
 
 Synthetic rows of 64 float32 columns and a class of 10 are written once to a temporary folder as
 Parquet files of 1e6 rows (row groups of 65536); each size reads the first of them (a folder of links).
@@ -43,7 +43,7 @@ FEATURES = 64
 RESULT = ROOT / "benchmarks" / "results" / "streaming.md"
 CHILD = (
     "import json, sys\n"
-    "from benchmarks.streaming import measure\n"
+    "from src.extras.streaming.bench import measure\n"
     "open(sys.argv[1], 'w').write(json.dumps(measure(sys.argv[2], sys.argv[3])))\n"
 )
 

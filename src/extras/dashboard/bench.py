@@ -1,7 +1,7 @@
 """What the TensorBoard dashboard costs per training step: the same short fit with and without it.
 
-    .venv/bin/python -m benchmarks.dashboard_overhead            # digits, 5 epochs, 3 rounds
-    .venv/bin/python -m benchmarks.dashboard_overhead --epochs 10 --rounds 5
+    .venv/bin/python -m src.extras.dashboard.bench            # digits, 5 epochs, 3 rounds
+    .venv/bin/python -m src.extras.dashboard.bench --epochs 10 --rounds 5
 
 Each variant runs the shipped digits config through the real CLI, with the dashboard's callback sections
 switched off, as shipped, or with its options on. The clock runs from the start to the end of training, so a
