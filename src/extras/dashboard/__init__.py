@@ -43,7 +43,7 @@ from src.errors import UserInputError
 from src.extras.dashboard.logger import GROUP
 from src.extras.loggers import logging_step, monitored, tensorboard_writer, write
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parents[3]  # src/extras/<extra>/__init__.py: the repository
 PACKAGES = ("torch", "lightning", "torchmetrics", "tensorboard", "numpy", "scikit-learn", "jsonargparse")
 
 HParams = dict[str, bool | int | float | str]

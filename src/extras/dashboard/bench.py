@@ -27,7 +27,7 @@ from lightning.pytorch.callbacks import Callback
 
 from src.cli import main
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 #: the callback sections that make the dashboard (the task's own logging stays in every variant)
 DASHBOARD = ("dashboard", "validation_figures")
 

@@ -54,7 +54,7 @@ RULE = (
     "0…1 to 0…255; a palette, CMYK or YCbCr image converted to RGB; transparency kept as a fourth channel "
     "in RGBA, composited on white in L and RGB"
 )
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parents[3]  # src/extras/<extra>/__init__.py: the repository
 #: where the bundled example is written, once, and read from
 EXAMPLE = ROOT / "data" / "digits-images"
 EXAMPLE_SIZE = 32
