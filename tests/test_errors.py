@@ -1,10 +1,13 @@
 """Bad input stops early with one sentence that names the file, column, key or value, and exit status 2."""
 
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from src.cli_errors import check_config_files
+from src.errors import UserInputError
 from tests.conftest import CONFIGS
 
 
@@ -257,6 +260,78 @@ def test_a_config_file_that_is_not_yaml_is_named(cli, capsys, workdir: Path) -> 
     line = fails(cli, capsys, *SPIRAL, "--config", "broken.yaml")
     assert "config file 'broken.yaml' is not valid YAML at line 3" in line
     assert not (workdir / "logs").exists()
+
+
+def billion_laughs() -> bytes:
+    """About 400 bytes of YAML whose nine nested aliases stand for 9**9 strings."""
+    lines = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for before, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [{', '.join([f'*{before}'] * 9)}]")
+    return "\n".join(lines).encode() + b"\n"
+
+
+#: config files that YAML reads without complaint but that cannot be what the user meant, and the sentence
+CONFIG_FILES = {
+    "commented-out-section": (
+        b"trainer:\n#  max_epochs: 3\n#  precision: bf16-mixed\n",
+        "config file 'x.yaml' has an empty trainer section at line 1, which would drop every trainer "
+        "setting given before it; remove the `trainer:` line or give it settings.",
+    ),
+    "section-twice": (
+        b"trainer:\n  max_epochs: 1\nmodel:\n  init_args: {}\ntrainer:\n  max_epochs: 2\n",
+        "config file 'x.yaml' gives trainer a second time at line 5 (first at line 1), and YAML would keep "
+        "only the last; merge them into one.",
+    ),
+    "key-twice-inside": (
+        b"trainer:\n  max_epochs: 1\n  max_epochs: 2\n",
+        "config file 'x.yaml' gives max_epochs a second time at line 3 (first at line 2)",
+    ),
+    "alias-bomb": (
+        billion_laughs(),
+        "config file 'x.yaml' expands its aliases beyond 10,000 values at line",
+    ),
+    "alias-inside-itself": (
+        b"trainer: &t\n  callbacks: [*t]\n",
+        "config file 'x.yaml' has an alias inside the value it names at line 2",
+    ),
+    "latin-1": (
+        b"# caf\xe9 au lait\ntrainer:\n  max_epochs: 1\n",
+        "config file 'x.yaml' is not UTF-8 text (byte 0xe9 at line 1, column 6); save it as UTF-8.",
+    ),
+    "empty": (b"", "config file 'x.yaml' is empty; give it settings or leave it out."),
+    "only-comments": (
+        b"# trainer:\n#   max_epochs: 3\n",
+        "config file 'x.yaml' holds no settings; give it settings or leave it out.",
+    ),
+    "a-list": (b"- trainer\n- model\n", "config file 'x.yaml' holds a list, not settings"),
+}
+
+
+@pytest.mark.parametrize("kind", list(CONFIG_FILES))
+def test_a_config_file_yaml_reads_silently_wrong_is_named(cli, capsys, workdir: Path, kind: str) -> None:
+    content, sentence = CONFIG_FILES[kind]
+    (workdir / "x.yaml").write_bytes(content)
+    started = time.perf_counter()
+    with pytest.raises(UserInputError) as refused:
+        check_config_files(["fit", "--config", "x.yaml"])
+    assert time.perf_counter() - started < 0.5  # an alias bomb is refused, not expanded
+    assert str(refused.value).startswith(sentence)
+    assert sentence in fails(cli, capsys, *SPIRAL, "--config", "x.yaml")
+    assert not (workdir / "logs").exists()
+
+
+def test_a_folder_given_as_config_is_named(cli, capsys, workdir: Path) -> None:
+    (workdir / "configs").mkdir()
+    line = fails(cli, capsys, *SPIRAL, "--config", "configs")
+    assert line == "error: config file 'configs' is a folder, not a file; give the path of a YAML file."
+
+
+def test_sections_switched_off_with_null_pass_the_check(workdir: Path) -> None:
+    (workdir / "off.yaml").write_text(
+        "seed_everything: null\nckpt_path: null\nearly_stopping: null\n"
+        "base: &base {max_epochs: 2}\ntrainer:\n  <<: *base\n  max_epochs: 3\n"
+    )
+    check_config_files(["fit", "--config", "off.yaml"])  # a merge key that is then overridden is no twin
 
 
 @pytest.mark.parametrize("kind", ["text", "truncated", "pickled-code"])
