@@ -161,6 +161,24 @@ def test_too_few_rows_to_split(cli, capsys, write_csv, nothing_written) -> None:
     assert f"The 4 rows of CSV file '{path}' cannot be split" in line
 
 
+def test_a_split_too_small_for_r2_stops_before_training(cli, capsys, write_csv, nothing_written) -> None:
+    # 11 rows: 3 test rows, then 0.1 / 0.8 of the other 8 is one validation row, and R² needs two
+    path = write_csv({"a": [float(i) for i in range(11)], "label": [0.5 * i for i in range(11)]})
+    line = fails(cli, capsys, "--config", "diabetes.yaml", *csv_args(path, task="regression")[2:])
+    assert line == (
+        "error: data.split: the validation split has 1 row of 11; a regression run needs at least 2 "
+        "validation rows (R² needs two): use more rows or a larger data.split.val_fraction."
+    )
+
+
+def test_a_class_too_rare_to_stratify_is_one_sentence(cli, capsys, write_csv, nothing_written) -> None:
+    path = write_csv({"a": [float(i) for i in range(12)], "label": [0] * 11 + [1]})
+    line = fails(cli, capsys, *csv_args(path))
+    assert f"The 12 rows of CSV file '{path}' cannot be split" in line
+    assert "only 1 member" in line
+    assert ". " not in line  # sklearn's three sentences, joined into ours
+
+
 def test_csv_needs_its_arguments(cli, capsys, nothing_written) -> None:
     line = fails(cli, capsys, "--config", "digits.yaml", "--data.source=csv")
     assert "needs data.path, data.target_column and data.task" in line
