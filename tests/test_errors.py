@@ -252,6 +252,7 @@ NET = "--model.init_args.net.init_args"
             "early_stopping: is not accepted (the following arguments are required: monitor)",
         ),
         (["--trainer.logger.init_args.save_dir=/proc/runs"], "save_dir='/proc/runs' is not writable"),
+        (["--weights_only=false"], "--weights_only=false would let a checkpoint run code as it loads"),
         (
             ["--config", "trainer/warmup_cosine.yaml", f"{SCHEDULER}.warmup_steps=9999"],
             "warmup_steps=9999 must lie in (0, total_steps=",
@@ -260,7 +261,7 @@ NET = "--model.init_args.net.init_args"
     ids=["negative-lr", "negative-epochs", "zero-epochs", "negative-width", "dropout-above-one",
          "negative-workers", "gpu-on-cpu",
          "batch-size-text", "precision-typo", "optimizer-typo", "unknown-key", "callback-key-typo",
-         "callback-section-typo", "callback-without-class", "unwritable-log-folder",
+         "callback-section-typo", "callback-without-class", "unwritable-log-folder", "code-in-checkpoints",
          "warmup-longer-than-the-run"],
 )  # fmt: skip
 def test_mistaken_settings_are_one_sentence(cli, capsys, args, sentence, nothing_written) -> None:
