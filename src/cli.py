@@ -125,9 +125,7 @@ class CLI(LightningCLI):
         config = self.config[self.subcommand]
         if isinstance(self.resumed_settings, dict):
             dumped = yaml.safe_load(self.parser.dump(self.config, skip_none=False))[self.subcommand]
-            settings.check_resumable(
-                self.resumed_settings.get("model"), dumped.get("model"), config["ckpt_path"]
-            )
+            settings.check_resumable(self.resumed_settings, dumped, config["ckpt_path"])
         if self.subcommand != "fit":
             # an evaluation restores the checkpoint callbacks' state, which only a fit acts on: the notice
             # that their folder changed (the checkpoint was moved, or is evaluated from elsewhere) is no news
