@@ -125,13 +125,18 @@ class CLI(LightningCLI):
         config = self.config[self.subcommand]
         if isinstance(self.resumed_settings, dict):
             dumped = yaml.safe_load(self.parser.dump(self.config, skip_none=False))[self.subcommand]
-            settings.check_resumable(
-                self.resumed_settings.get("model"), dumped.get("model"), config["ckpt_path"]
-            )
+            settings.check_resumable(self.resumed_settings, dumped, config["ckpt_path"])
         if self.subcommand != "fit":
             # an evaluation restores the checkpoint callbacks' state, which only a fit acts on: the notice
             # that their folder changed (the checkpoint was moved, or is evaluated from elsewhere) is no news
             warnings.filterwarnings("ignore", message="The dirpath has changed from")
+        if config.get("weights_only") is False:
+            raise UserInputError(
+                "--weights_only=false would let a checkpoint run code as it loads; checkpoints are read as "
+                "tensors and plain data only here, so leave it out."
+            )
+        # Lightning's own restore reads the checkpoint too, through whatever checkpoint plugin is in use
+        config["weights_only"] = True
         if config.get("output") and self.subcommand != "predict":
             raise UserInputError(f"--output belongs to predict, not to {self.subcommand}.")
         if config.get("overwrite") and self.subcommand not in ("fit", "predict"):
@@ -328,7 +333,7 @@ class CLI(LightningCLI):
             print(f"Testing the best checkpoint: {best}")
         else:
             print("No best checkpoint was written; testing the weights as they are.")
-        self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
+        self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None, weights_only=True)
 
 
 class _WithoutAdvertising(logging.Filter):

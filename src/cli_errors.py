@@ -83,26 +83,138 @@ class Parser(LightningArgumentParser):
         raise SystemExit(2)
 
 
+class ConfigProblem(yaml.YAMLError):
+    """What makes a config file that YAML reads without complaint wrong anyway; the words after its name."""
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with three refusals it lacks: a key given twice in one mapping (YAML keeps the
+    last without a word), aliases that expand beyond :attr:`MAX_EXPANDED` values (a few hundred bytes can
+    stand for billions: the parser would expand them), and one of :attr:`NOT_NULL` left empty."""
+
+    #: values that aliases may add to a config (a shared optimizer setting adds a handful)
+    MAX_EXPANDED = 10_000
+    #: sections whose null would replace every setting given before (callback sections, ``seed_everything``
+    #: and ``ckpt_path`` are null on purpose: off, not seeded, no checkpoint)
+    NOT_NULL = ("trainer", "model", "data")
+
+    @override
+    def compose_document(self) -> yaml.Node:
+        document = super().compose_document()
+        self.check_expansion(document)
+        if isinstance(document, yaml.MappingNode):
+            for key, value in document.value:
+                if key.value in self.NOT_NULL and value.tag == "tag:yaml.org,2002:null":
+                    raise ConfigProblem(
+                        f"has an empty {key.value} section at line {key.start_mark.line + 1}, which would "
+                        f"drop every {key.value} setting given before it; remove the `{key.value}:` line or "
+                        "give it settings."
+                    )
+        return document
+
+    def check_expansion(self, document: yaml.Node) -> None:
+        """Count the values each alias repeats, each anchored value's size found once: linear in the file's
+        length, however far its aliases would expand."""
+        sizes: dict[int, int] = {}  # id(node) → values in it, aliases expanded
+        counting: set[int] = set()  # nodes whose size is being counted: an alias to one is a loop
+        added = 0
+
+        def size(node: yaml.Node, parent: yaml.Node) -> int:
+            nonlocal added
+            if id(node) in sizes:  # a second arrival: an alias
+                added += sizes[id(node)]
+                if added > self.MAX_EXPANDED:
+                    raise ConfigProblem(
+                        f"expands its aliases beyond {self.MAX_EXPANDED:,} values at line "
+                        f"{parent.start_mark.line + 1}, far more than a config holds; write the settings out "
+                        "instead of nesting aliases."
+                    )
+                return sizes[id(node)]
+            if id(node) in counting:
+                raise ConfigProblem(
+                    f"has an alias inside the value it names at line {parent.start_mark.line + 1}, which "
+                    "never ends; write the settings out."
+                )
+            counting.add(id(node))
+            children = node.value if isinstance(node, yaml.SequenceNode) else []
+            if isinstance(node, yaml.MappingNode):
+                children = [child for pair in node.value for child in pair]
+            sizes[id(node)] = 1 + sum(size(child, node) for child in children)
+            counting.discard(id(node))
+            return sizes[id(node)]
+
+        size(document, document)
+
+    @override
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[tuple[str, str], int] = {}  # (tag, key) → its line
+        for key, _ in node.value:
+            # `<<: *base` merges another mapping; a key given after it overrides, as meant
+            if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                continue
+            line = key.start_mark.line + 1
+            if (key.tag, key.value) in seen:
+                raise ConfigProblem(
+                    f"gives {key.value} a second time at line {line} (first at line "
+                    f"{seen[key.tag, key.value]}), and YAML would keep only the last; merge them into one."
+                )
+            seen[key.tag, key.value] = line
+        return super().construct_mapping(node, deep)
+
+
 def check_config_files(words: list[str]) -> None:
-    """Every ``--config FILE`` must exist and be YAML: say which file and where, before parsing starts."""
+    """Every ``--config FILE`` must be a UTF-8 YAML file of settings (:class:`ConfigLoader`): say which
+    file, where and what to do, before parsing starts."""
     for i, word in enumerate(words):
         value = words[i + 1] if word in ("--config", "-c") and i + 1 < len(words) else None
         if word.startswith("--config="):
             value = word.split("=", 1)[1]
-        if value is None or "\n" in value or not value.endswith((".yaml", ".yml")):
-            continue  # a YAML string given inline (the checkpoint's own settings), or not a file name
+        if not value or "\n" in value:
+            continue  # a YAML string given inline (the checkpoint's own settings)
         path = Path(value)
-        if not path.is_file():
-            raise UserInputError(f"config file {value!r} does not exist.")
-        try:
-            yaml.safe_load(path.read_text())
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        if path.is_dir():
             raise UserInputError(
-                f"config file {value!r} is not valid YAML{where} ({problem}); fix it."
-            ) from err
+                f"config file {value!r} is a folder, not a file; give the path of a YAML file."
+            )
+        if not path.is_file():
+            if value.endswith((".yaml", ".yml")):
+                raise UserInputError(f"config file {value!r} does not exist.")
+            continue  # not a file name: YAML given inline
+        check_config_file(path, value)
+
+
+def check_config_file(path: Path, value: str) -> None:
+    """One config file, named ``value`` as the user gave it."""
+    try:
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
+    except OSError as err:
+        raise UserInputError(f"config file {value!r} cannot be read ({err.strerror}).") from err
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        column = err.start - raw.rfind(b"\n", 0, err.start)
+        raise UserInputError(
+            f"config file {value!r} is not UTF-8 text (byte 0x{raw[err.start]:02x} at line {line}, column "
+            f"{column}); save it as UTF-8."
+        ) from err
+    try:
+        loaded = yaml.load(text, Loader=ConfigLoader)  # a SafeLoader: builds no objects
+    except ConfigProblem as err:
+        raise UserInputError(f"config file {value!r} {err}") from err
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UserInputError(f"config file {value!r} is not valid YAML{where} ({problem}); fix it.") from err
+    if loaded is None:
+        what = "is empty" if not text.strip() else "holds no settings"
+        raise UserInputError(f"config file {value!r} {what}; give it settings or leave it out.")
+    if not isinstance(loaded, dict):
+        what = "a list" if isinstance(loaded, list) else f"the single value {loaded!r}"
+        raise UserInputError(
+            f"config file {value!r} holds {what}, not settings; write `key: value` lines, as "
+            "configs/defaults.yaml does."
+        )
 
 
 def check_log_folder(save_dir: Any) -> None:

@@ -138,13 +138,24 @@ RESTORED = ("optimizer", "scheduler", "scheduler_interval")
 
 
 def check_resumable(saved: Any, now: Any, ckpt_path: str) -> None:
-    """Refuse a resumed fit whose optimizer or scheduler settings differ from those the checkpoint was
-    trained with: their state comes back from the checkpoint, and a changed setting would be dropped."""
+    """Refuse a resumed fit whose seed, optimizer or scheduler settings (``now``, the run's config) differ
+    from those the checkpoint was trained with (``saved``, the config it carries): the run goes on from
+    the checkpoint's state, and a changed setting would be recorded but not used."""
     if not isinstance(saved, dict) or not isinstance(now, dict):
         return
+    seed = saved.get("seed_everything")
+    if "seed_everything" in saved and now.get("seed_everything") != seed:
+        raise UserInputError(
+            f"seed_everything={now.get('seed_everything')!r} differs from {seed!r}, which --ckpt_path "
+            f"{ckpt_path} was trained with; a resumed fit continues that run, seeded as it was, so leave "
+            "seed_everything out to resume, or start a new fit to train with another seed."
+        )
+    model, model_now = saved.get("model"), now.get("model")
+    if not isinstance(model, dict) or not isinstance(model_now, dict):
+        return
     for key in RESTORED:
-        before = (saved.get("init_args") or {}).get(key)
-        after = (now.get("init_args") or {}).get(key)
+        before = (model.get("init_args") or {}).get(key)
+        after = (model_now.get("init_args") or {}).get(key)
         for where, old, new in differences(before, after, f"model.init_args.{key}"):
             raise UserInputError(
                 f"{where}={new!r} differs from {old!r}, which --ckpt_path {ckpt_path} was trained with; "

@@ -1,10 +1,13 @@
 """Bad input stops early with one sentence that names the file, column, key or value, and exit status 2."""
 
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from src.cli_errors import check_config_files
+from src.errors import UserInputError
 from tests.conftest import CONFIGS
 
 
@@ -159,6 +162,24 @@ def test_too_few_rows_to_split(cli, capsys, write_csv, nothing_written) -> None:
     assert f"The 4 rows of CSV file '{path}' cannot be split" in line
 
 
+def test_a_split_too_small_for_r2_stops_before_training(cli, capsys, write_csv, nothing_written) -> None:
+    # 11 rows: 3 test rows, then 0.1 / 0.8 of the other 8 is one validation row, and R² needs two
+    path = write_csv({"a": [float(i) for i in range(11)], "label": [0.5 * i for i in range(11)]})
+    line = fails(cli, capsys, "--config", "diabetes.yaml", *csv_args(path, task="regression")[2:])
+    assert line == (
+        "error: data.split: the validation split has 1 row of 11; a regression run needs at least 2 "
+        "validation rows (R² needs two): use more rows or a larger data.split.val_fraction."
+    )
+
+
+def test_a_class_too_rare_to_stratify_is_one_sentence(cli, capsys, write_csv, nothing_written) -> None:
+    path = write_csv({"a": [float(i) for i in range(12)], "label": [0] * 11 + [1]})
+    line = fails(cli, capsys, *csv_args(path))
+    assert f"The 12 rows of CSV file '{path}' cannot be split" in line
+    assert "only 1 member" in line
+    assert ". " not in line  # sklearn's three sentences, joined into ours
+
+
 def test_csv_needs_its_arguments(cli, capsys, nothing_written) -> None:
     line = fails(cli, capsys, "--config", "digits.yaml", "--data.source=csv")
     assert "needs data.path, data.target_column and data.task" in line
@@ -233,6 +254,7 @@ NET = "--model.init_args.net.init_args"
             "early_stopping is off (null), so it has no class to take patience; name its class again",
         ),
         (["--trainer.logger.init_args.save_dir=/proc/runs"], "save_dir='/proc/runs' is not writable"),
+        (["--weights_only=false"], "--weights_only=false would let a checkpoint run code as it loads"),
         (
             ["--config", "trainer/warmup_cosine.yaml", f"{SCHEDULER}.warmup_steps=9999"],
             "warmup_steps=9999 must lie in (0, total_steps=",
@@ -241,7 +263,7 @@ NET = "--model.init_args.net.init_args"
     ids=["negative-lr", "negative-epochs", "zero-epochs", "negative-width", "dropout-above-one",
          "negative-workers", "gpu-on-cpu",
          "batch-size-text", "precision-typo", "optimizer-typo", "unknown-key", "callback-key-typo",
-         "callback-section-typo", "callback-without-class", "unwritable-log-folder",
+         "callback-section-typo", "callback-without-class", "unwritable-log-folder", "code-in-checkpoints",
          "warmup-longer-than-the-run"],
 )  # fmt: skip
 def test_mistaken_settings_are_one_sentence(cli, capsys, args, sentence, nothing_written) -> None:
@@ -259,6 +281,78 @@ def test_a_config_file_that_is_not_yaml_is_named(cli, capsys, workdir: Path) -> 
     line = fails(cli, capsys, *SPIRAL, "--config", "broken.yaml")
     assert "config file 'broken.yaml' is not valid YAML at line 3" in line
     assert not (workdir / "logs").exists()
+
+
+def billion_laughs() -> bytes:
+    """About 400 bytes of YAML whose nine nested aliases stand for 9**9 strings."""
+    lines = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for before, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [{', '.join([f'*{before}'] * 9)}]")
+    return "\n".join(lines).encode() + b"\n"
+
+
+#: config files that YAML reads without complaint but that cannot be what the user meant, and the sentence
+CONFIG_FILES = {
+    "commented-out-section": (
+        b"trainer:\n#  max_epochs: 3\n#  precision: bf16-mixed\n",
+        "config file 'x.yaml' has an empty trainer section at line 1, which would drop every trainer "
+        "setting given before it; remove the `trainer:` line or give it settings.",
+    ),
+    "section-twice": (
+        b"trainer:\n  max_epochs: 1\nmodel:\n  init_args: {}\ntrainer:\n  max_epochs: 2\n",
+        "config file 'x.yaml' gives trainer a second time at line 5 (first at line 1), and YAML would keep "
+        "only the last; merge them into one.",
+    ),
+    "key-twice-inside": (
+        b"trainer:\n  max_epochs: 1\n  max_epochs: 2\n",
+        "config file 'x.yaml' gives max_epochs a second time at line 3 (first at line 2)",
+    ),
+    "alias-bomb": (
+        billion_laughs(),
+        "config file 'x.yaml' expands its aliases beyond 10,000 values at line",
+    ),
+    "alias-inside-itself": (
+        b"trainer: &t\n  callbacks: [*t]\n",
+        "config file 'x.yaml' has an alias inside the value it names at line 2",
+    ),
+    "latin-1": (
+        b"# caf\xe9 au lait\ntrainer:\n  max_epochs: 1\n",
+        "config file 'x.yaml' is not UTF-8 text (byte 0xe9 at line 1, column 6); save it as UTF-8.",
+    ),
+    "empty": (b"", "config file 'x.yaml' is empty; give it settings or leave it out."),
+    "only-comments": (
+        b"# trainer:\n#   max_epochs: 3\n",
+        "config file 'x.yaml' holds no settings; give it settings or leave it out.",
+    ),
+    "a-list": (b"- trainer\n- model\n", "config file 'x.yaml' holds a list, not settings"),
+}
+
+
+@pytest.mark.parametrize("kind", list(CONFIG_FILES))
+def test_a_config_file_yaml_reads_silently_wrong_is_named(cli, capsys, workdir: Path, kind: str) -> None:
+    content, sentence = CONFIG_FILES[kind]
+    (workdir / "x.yaml").write_bytes(content)
+    started = time.perf_counter()
+    with pytest.raises(UserInputError) as refused:
+        check_config_files(["fit", "--config", "x.yaml"])
+    assert time.perf_counter() - started < 0.5  # an alias bomb is refused, not expanded
+    assert str(refused.value).startswith(sentence)
+    assert sentence in fails(cli, capsys, *SPIRAL, "--config", "x.yaml")
+    assert not (workdir / "logs").exists()
+
+
+def test_a_folder_given_as_config_is_named(cli, capsys, workdir: Path) -> None:
+    (workdir / "configs").mkdir()
+    line = fails(cli, capsys, *SPIRAL, "--config", "configs")
+    assert line == "error: config file 'configs' is a folder, not a file; give the path of a YAML file."
+
+
+def test_sections_switched_off_with_null_pass_the_check(workdir: Path) -> None:
+    (workdir / "off.yaml").write_text(
+        "seed_everything: null\nckpt_path: null\nearly_stopping: null\n"
+        "base: &base {max_epochs: 2}\ntrainer:\n  <<: *base\n  max_epochs: 3\n"
+    )
+    check_config_files(["fit", "--config", "off.yaml"])  # a merge key that is then overridden is no twin
 
 
 @pytest.mark.parametrize("kind", ["text", "truncated", "pickled-code"])

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from src.cli import CLI, main
 from tests.conftest import CONFIGS, ONE_PASS, QUIET
@@ -178,6 +179,29 @@ def test_settings_typed_beside_ckpt_path_take_effect(workdir: Path) -> None:
     # the checkpoint's own settings fill in what was not typed: its net, not the default one
     assert type(smoothed.model.net) is type(first.model.net)
     assert smoothed.model.hparams["net"] == first.model.hparams["net"]
+
+
+def test_a_resume_runs_and_records_the_seed_its_run_was_trained_with(workdir: Path, capsys) -> None:
+    first = fit("--trainer.max_epochs=1", "--seed_everything=7")
+    run = Path(first.trainer.log_dir)
+    last = run / "checkpoints" / "last.ckpt"
+    before = contents(run)
+    # another seed would be recorded in the run, while the resume goes on from the run's random state
+    sentence = refused(
+        capsys, lambda: fit("--trainer.max_epochs=2", f"--ckpt_path={last}", "--seed_everything=8")
+    )
+    assert sentence == (
+        f"error: seed_everything=8 differs from 7, which --ckpt_path {last} was trained with; a resumed fit "
+        "continues that run, seeded as it was, so leave seed_everything out to resume, or start a new fit to "
+        "train with another seed."
+    )
+    assert contents(run) == before
+    # the seed left out (the checkpoint's), or typed as it was: the run goes on and records the seed it used
+    for words in ([], ["--seed_everything=7"]):
+        resumed = fit(f"--trainer.max_epochs={2 + len(words)}", f"--ckpt_path={last}", *words)
+        assert Path(resumed.trainer.log_dir).resolve() == run.resolve()
+        assert yaml.safe_load((run / "config.yaml").read_text())["seed_everything"] == 7
+        assert torch.load(last, weights_only=True)["config"]["seed_everything"] == 7
 
 
 def test_settings_the_checkpoint_cannot_take_are_refused(workdir: Path, capsys) -> None:

@@ -38,6 +38,28 @@ BUNDLED = ("digits", "diabetes", "spiral", "friedman", "penguins")
 _DEFAULT_NOISE = {"spiral": 0.2, "friedman": 1.0}
 
 
+#: rows each split needs per task: R² (torchmetrics' R2Score) is undefined below two
+MIN_SPLIT_ROWS = {"regression": 2, "classification": 1}
+
+
+def check_split_size(stage: str, count: int, total: int, task: str, split: Split) -> None:
+    """One split of ``total`` rows must hold the rows its task's metrics need, or stop before training."""
+    needed = MIN_SPLIT_ROWS.get(task, 1)
+    if count >= needed:
+        return
+    name = {"train": "training", "val": "validation", "test": "test"}[stage]
+    advice = {
+        "train": "smaller data.split.val_fraction and test_fraction",
+        "val": "fewer data.split.folds" if split.folds is not None else "a larger data.split.val_fraction",
+        "test": "a larger data.split.test_fraction",
+    }[stage]
+    raise UserInputError(
+        f"data.split: the {name} split has {count} row{'' if count == 1 else 's'} of {total}; a {task} run "
+        f"needs at least {needed} {name} row{'' if needed == 1 else 's'}"
+        f"{' (R² needs two)' if task == 'regression' else ''}: use more rows or {advice}."
+    )
+
+
 class TabularDataModule(ResumableDataModule):
     """Rows of a table with a class or a value to predict: bundled data, synthetic data, or your file.
 
@@ -194,11 +216,12 @@ class TabularDataModule(ResumableDataModule):
                 stratify=stratify[rest] if stratify is not None else None,
             )
         except ValueError as err:
+            # scikit-learn's reason can run to three sentences: one clause each here
+            why = "; ".join(part[:1].lower() + part[1:] for part in str(err).rstrip(".").split(". "))
             raise UserInputError(
                 f"The {len(rows)} rows of {table.location.what} cannot be split with "
                 f"data.split.val_fraction={split.val_fraction} and test_fraction={split.test_fraction} "
-                f"({err}); "
-                "use more rows, other fractions, or drop the rarest classes."
+                f"({why}); use more rows, other fractions, or drop the rarest classes."
             ) from err
         if split.folds is not None:
             rest = np.sort(rest)
@@ -215,6 +238,8 @@ class TabularDataModule(ResumableDataModule):
             train, val = (rest[positions] for positions in folds[split.fold])
         if split.train_on_validation:
             train = np.concatenate([train, val])
+        for stage, chosen in (("train", train), ("val", val), ("test", test)):
+            check_split_size(stage, len(chosen), len(rows), table.task, split)
         return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
 
     # -- what is fitted on the training rows ----------------------------------------------------------

@@ -22,10 +22,10 @@ class NonFiniteGuard(Callback):
     After backward (and after unscaling under mixed precision), before clipping and the update: if any
     gradient is not finite on any process (all processes agree), every gradient is dropped, so the
     optimizer leaves weights and moments as they were, and a per-step scheduler is set back as if that
-    step had not happened. The first offending parameters and the batch are named, and the skipped steps
-    are counted (``train/skipped_steps``, per epoch). After ``max_consecutive`` skipped steps in a row, or
-    an epoch whose every step was skipped, the run stops with one sentence and a non-zero exit. A
-    checkpoint whose weights are not finite is never written.
+    step had not happened. The first offending parameters (on several processes, the process too) and the
+    batch are named, and the skipped steps are counted (``train/skipped_steps``, per epoch). After
+    ``max_consecutive`` skipped steps in a row, or an epoch whose every step was skipped, the run stops
+    with one sentence and a non-zero exit. A checkpoint whose weights are not finite is never written.
 
     The check reads one flag back from the device per optimizer step.
 
@@ -77,8 +77,7 @@ class NonFiniteGuard(Callback):
         self.skipped += 1
         self.consecutive += 1
         self._epoch_skipped += 1
-        # named only on this rare path, tensor by tensor
-        offenders = [name for name, grad in named if not torch.isfinite(grad).all()][:3]
+        culprit = self.culprit(trainer, named, norm.device)
         for param in pl_module.parameters():
             param.grad = None  # an optimizer leaves a parameter without a gradient untouched
         # per-step schedulers step after this, in the same batch: remember where they stood
@@ -93,16 +92,47 @@ class NonFiniteGuard(Callback):
         ]
         where = f"epoch {trainer.current_epoch}, batch {self._batch_idx}"
         rank_zero_info(
-            f"Skipped the optimizer step at {where}: non-finite gradients"
-            f"{' in ' + ', '.join(offenders) if offenders else ' on another process'} "
-            f"({self.consecutive} in a row, {self.skipped} in all)."
+            f"Skipped the optimizer step at {where}: {culprit} ({self.consecutive} in a row, "
+            f"{self.skipped} in all)."
         )
         if self.consecutive >= self.max_consecutive:
             raise UserInputError(
-                f"{self.consecutive} optimizer steps in a row had non-finite gradients (last at {where}, "
-                f"first offenders {offenders}); the run stops: lower the learning rate, enable clipping, or "
-                "look for extreme values in the data."
+                f"{self.consecutive} optimizer steps in a row had non-finite gradients (last at {where}: "
+                f"{culprit}); the run stops: lower the learning rate, enable clipping, or look for extreme "
+                "values in the data."
             )
+
+    @staticmethod
+    def trouble(named: list[tuple[str, torch.Tensor]]) -> str | None:
+        """What is wrong with this process's gradients (its shards, when sharded), naming the first
+        parameters; ``None`` when they are finite. Tensor by tensor: only on the rare skipped step."""
+        local = [(name, grad.to_local() if isinstance(grad, DTensor) else grad) for name, grad in named]
+        broken = [name for name, grad in local if not torch.isfinite(grad).all()]
+        if broken:
+            return f"non-finite gradients in {', '.join(broken[:3])}"
+        norm = torch.nn.utils.get_total_norm([grad for _, grad in local])
+        if torch.isfinite(norm):
+            return None
+        # every element finite, their squares' sum beyond the dtype's range: the largest are to blame
+        largest = sorted(local, key=lambda pair: -pair[1].abs().max().item())[:3]
+        dtype = str(norm.dtype).removeprefix("torch.")
+        names = ", ".join(name for name, _ in largest)
+        return f"gradients too large for {dtype} (their norm overflows; largest in {names})"
+
+    def culprit(self, trainer: L.Trainer, named: list[tuple[str, torch.Tensor]], device: torch.device) -> str:
+        """Which gradients made the step non-finite, and on several processes, on which process."""
+        trouble = self.trouble(named)
+        if trainer.world_size == 1:
+            return trouble or "gradients whose norm overflows"
+        # the first process whose own gradients broke (every process asks: a collective)
+        mine = trainer.global_rank if trouble is not None else trainer.world_size
+        first = int(trainer.strategy.reduce(torch.tensor(mine, device=device), reduce_op="min").item())
+        if trouble is not None:
+            return f"{trouble} on process {trainer.global_rank}"
+        if first < trainer.world_size:
+            return f"non-finite gradients on another process (process {first})"
+        # each process's shards finite, their norm across the processes not
+        return "gradients whose norm across the processes overflows"
 
     @override
     def on_train_batch_end(

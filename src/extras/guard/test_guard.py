@@ -73,6 +73,73 @@ def test_a_nan_step_is_skipped_exactly_as_if_it_had_never_happened(workdir: Path
         assert torch.isfinite(a).all()
 
 
+def test_a_step_whose_norm_overflows_names_its_parameters_on_one_process(workdir: Path, caplog) -> None:
+    # a loss of about 1e30: every gradient element finite (below float32's 3.4e38), their squared sum
+    # not, so the step's norm is infinite while no element is (what a learning rate ramping to divergence
+    # does): the culprit is this process's largest gradients, not "another process"
+    run = build(workdir)
+    scale_loss_at(run, {3}, 1e30)
+    run.trainer.fit(run.model, datamodule=run.datamodule)
+    assert guard(run).skipped == 1
+    skipped = [line for line in caplog.text.splitlines() if "Skipped the optimizer step" in line]
+    assert len(skipped) == 1
+    assert "another process" not in skipped[0]
+    assert (
+        "epoch 0, batch 3: gradients too large for float32 (their norm overflows; largest in net."
+        in (skipped[0])
+    )
+
+
+class Strategy:
+    """What the guard asks of a strategy: a reduction over the processes, answered from a script."""
+
+    def __init__(self, answers: list[float]) -> None:
+        self.answers = answers
+        self.ops: list[str] = []
+
+    def reduce(self, tensor: torch.Tensor, reduce_op: str) -> torch.Tensor:
+        self.ops.append(reduce_op)
+        return torch.tensor(self.answers.pop(0))
+
+
+class Trainer(NamedTuple):
+    """The state of one process of a multi-process fit, as the guard reads it."""
+
+    strategy: Strategy
+    global_rank: int
+    world_size: int = 4
+    global_step: int = 7
+    current_epoch: int = 1
+    lr_scheduler_configs: tuple = ()
+
+
+@pytest.mark.parametrize(
+    ("mine", "answers", "culprit"),
+    [
+        (1.0, [1.0, 2.0], "non-finite gradients on another process (process 2)"),  # this one finite
+        (math.nan, [1.0, 0.0], "non-finite gradients in net.weight on process 0"),
+        (1e30, [1.0, 0.0], "gradients too large for float32 (their norm overflows; largest in net.bias, "),
+    ],
+    ids=["another", "this-one-nan", "this-one-overflows"],
+)  # fmt: skip
+def test_several_processes_name_the_process_whose_gradients_were_not_finite(
+    caplog, mine: float, answers: list[float], culprit: str
+) -> None:
+    net = torch.nn.Linear(3, 2)
+    net.weight.grad = torch.full((2, 3), mine)
+    net.bias.grad = torch.full((2,), 2 * mine if math.isfinite(mine) else 1.0)
+    module = L.LightningModule()
+    module.net = net
+    strategy = Strategy(answers)
+    trainer: Any = Trainer(strategy, global_rank=0)
+    checker = NonFiniteGuard()
+    checker.on_train_start(trainer, module)
+    checker.on_before_optimizer_step(trainer, module, torch.optim.SGD(net.parameters()))
+    assert strategy.ops == ["max", "min"]  # all agree to skip; then the first process that broke
+    assert f"Skipped the optimizer step at epoch 1, batch 0: {culprit}" in caplog.text
+    assert net.weight.grad is None
+
+
 def test_a_per_step_schedule_is_set_back_for_the_skipped_step_only(workdir: Path) -> None:
     run = build(workdir, *PER_STEP_SCHEDULE)
     scale_loss_at(run, {3}, math.nan)

@@ -104,7 +104,9 @@ class Preemption(Callback):
             path = Path(logger.log_dir) / "checkpoints" / "last.ckpt"
         else:
             path = Path(trainer.default_root_dir) / "last.ckpt"
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(
+            path, weights_only=False
+        )  # everything a resume restores, not the weights alone
         self.saved = path
         rank_zero_info(
             f"Stopped by SIGTERM after step {trainer.global_step}; saved {path}. {self.advice(path)}"

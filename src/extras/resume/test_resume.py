@@ -138,6 +138,36 @@ def test_sigterm_writes_no_checkpoint_when_checkpointing_is_off(cli, workdir: Pa
     )
 
 
+@pytest.mark.parametrize("plugins", [[], ["--trainer.plugins=null"]], ids=["shipped-io", "lightnings-io"])
+def test_every_checkpoint_read_from_fit_to_predict_is_data_only(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, caplog, plugins: list[str]
+) -> None:
+    """fit, stopped by SIGTERM (which saves) → resumed → test → predict: every ``torch.load`` of a
+    checkpoint, by the project or by Lightning, with the shipped checkpoint plugin or Lightning's own,
+    asks for tensors and plain data only; and no save leaves it to Lightning to choose what it holds."""
+    asked: list[object] = []
+    load = torch.load
+
+    def spy(*args: object, **kwargs: object) -> object:
+        asked.append(kwargs.get("weights_only"))
+        return load(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(torch, "load", spy)
+    words = [*ARGS, "--trainer.max_epochs=1", *plugins, *QUIET]
+    with pytest.raises(SystemExit):
+        main(["fit", *words, "--trainer.callbacks+=tests.helpers.SigtermAt", "--trainer.callbacks.step=3"])
+    (last,) = workdir.rglob("last.ckpt")
+    assert torch.load(last, weights_only=True)["global_step"] == 4  # saved on SIGTERM
+    resumed = main(["fit", *words, "--ckpt_path", str(last)])
+    assert resumed.trainer.global_step == BATCHES
+    main(["test", "--ckpt_path", str(last), *plugins, *QUIET])
+    main(["predict", "--ckpt_path", str(last), *plugins, *QUIET, "--output", str(workdir / "out.csv")])
+    assert (workdir / "out.csv").is_file()
+    assert len(asked) >= 7  # the CLI's reads, Lightning's restores of fit, test and predict, ours above
+    assert asked == [True] * len(asked)
+    assert "`weights_only` was not set" not in caplog.text
+
+
 # -- a mid-epoch resume under other batching: refused in one sentence, for every kind of data -----------
 
 
