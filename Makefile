@@ -30,8 +30,8 @@ install: $(STAMP) ## make .venv with the exact versions in requirements.lock (on
 train: $(STAMP) ## fit CONFIG (default configs/digits.yaml), then test the best checkpoint; ARGS="--data.folder=..." adds CLI words
 	$(PY) -m src.cli fit --config $(CONFIG) --test_after_fit true $(ARGS)
 
-test: $(STAMP) ## run the test suite without the slow tests
-	$(PY) -m pytest -m "not slow" --nbmake -n $(WORKERS) --dist loadfile tests examples src/extras src/apps notebooks $(PYTEST_ARGS)
+test: $(STAMP) ## run every proof that takes seconds (the slow tests and the notebook: make test-full)
+	$(PY) -m pytest -m "not slow" -n $(WORKERS) --dist loadfile tests examples src/extras src/apps $(PYTEST_ARGS)
 
 gpu-check: $(STAMP) ## on a machine with a GPU: the CUDA tests, then a timed fit on the GPU beside the CPU
 	$(PY) -m pytest -m cuda tests examples src/extras src/apps -rs $(PYTEST_ARGS)

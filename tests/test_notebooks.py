@@ -1,6 +1,6 @@
 """Notebooks are committed without outputs, and the pre-commit hook keeps them so.
 
-`make test` executes them (``pytest --nbmake notebooks/``); git keeps only their source.
+`make test-full` executes them (``pytest --nbmake notebooks/``); git keeps only their source.
 """
 
 import itertools
