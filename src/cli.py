@@ -9,7 +9,6 @@ A checkpoint carries its run's model and data settings and the fitted preprocess
     python -m src.cli predict --ckpt_path CKPT --data.predict_path new.csv --output predictions.csv
 """
 
-import logging
 import os
 import signal
 import sys
@@ -20,11 +19,10 @@ from pathlib import Path
 # for Lightning's maintainers and only adds noise to every run here.
 os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import lightning as L
 import yaml
-from jsonargparse import Namespace
 from lightning.pytorch.callbacks import (
     BasePredictionWriter,
     Callback,
@@ -33,44 +31,17 @@ from lightning.pytorch.callbacks import (
 )
 from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
-from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from src import runs, settings
 from src.callbacks import PredictionWriter
 from src.checkpoints import check_names, load_checkpoint
-from src.cli_errors import Parser, check_config_files, check_log_folder, user_error
+from src.cli_errors import Parser, check_config_files, quiet_dependencies, user_error
 from src.errors import UserInputError, notice
-from src.files import check_output
-from src.settings import DEFAULTS
+from src.settings import DEFAULTS, TakesCommand, callback_sections
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
-#: top-level keys of a config that are LightningCLI's own, never a callback section
-OWN_KEYS = ("seed_everything", "trainer", "model", "data", "optimizer", "lr_scheduler", "ckpt_path")
-
-
-def callback_sections(defaults: Path = DEFAULTS) -> list[str]:
-    """The callback sections: each top-level key of ``configs/defaults.yaml`` that names a class (or is
-    ``null``) and is not LightningCLI's own, in the file's order.
-
-    A section is one callback a later config changes one setting of (``early_stopping: {init_args:
-    {patience: 5}}``) without repeating the others, or switches off with ``null``; ``trainer.callbacks``
-    holds the user's own. Removing a section from the defaults removes it from every run.
-    """
-    loaded = yaml.safe_load(defaults.read_text()) or {}
-    return [
-        key
-        for key, value in loaded.items()
-        if key not in OWN_KEYS and (value is None or (isinstance(value, dict) and "class_path" in value))
-    ]
-
-
-@runtime_checkable
-class TakesCommand(Protocol):
-    """A callback that repeats the run's command in its advice (how to resume); the CLI gives it the words."""
-
-    command: list[str] | None
 
 
 class CLI(LightningCLI):
@@ -130,36 +101,7 @@ class CLI(LightningCLI):
             # an evaluation restores the checkpoint callbacks' state, which only a fit acts on: the notice
             # that their folder changed (the checkpoint was moved, or is evaluated from elsewhere) is no news
             warnings.filterwarnings("ignore", message="The dirpath has changed from")
-        if config.get("weights_only") is False:
-            raise UserInputError(
-                "--weights_only=false would let a checkpoint run code as it loads; checkpoints are read as "
-                "tensors and plain data only here, so leave it out."
-            )
-        # Lightning's own restore reads the checkpoint too, through whatever checkpoint plugin is in use
-        config["weights_only"] = True
-        if config.get("output") and self.subcommand != "predict":
-            raise UserInputError(f"--output belongs to predict, not to {self.subcommand}.")
-        if config.get("overwrite") and self.subcommand not in ("fit", "predict"):
-            raise UserInputError(f"--overwrite belongs to fit and predict, not to {self.subcommand}.")
-        if config.get("output") is not None:
-            data = (config.get("data") or {}).get("init_args") or {}
-            inputs = [data.get("path"), data.get("predict_path"), data.get("preprocessing_from")]
-            files = [str(DEFAULTS), *(str(file) for file in config.get("config") or [])]
-            check_output(
-                config["output"],
-                [*inputs, config.get("ckpt_path"), *files],
-                overwrite=bool(config.get("overwrite")),
-            )
-        if config.get("test_after_fit") and self.subcommand != "fit":
-            raise UserInputError(f"--test_after_fit belongs to fit, not to {self.subcommand}.")
-        trainer = config.get("trainer") or {}
-        if self.subcommand == "fit" and (trainer.get("max_epochs") == 0 or trainer.get("max_steps") == 0):
-            raise UserInputError(
-                "trainer.max_epochs=0 (or max_steps=0) trains nothing; give at least 1, or -1 for no limit."
-            )
-        logger = trainer.get("logger")
-        if isinstance(logger, dict | type(config)) and logger.get("init_args"):
-            check_log_folder(logger["init_args"].get("save_dir"))
+        settings.check_options(config, self.subcommand)
 
     @override
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
@@ -190,22 +132,8 @@ class CLI(LightningCLI):
 
     @override
     def after_instantiate_classes(self) -> None:
-        logger = self.trainer.logger
-        saver = next((c for c in self.trainer.callbacks if isinstance(c, runs.SaveConfig)), None)  # type: ignore[attr-defined]
-        if isinstance(logger, TensorBoardLogger) and saver is not None:
-            # what this run will create, found without fixing the version number now (two runs built
-            # before either starts must still get version_0 and version_1)
-            base = Path(logger.save_dir) / logger.name
-            if not base.exists():
-                made = base
-                while not made.parent.exists():
-                    made = made.parent
-                saver.made_folder = made
-            config = self.config[self.subcommand] if self.subcommand else self.config
-            named = config["trainer"]["logger"]["init_args"].get("version")
-            saver.new_version = named is None or not (base / str(named)).exists()
-            if self.subcommand == "fit" and config.get("ckpt_path") == "last":
-                settings.check_last(base, named)
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        runs.prepare_folder(self.trainer, config, self.subcommand)
         for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
             if isinstance(callback, TakesCommand):
                 callback.command = self.typed
@@ -242,7 +170,7 @@ class CLI(LightningCLI):
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         """Parse the words; with a checkpoint file as ``--ckpt_path``, over the settings the checkpoint
         carries (:func:`carried_settings`): what the user typed wins, the checkpoint fills in what they did
-        not say, the defaults the rest. Then place the run's logging (:meth:`place_logging`)."""
+        not say, the defaults the rest. Then place the run's logging (:func:`runs.place_logging`)."""
         words = [str(word) for word in (sys.argv[1:] if args is None else args)]
         check_config_files(words)
         #: the words as typed, for advice that repeats the command
@@ -264,7 +192,7 @@ class CLI(LightningCLI):
             at = words.index(subcommand) + 1
             layered = [*words[:at], "--config", yaml.safe_dump(layer), *words[at:]]
             self.config = parser.parse_args([*layered, *self.own_defaults(words)[0]])
-            self.place_logging(subcommand, ckpt_path, words)
+            runs.place_logging(self.config[subcommand], subcommand, ckpt_path, words)
         elif not hasattr(self, "config"):
             self.config = parser.parse_args([*words, *self.own_defaults(words)[0]])
         typed = settings.option_value(words, "--ckpt_path")
@@ -287,40 +215,6 @@ class CLI(LightningCLI):
     #: the settings of the checkpoint given as ``--ckpt_path``, read below the user's
     layer: dict[str, Any] | None = None
 
-    def place_logging(self, subcommand: str, ckpt_path: str, words: list[str]) -> None:
-        """Where a run given a checkpoint logs, unless the user said (any ``--trainer.logger`` word): ``fit``
-        resumes into the checkpoint's own run folder (unless a version is named, or that run got further
-        than the checkpoint: then into a new version, leaving the run as it was); ``validate`` and ``test``
-        log inside that run folder; ``predict`` logs nothing."""
-        if any(word.startswith("--trainer.logger") for word in words):
-            return
-        config = self.config[subcommand]
-        if subcommand == "predict":
-            config["trainer"]["logger"] = False  # no run folder for a prediction
-            return
-        logger = config.get("trainer.logger")
-        run = runs.run_of(ckpt_path)
-        tensorboard = isinstance(logger, Namespace) and str(logger.get("class_path")).endswith(
-            "TensorBoardLogger"
-        )
-        if run is None or not tensorboard or not (run / "config.yaml").is_file():
-            return
-        if subcommand == "fit":
-            if logger.get("init_args.version") is not None:
-                return  # the user named the folder: SaveConfig.refusal checks it
-            if (further := runs.replaced_by_resuming(ckpt_path, run)) is not None:
-                notice(
-                    f"{ckpt_path} is an earlier state of the run in {run}, whose {further.name} got further: "
-                    "this fit writes a new version and leaves that run as it is."
-                )
-                return
-            version = run.name
-        else:
-            version = f"{run.name}/{subcommand}-{Path(ckpt_path).stem}"
-        logger["init_args"]["save_dir"] = str(run.parent.parent)
-        logger["init_args"]["name"] = run.parent.name
-        logger["init_args"]["version"] = version
-
     #: the settings a checkpoint that ``fit`` resumes from carries
     resumed_settings: Any = None
 
@@ -334,41 +228,6 @@ class CLI(LightningCLI):
         else:
             print("No best checkpoint was written; testing the weights as they are.")
         self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None, weights_only=True)
-
-
-class _WithoutAdvertising(logging.Filter):
-    """Lightning logs a tip for a cloud service it sells on every run; it says nothing about the run."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("💡 Tip")
-
-
-def quiet_dependencies() -> None:
-    """Silence what the dependencies print about themselves on every run, each by its exact message."""
-    # Lightning 2.6.6 flattens loaders with a torch pytree API that torch 2.13 deprecates; not ours to fix
-    warnings.filterwarnings(
-        "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
-    )
-    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_WithoutAdvertising())
-    # the shipped model_summary section replaces Lightning's default one, as meant; a scheduler that spans
-    # the run has Lightning count the steps from the loader: neither is news to anyone; nor which
-    # checkpoint was loaded: "Testing the best checkpoint: <path>" has said which
-    said = (
-        "Trainer already configured with model summary",
-        "Loading `train_dataloader` to estimate number",
-        "Restoring states from the checkpoint path at",
-        "Loaded model weights from the checkpoint at",
-    )
-    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
-        lambda record: not record.getMessage().startswith(said)
-    )
-    # a fit writes into a run folder holding checkpoints only when it resumes from it or was told to
-    # (SaveConfig.refusal): Lightning's warning about it is never news
-    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
-    # an epoch shorter than log_every_n_steps still logs: StepValues counts optimizer steps across epochs
-    warnings.filterwarnings(
-        "ignore", message=r"The number of training batches \(\d+\) is smaller than the logging interval"
-    )
 
 
 def main(args: list[str] | None = None, run: bool = True) -> CLI:

@@ -7,8 +7,10 @@ raised while the classes are built or the run starts (:func:`user_error`: a :cla
 anywhere in the chain, Lightning's own configuration errors, a checkpoint that does not fit the model).
 """
 
+import logging
 import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -257,3 +259,38 @@ def user_error(err: BaseException) -> str | None:
             "free some space or write elsewhere."
         )
     return None
+
+
+class _WithoutAdvertising(logging.Filter):
+    """Lightning logs a tip for a cloud service it sells on every run; it says nothing about the run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("💡 Tip")
+
+
+def quiet_dependencies() -> None:
+    """Silence what the dependencies print about themselves on every run, each by its exact message."""
+    # Lightning 2.6.6 flattens loaders with a torch pytree API that torch 2.13 deprecates; not ours to fix
+    warnings.filterwarnings(
+        "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
+    )
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_WithoutAdvertising())
+    # the shipped model_summary section replaces Lightning's default one, as meant; a scheduler that spans
+    # the run has Lightning count the steps from the loader: neither is news to anyone; nor which
+    # checkpoint was loaded: "Testing the best checkpoint: <path>" has said which
+    said = (
+        "Trainer already configured with model summary",
+        "Loading `train_dataloader` to estimate number",
+        "Restoring states from the checkpoint path at",
+        "Loaded model weights from the checkpoint at",
+    )
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
+        lambda record: not record.getMessage().startswith(said)
+    )
+    # a fit writes into a run folder holding checkpoints only when it resumes from it or was told to
+    # (SaveConfig.refusal): Lightning's warning about it is never news
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+    # an epoch shorter than log_every_n_steps still logs: StepValues counts optimizer steps across epochs
+    warnings.filterwarnings(
+        "ignore", message=r"The number of training batches \(\d+\) is smaller than the logging interval"
+    )

@@ -16,13 +16,15 @@ from typing import Any
 import lightning as L
 import torch
 import yaml
+from jsonargparse import Namespace
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
+from src.errors import notice
 from src.files import written
-from src.settings import CARRIED, PER_INVOCATION
+from src.settings import CARRIED, PER_INVOCATION, check_last
 
 
 def run_of(ckpt_path: str | Path) -> Path | None:
@@ -206,3 +208,57 @@ class SaveConfig(SaveConfigCallback):
             for each in trainer.loggers:  # closed first: a writer thread must not write into a removed folder
                 each.finalize("failed")
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def place_logging(config: Any, subcommand: str, ckpt_path: str, words: list[str]) -> None:
+    """Where a run given a checkpoint logs, unless the user said (any ``--trainer.logger`` word): ``fit``
+    resumes into the checkpoint's own run folder (unless a version is named, or that run got further
+    than the checkpoint: then into a new version, leaving the run as it was); ``validate`` and ``test``
+    log inside that run folder; ``predict`` logs nothing. ``config`` is the subcommand's, changed in place."""
+    if any(word.startswith("--trainer.logger") for word in words):
+        return
+    if subcommand == "predict":
+        config["trainer"]["logger"] = False  # no run folder for a prediction
+        return
+    logger = config.get("trainer.logger")
+    run = run_of(ckpt_path)
+    tensorboard = isinstance(logger, Namespace) and str(logger.get("class_path")).endswith(
+        "TensorBoardLogger"
+    )
+    if run is None or not tensorboard or not (run / "config.yaml").is_file():
+        return
+    if subcommand == "fit":
+        if logger.get("init_args.version") is not None:
+            return  # the user named the folder: SaveConfig.refusal checks it
+        if (further := replaced_by_resuming(ckpt_path, run)) is not None:
+            notice(
+                f"{ckpt_path} is an earlier state of the run in {run}, whose {further.name} got further: "
+                "this fit writes a new version and leaves that run as it is."
+            )
+            return
+        version = run.name
+    else:
+        version = f"{run.name}/{subcommand}-{Path(ckpt_path).stem}"
+    logger["init_args"]["save_dir"] = str(run.parent.parent)
+    logger["init_args"]["name"] = run.parent.name
+    logger["init_args"]["version"] = version
+
+
+def prepare_folder(trainer: Any, config: Any, subcommand: str | None) -> None:
+    """Tell the run's :class:`SaveConfig` what this run will create, found without fixing the version
+    number now (two runs built before either starts must still get version_0 and version_1); and check
+    that ``--ckpt_path last`` finds what it names."""
+    logger = trainer.logger
+    saver = next((c for c in trainer.callbacks if isinstance(c, SaveConfig)), None)
+    if not isinstance(logger, TensorBoardLogger) or saver is None:
+        return
+    base = Path(logger.save_dir) / logger.name
+    if not base.exists():
+        made = base
+        while not made.parent.exists():
+            made = made.parent
+        saver.made_folder = made
+    named = config["trainer"]["logger"]["init_args"].get("version")
+    saver.new_version = named is None or not (base / str(named)).exists()
+    if subcommand == "fit" and config.get("ckpt_path") == "last":
+        check_last(base, named)

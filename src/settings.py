@@ -15,12 +15,14 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import yaml
 
 from src.checkpoints import DOTTED, resolve
+from src.cli_errors import check_log_folder
 from src.errors import UserInputError
+from src.files import check_output
 
 DEFAULTS = Path(__file__).resolve().parent.parent / "configs" / "defaults.yaml"
 
@@ -284,3 +286,65 @@ def user_named(words: list[str]) -> set[str]:
     texts = [value for value in values if "\n" not in value and not Path(value).exists()]
     texts += [Path(file).read_text(errors="replace") for file in config_files(words)]
     return {name for text in texts for name in DOTTED.findall(text)}
+
+
+#: top-level keys of a config that are LightningCLI's own, never a callback section
+OWN_KEYS = ("seed_everything", "trainer", "model", "data", "optimizer", "lr_scheduler", "ckpt_path")
+
+
+def callback_sections(defaults: Path = DEFAULTS) -> list[str]:
+    """The callback sections: each top-level key of ``configs/defaults.yaml`` that names a class (or is
+    ``null``) and is not LightningCLI's own, in the file's order.
+
+    A section is one callback a later config changes one setting of (``early_stopping: {init_args:
+    {patience: 5}}``) without repeating the others, or switches off with ``null``; ``trainer.callbacks``
+    holds the user's own. Removing a section from the defaults removes it from every run.
+    """
+    loaded = yaml.safe_load(defaults.read_text()) or {}
+    return [
+        key
+        for key, value in loaded.items()
+        if key not in OWN_KEYS and (value is None or (isinstance(value, dict) and "class_path" in value))
+    ]
+
+
+@runtime_checkable
+class TakesCommand(Protocol):
+    """A callback that repeats the run's command in its advice (how to resume); the CLI gives it the words."""
+
+    command: list[str] | None
+
+
+def check_options(config: Any, subcommand: str) -> None:
+    """Refuse, in one sentence, options that do not belong to the subcommand or cannot do what they say;
+    ``config`` is the subcommand's parsed config (``--output`` checked against the run's inputs)."""
+    if config.get("weights_only") is False:
+        raise UserInputError(
+            "--weights_only=false would let a checkpoint run code as it loads; checkpoints are read as "
+            "tensors and plain data only here, so leave it out."
+        )
+    # Lightning's own restore reads the checkpoint too, through whatever checkpoint plugin is in use
+    config["weights_only"] = True
+    if config.get("output") and subcommand != "predict":
+        raise UserInputError(f"--output belongs to predict, not to {subcommand}.")
+    if config.get("overwrite") and subcommand not in ("fit", "predict"):
+        raise UserInputError(f"--overwrite belongs to fit and predict, not to {subcommand}.")
+    if config.get("output") is not None:
+        data = (config.get("data") or {}).get("init_args") or {}
+        inputs = [data.get("path"), data.get("predict_path"), data.get("preprocessing_from")]
+        files = [str(DEFAULTS), *(str(file) for file in config.get("config") or [])]
+        check_output(
+            config["output"],
+            [*inputs, config.get("ckpt_path"), *files],
+            overwrite=bool(config.get("overwrite")),
+        )
+    if config.get("test_after_fit") and subcommand != "fit":
+        raise UserInputError(f"--test_after_fit belongs to fit, not to {subcommand}.")
+    trainer = config.get("trainer") or {}
+    if subcommand == "fit" and (trainer.get("max_epochs") == 0 or trainer.get("max_steps") == 0):
+        raise UserInputError(
+            "trainer.max_epochs=0 (or max_steps=0) trains nothing; give at least 1, or -1 for no limit."
+        )
+    logger = trainer.get("logger")
+    if isinstance(logger, dict | type(config)) and logger.get("init_args"):
+        check_log_folder(logger["init_args"].get("save_dir"))

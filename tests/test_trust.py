@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import src.cli
+import src.settings
 from src.checkpoints import load_checkpoint
 from src.cli import main
 from src.errors import UserInputError
@@ -442,6 +443,7 @@ def test_the_projects_own_defaults_are_an_input_too(
     defaults = workdir / "defaults.yaml"  # a copy: were the rule broken, the test breaks only its copy
     defaults.write_text(src.cli.DEFAULTS.read_text())
     monkeypatch.setattr(src.cli, "DEFAULTS", defaults)
+    monkeypatch.setattr(src.settings, "DEFAULTS", defaults)
     words = predict_words(messy_trained.checkpoint, rows, f"--output={defaults}", "--overwrite=true")
     assert refusal(main, words, capsys).endswith("an input of this run; name another file.")
     assert defaults.read_text() == CONFIGS.joinpath("defaults.yaml").read_text()

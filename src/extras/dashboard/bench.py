@@ -14,7 +14,6 @@ is the steadier of the two.
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 import warnings
@@ -126,7 +125,6 @@ if __name__ == "__main__":
     )
     options = parser.parse_args()
     torch.set_num_threads(options.threads)
-    sys.argv = sys.argv[:1]  # the CLI must not read this script's arguments
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
     warnings.simplefilter("ignore")  # Lightning's advice on workers and log intervals is not measured here
     print(run(options.epochs, options.rounds))
