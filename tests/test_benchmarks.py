@@ -102,7 +102,7 @@ def test_the_libraries_read_the_templates_split_of_the_raw_columns(tmp_path) -> 
     rows = competitors.rows_of(data.table, data.split_rows)
     for split in competitors.SPLITS:
         # the net's rows, in its order: the same targets, and the same raw cells
-        np.testing.assert_array_equal(rows.targets[split], data.encoded(split)[1])
+        np.testing.assert_array_equal(rows.targets[split], data.dataset(split).tensors[1].numpy())
         raw = data.table.features.iloc[data.split_rows[split]]
         np.testing.assert_array_equal(rows.features[split]["city"], raw["city"].astype(str).str.strip())
         assert rows.features[split]["age"].dtype == np.float64  # "?" read as missing, as the template does

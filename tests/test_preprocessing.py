@@ -24,6 +24,7 @@ from src.data.preprocessing import (
     Location,
     Preprocessor,
     encoder_input,
+    fit_column_transformer,
     infer_kinds,
     label_values,
 )
@@ -107,7 +108,11 @@ def test_transform_equals_the_fitted_scikit_learn_column_transformer(
         (messy_csv := messy_csv.with_name("income.csv")).write_text(frame.to_csv(index=False))
     target = {"target_column": "income", "task": "regression"} if task == "regression" else {}
     dm = data(messy_csv, missing_indicator=True, high_cardinality=many, **target)
-    fitted = dm.fitted_column_transformer()
+    train = dm.split_rows["train"]  # the scikit-learn pipeline fitted whole on the train split
+    fitted = fit_column_transformer(
+        dm.table.features.iloc[train], dm._kinds(), dm._options(), dm.table.location, dm.table.task,
+        dm.table.target.iloc[train],
+    )  # fmt: skip
     table, prep = dm.table, dm.preprocessor
     kinds = infer_kinds(table.features, table.location)
     for stage in ("train", "val", "test"):

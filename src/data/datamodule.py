@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 import torch
 from lightning.pytorch.utilities import AttributeDict
-from sklearn.compose import ColumnTransformer
 from sklearn.model_selection import KFold, StratifiedKFold, train_test_split
 from sklearn.utils.class_weight import compute_class_weight
 from typing_extensions import override
@@ -20,12 +19,11 @@ from typing_extensions import override
 from src.checkpoints import load_checkpoint
 from src.data import sources
 from src.data.loading import ResumableDataModule, Stage, TensorBatches, check_fractions
-from src.data.options import Columns, Encoding, Split, group
+from src.data.options import Columns, Encoding, Split, check_split_size, group
 from src.data.preprocessing import (
     Label,
     Options,
     Preprocessor,
-    fit_column_transformer,
     fit_preprocessor,
     infer_kinds,
     label_values,
@@ -36,28 +34,6 @@ from src.errors import UserInputError
 Source = Literal["digits", "diabetes", "spiral", "friedman", "penguins", "csv", "parquet"]
 BUNDLED = ("digits", "diabetes", "spiral", "friedman", "penguins")
 _DEFAULT_NOISE = {"spiral": 0.2, "friedman": 1.0}
-
-
-#: rows each split needs per task: R² (torchmetrics' R2Score) is undefined below two
-MIN_SPLIT_ROWS = {"regression": 2, "classification": 1}
-
-
-def check_split_size(stage: str, count: int, total: int, task: str, split: Split) -> None:
-    """One split of ``total`` rows must hold the rows its task's metrics need, or stop before training."""
-    needed = MIN_SPLIT_ROWS.get(task, 1)
-    if count >= needed:
-        return
-    name = {"train": "training", "val": "validation", "test": "test"}[stage]
-    advice = {
-        "train": "smaller data.split.val_fraction and test_fraction",
-        "val": "fewer data.split.folds" if split.folds is not None else "a larger data.split.val_fraction",
-        "test": "a larger data.split.test_fraction",
-    }[stage]
-    raise UserInputError(
-        f"data.split: the {name} split has {count} row{'' if count == 1 else 's'} of {total}; a {task} run "
-        f"needs at least {needed} {name} row{'' if needed == 1 else 's'}"
-        f"{' (R² needs two)' if task == 'regression' else ''}: use more rows or {advice}."
-    )
 
 
 class TabularDataModule(ResumableDataModule):
@@ -263,16 +239,6 @@ class TabularDataModule(ResumableDataModule):
             table.location,
         )
 
-    def fitted_column_transformer(self) -> ColumnTransformer:
-        """The scikit-learn pipeline the preprocessing's numbers come from, fitted whole on the train
-        split (for inspection and tests; the preprocessing itself is fitted block by block)."""
-        table = self.table
-        train = table.features.iloc[self.split_rows["train"]]
-        target = table.target.iloc[self.split_rows["train"]]
-        return fit_column_transformer(
-            train, self._kinds(), self._options(), table.location, table.task, target
-        )
-
     def _kinds(self) -> tuple[list[str], list[str], dict[str, list[str]]]:
         return infer_kinds(
             self.table.features, self.table.location, self.columns.categorical, self.columns.numeric
@@ -319,13 +285,6 @@ class TabularDataModule(ResumableDataModule):
         """``classification`` or ``regression``, as the fitted preprocessing says."""
         return self.preprocessor.task
 
-    def encoded(self, stage: Literal["train", "val", "test"]) -> tuple[np.ndarray, np.ndarray]:
-        """One split as the net sees it: ``(N, in_features)`` float32 features after the fitted
-        preprocessing, and ``(N,)`` class ids or values. Views of the tensors the loaders batch, so a
-        model fitted on them (the baselines) sees the very rows and encoding the net does."""
-        x, y = self.dataset(stage).tensors
-        return x.numpy(), y.numpy()
-
     def class_weights(self) -> torch.Tensor:
         """Balanced class weights (``n / (k * count_c)``) from the training split."""
         if self.preprocessor.num_classes is None:
@@ -333,11 +292,6 @@ class TabularDataModule(ResumableDataModule):
         classes = np.arange(self.preprocessor.num_classes)
         weights = compute_class_weight("balanced", classes=classes, y=self.train_targets())
         return torch.as_tensor(weights, dtype=torch.float32)
-
-    def target_stats(self) -> tuple[float, float]:
-        """Mean and standard deviation of the training targets (regression)."""
-        y = self.train_targets().astype(np.float64)
-        return float(y.mean()), float(y.std()) or 1.0
 
     # -- tensors --------------------------------------------------------------------------------------
 

@@ -100,3 +100,25 @@ class Split:
     folds: int | None = None
     fold: int = 0
     train_on_validation: bool = False
+
+
+#: rows each split needs per task: R² (torchmetrics' R2Score) is undefined below two
+MIN_SPLIT_ROWS = {"regression": 2, "classification": 1}
+
+
+def check_split_size(stage: str, count: int, total: int, task: str, split: Split) -> None:
+    """One split of ``total`` rows must hold the rows its task's metrics need, or stop before training."""
+    needed = MIN_SPLIT_ROWS.get(task, 1)
+    if count >= needed:
+        return
+    name = {"train": "training", "val": "validation", "test": "test"}[stage]
+    advice = {
+        "train": "smaller data.split.val_fraction and test_fraction",
+        "val": "fewer data.split.folds" if split.folds is not None else "a larger data.split.val_fraction",
+        "test": "a larger data.split.test_fraction",
+    }[stage]
+    raise UserInputError(
+        f"data.split: the {name} split has {count} row{'' if count == 1 else 's'} of {total}; a {task} run "
+        f"needs at least {needed} {name} row{'' if needed == 1 else 's'}"
+        f"{' (R² needs two)' if task == 'regression' else ''}: use more rows or {advice}."
+    )

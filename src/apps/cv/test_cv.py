@@ -73,7 +73,7 @@ def test_each_folds_preprocessing_and_class_weights_are_fitted_on_its_own_traini
         # and not on all train+val rows: the held-out fold moves the mean
         everything = np.concatenate([train, dm.split_rows["val"]])
         assert not np.allclose(fitted, dm.table.features.iloc[everything].to_numpy(np.float64).mean(0))
-        assert dm.target_stats()[0] == pytest.approx(dm.table.target.iloc[train].mean())
+        assert dm.train_targets().mean() == pytest.approx(dm.table.target.iloc[train].mean())
         means.append(fitted)
     assert not np.allclose(means[0], means[1])
     dm = TabularDataModule(source="digits", split=Split(folds=3, fold=1))

@@ -76,7 +76,7 @@ def raw(data: TabularDataModule, split: str) -> tuple[pd.DataFrame, np.ndarray]:
         frame[column.name] = pd.to_numeric(frame[column.name], errors="coerce")
     for column in data.preprocessor.categorical:
         frame[column.name] = frame[column.name].map(lambda v: MISSING if pd.isna(v) else str(v).strip())
-    return frame, data.encoded(split)[1]
+    return frame, data.dataset(split).tensors[1].numpy()
 
 
 def test_classification_baselines_fit_the_raw_columns_of_the_nets_rows_and_score_as_by_hand(
@@ -243,7 +243,9 @@ def test_data_that_is_not_a_table_gets_no_baselines(tmp_path: Path) -> None:
 
 def test_a_small_table_repeats_its_rows_to_fill_the_minimum_of_batches() -> None:
     data = TabularDataModule(source="spiral", num_samples=100, batch_size=16, min_batches_per_epoch=8)
-    x, _ = data.encoded("train")  # each row once: what the baselines and the statistics see
+    x, _ = tuple(
+        t.numpy() for t in data.dataset("train").tensors
+    )  # each row once: what the baselines and the statistics see
     n = len(x)  # 69 of the 100
     batches = list(data.train_dataloader())
     assert len(batches) >= 8
@@ -255,7 +257,7 @@ def test_a_small_table_repeats_its_rows_to_fill_the_minimum_of_batches() -> None
     one_pass = TabularDataModule(source="spiral", num_samples=100, batch_size=16, min_batches_per_epoch=None)
     assert len(one_pass.train_dataloader()) == math.ceil(n / 16) == 5
     large = TabularDataModule(source="spiral", num_samples=1000, batch_size=16, min_batches_per_epoch=8)
-    assert len(large.dataset("train")) == len(large.encoded("train")[0])  # enough batches: one pass
+    assert len(large.dataset("train")) == len(large.dataset("train").tensors[0])  # enough batches: one pass
 
 
 def test_refit_trains_on_the_validation_rows_too_and_leaves_the_test_rows_alone() -> None:
