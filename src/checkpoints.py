@@ -21,7 +21,7 @@ import sys
 import sysconfig
 from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import torch
 import yaml
@@ -267,3 +267,26 @@ def load_model(
             "it was trained with."
         ) from err
     return model.eval(), checkpoint
+
+
+def check_for_class(checkpoint_path: "str | Path | IO[bytes]", cls: type) -> None:
+    """Read the checkpoint a class's ``load_from_checkpoint`` is given as data only (Lightning's own turns
+    ``weights_only`` off for an ``http(s)://`` path, which :func:`read_data` refuses: download it first) and
+    check its names (:func:`check_names`), ``cls`` and its imported subclasses counting as named."""
+    if isinstance(checkpoint_path, str | Path):
+        checkpoint = load_checkpoint(checkpoint_path)
+    else:  # a file object: read, then rewound for Lightning
+        start = checkpoint_path.tell()
+        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+        checkpoint_path.seek(start)
+    family = [cls, *_subclasses(cls)]
+    check_names(checkpoint, str(checkpoint_path), {f"{c.__module__}.{c.__qualname__}" for c in family})
+
+
+def _subclasses(cls: type) -> list[type]:
+    """Every subclass of ``cls`` imported so far, at any depth."""
+    found: list[type] = []
+    subclasses: list[type] = cls.__subclasses__()
+    for sub in subclasses:
+        found += [sub, *_subclasses(sub)]
+    return found

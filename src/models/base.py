@@ -23,7 +23,7 @@ from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 from torchmetrics import MeanMetric, MetricCollection
 from typing_extensions import override
 
-from src.checkpoints import check_names, load_checkpoint
+from src.checkpoints import check_for_class
 from src.errors import UserInputError
 from src.models.schedules import check_length, spanned_by
 from src.nets import DEFAULT_NET, MLP, Ensemble
@@ -113,18 +113,9 @@ class BaseTask(L.LightningModule, ABC):
         **kwargs: Any,
     ) -> Self:
         """Lightning's loader, under the project's rule for checkpoints: read as data only, whatever the
-        path (Lightning's own turns ``weights_only`` off for an ``http(s)://`` one, which is refused here:
-        download it first), and no class imported that the checkpoint names at any depth unless it is
-        this project's, its libraries', or this class or one of its imported subclasses
-        (:func:`src.checkpoints.check_names`)."""
-        if isinstance(checkpoint_path, str | Path):
-            checkpoint = load_checkpoint(checkpoint_path)
-        else:  # a file object: read, then rewound for Lightning
-            start = checkpoint_path.tell()
-            checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
-            checkpoint_path.seek(start)
-        family = [cls, *_subclasses(cls)]
-        check_names(checkpoint, str(checkpoint_path), {f"{c.__module__}.{c.__qualname__}" for c in family})
+        path, and no class imported that the checkpoint names unless it is trusted, this class or one of its
+        imported subclasses (:func:`src.checkpoints.check_for_class`)."""
+        check_for_class(checkpoint_path, cls)
         return super().load_from_checkpoint(
             checkpoint_path, map_location, hparams_file, strict, weights_only=True, **kwargs
         )
@@ -283,12 +274,3 @@ class BaseTask(L.LightningModule, ABC):
             return int(steps)
         per_epoch = math.ceil(self.trainer.num_training_batches / self.trainer.accumulate_grad_batches)
         return math.ceil(steps / max(per_epoch, 1))
-
-
-def _subclasses(cls: type) -> list[type]:
-    """Every subclass of ``cls`` imported so far, at any depth."""
-    found: list[type] = []
-    subclasses: list[type] = cls.__subclasses__()
-    for sub in subclasses:
-        found += [sub, *_subclasses(sub)]
-    return found
