@@ -36,12 +36,9 @@ from typing_extensions import override
 
 from src import runs, settings
 from src.callbacks import PredictionWriter
-from src.checkpoints import check_names, load_checkpoint
-from src.cli_errors import Parser, check_config_files, quiet_dependencies, user_error
-from src.errors import UserInputError, notice
-from src.settings import DEFAULTS, TakesCommand, callback_sections
-
-SUBCOMMANDS = ("fit", "validate", "test", "predict")
+from src.cli_errors import Parser, quiet_dependencies, user_error
+from src.errors import UserInputError
+from src.settings import DEFAULTS, SUBCOMMANDS, TakesCommand, callback_sections
 
 
 class CLI(LightningCLI):
@@ -168,52 +165,16 @@ class CLI(LightningCLI):
 
     @override
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        """Parse the words; with a checkpoint file as ``--ckpt_path``, over the settings the checkpoint
-        carries (:func:`carried_settings`): what the user typed wins, the checkpoint fills in what they did
-        not say, the defaults the rest. Then place the run's logging (:func:`runs.place_logging`)."""
+        """Parse the words (:func:`settings.parse_words`: with a checkpoint file as ``--ckpt_path``, over the
+        settings it carries), then place the run's logging (:func:`runs.place_logging`)."""
         words = [str(word) for word in (sys.argv[1:] if args is None else args)]
-        check_config_files(words)
         #: the words as typed, for advice that repeats the command
         self.typed = words
-        subcommand = next((word for word in words if word in SUBCOMMANDS), None)
-        ckpt_path = settings.option_value(words, "--ckpt_path")
-        if ckpt_path is None:  # none typed: one may still come from a config file
-            self.config = parser.parse_args([*words, *self.own_defaults(words)[0]])
-            found = self.config.get(f"{subcommand}.ckpt_path") if subcommand else None
-            ckpt_path = str(found) if found is not None else None
-        if subcommand is not None and ckpt_path is not None and settings.is_checkpoint_file(ckpt_path):
-            # one sentence for a URL, a missing, broken or unsafe file; and nothing the checkpoint names is
-            # imported while it is parsed unless it is trusted or the user named it
-            checkpoint = load_checkpoint(ckpt_path)
-            check_names(checkpoint, ckpt_path, settings.user_named(words))
-            self.resumed_settings = checkpoint.get("config") if subcommand == "fit" else None
-            layer = settings.carried_settings(checkpoint.get("config"), ckpt_path)
-            self.layer = layer
-            at = words.index(subcommand) + 1
-            layered = [*words[:at], "--config", yaml.safe_dump(layer), *words[at:]]
-            self.config = parser.parse_args([*layered, *self.own_defaults(words)[0]])
-            runs.place_logging(self.config[subcommand], subcommand, ckpt_path, words)
-        elif not hasattr(self, "config"):
-            self.config = parser.parse_args([*words, *self.own_defaults(words)[0]])
-        typed = settings.option_value(words, "--ckpt_path")
-        if (
-            subcommand is not None
-            and typed is not None
-            and self.config.get(f"{subcommand}.ckpt_path") is None
-        ):
-            # a config file's `ckpt_path: null` (every saved run config has one) does not undo a typed path
-            self.config[subcommand]["ckpt_path"] = typed
-        for line in self.own_defaults(words)[1]:
-            notice(line)
-        self.parsed_model = self.config.get(f"{subcommand}.model") if subcommand else None
-
-    def own_defaults(self, words: list[str]) -> tuple[list[str], list[str]]:
-        """:func:`settings.own_default_words` for the layers these words and the checkpoint give."""
-        layers = settings.layers_of(words, settings.config_files(words), self.layer)
-        return settings.own_default_words(layers, words)
-
-    #: the settings of the checkpoint given as ``--ckpt_path``, read below the user's
-    layer: dict[str, Any] | None = None
+        parsed = settings.parse_words(parser, words)
+        self.config, self.resumed_settings = parsed.config, parsed.resumed
+        if parsed.subcommand is not None and parsed.ckpt_path is not None:
+            runs.place_logging(self.config[parsed.subcommand], parsed.subcommand, parsed.ckpt_path, words)
+        self.parsed_model = self.config.get(f"{parsed.subcommand}.model") if parsed.subcommand else None
 
     #: the settings a checkpoint that ``fit`` resumes from carries
     resumed_settings: Any = None

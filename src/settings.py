@@ -19,9 +19,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import yaml
 
-from src.checkpoints import DOTTED, resolve
-from src.cli_errors import check_log_folder
-from src.errors import UserInputError
+from src.checkpoints import DOTTED, check_names, load_checkpoint, resolve
+from src.cli_errors import check_config_files, check_log_folder
+from src.errors import UserInputError, notice
 from src.files import check_output
 
 DEFAULTS = Path(__file__).resolve().parent.parent / "configs" / "defaults.yaml"
@@ -348,3 +348,58 @@ def check_options(config: Any, subcommand: str) -> None:
     logger = trainer.get("logger")
     if isinstance(logger, dict | type(config)) and logger.get("init_args"):
         check_log_folder(logger["init_args"].get("save_dir"))
+
+
+SUBCOMMANDS = ("fit", "validate", "test", "predict")
+
+
+@dataclass
+class Parsed:
+    """What :func:`parse_words` made of the words."""
+
+    config: Any
+    subcommand: str | None
+    #: the checkpoint file given as ``--ckpt_path`` (typed or from a config file), else ``None``
+    ckpt_path: str | None = None
+    #: the settings the checkpoint a ``fit`` resumes from carries
+    resumed: Any = None
+
+
+def parse_words(parser: Any, words: list[str]) -> Parsed:
+    """Parse ``words``; with a checkpoint file as ``--ckpt_path``, over the settings the checkpoint carries
+    (:func:`carried_settings`, one layer above the defaults): what the user typed wins, the checkpoint fills
+    in what they did not say, the defaults the rest. A class a later layer switched to an unrelated one
+    starts from its own defaults (:func:`own_default_words`), which one line per switch says."""
+    check_config_files(words)
+    subcommand = next((word for word in words if word in SUBCOMMANDS), None)
+    layer: dict[str, Any] | None = None
+
+    def parse(given: list[str]) -> Any:
+        layers = layers_of(words, config_files(words), layer)
+        return parser.parse_args([*given, *own_default_words(layers, words)[0]])
+
+    typed = option_value(words, "--ckpt_path")
+    ckpt_path, config = typed, None
+    if ckpt_path is None:  # none typed: one may still come from a config file
+        config = parse(words)
+        found = config.get(f"{subcommand}.ckpt_path") if subcommand else None
+        ckpt_path = str(found) if found is not None else None
+    parsed = Parsed(config, subcommand)
+    if subcommand is not None and ckpt_path is not None and is_checkpoint_file(ckpt_path):
+        # one sentence for a URL, a missing, broken or unsafe file; and nothing the checkpoint names is
+        # imported while it is parsed unless it is trusted or the user named it
+        checkpoint = load_checkpoint(ckpt_path)
+        check_names(checkpoint, ckpt_path, user_named(words))
+        parsed.resumed = checkpoint.get("config") if subcommand == "fit" else None
+        layer = carried_settings(checkpoint.get("config"), ckpt_path)
+        at = words.index(subcommand) + 1
+        parsed.config = parse([*words[:at], "--config", yaml.safe_dump(layer), *words[at:]])
+        parsed.ckpt_path = ckpt_path
+    elif parsed.config is None:
+        parsed.config = parse(words)
+    if subcommand is not None and typed is not None and parsed.config.get(f"{subcommand}.ckpt_path") is None:
+        # a config file's `ckpt_path: null` (every saved run config has one) does not undo a typed path
+        parsed.config[subcommand]["ckpt_path"] = typed
+    for line in own_default_words(layers_of(words, config_files(words), layer), words)[1]:
+        notice(line)
+    return parsed
