@@ -111,7 +111,7 @@ class SaveConfig(SaveConfigCallback):
     @functools.cached_property
     def config_text(self) -> str:
         """The run's resolved config as YAML; dumped once, since it does not change while the run lasts
-        (a dump takes about 0.2 s, and checkpoints are saved every epoch)."""
+        (checkpoints are saved every epoch)."""
         return self.parser.dump(self.config, skip_none=False)
 
     @functools.cached_property

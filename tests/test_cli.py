@@ -184,12 +184,12 @@ def callback_types(*words: str) -> list[str]:
 
 SHIPPED = [
     "EarlyStopping",
+    "PredictionWriter",
     "RunSummary",
     "Baselines",
     "Dashboard",
     "StepValues",
     "ValidationFigures",
-    "PredictionWriter",
     "RandomState",
     "Preemption",
     "NonFiniteGuard",

@@ -341,11 +341,9 @@ class TabularDataModule(ResumableDataModule):
         """The training, validation and test tensors: the table encoded in the splits' order, each split
         a slice of the one array.
 
-        A Parquet file's table is let go of first, and its columns are read again from the file a block
-        at a time while they are encoded: the encoding is written row by row in memory (each batch is
-        a few rows), so that any of its columns touches all of it, and the table and its encoding would
-        otherwise be held whole at once. With 1e6 rows of 64 numbers that is 0.6 GB less at the peak,
-        for a second read of the file (0.3 s); ``table`` asked for later reads the file again.
+        A Parquet file's table is let go of first and its columns read again a block at a time while they
+        are encoded, so that the table and its encoding are never held whole at once (docs/performance.md);
+        ``table`` asked for later reads the file again.
         """
         splits: list[Stage] = ["train", "val", "test"]
         rows = [self.split_rows[stage] for stage in splits]

@@ -7,7 +7,6 @@ A subclass says what differs: the loss, the metrics, and what ``predict_step`` r
 """
 
 import functools
-import math
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
@@ -17,7 +16,6 @@ from typing import IO, Any, Literal, Self
 import lightning as L
 import torch
 from torch import nn
-from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 from torchmetrics import MeanMetric, MetricCollection
@@ -25,8 +23,8 @@ from typing_extensions import override
 
 from src.checkpoints import check_for_class
 from src.errors import UserInputError
-from src.models.schedules import check_length, spanned_by
-from src.nets import DEFAULT_NET, MLP, Ensemble
+from src.models.schedules import check_length, run_length, spanned_by
+from src.nets import DEFAULT_NET, MLP, Ensemble, shard
 
 #: builds the net from the data's widths: ``net(in_features, out_features)``; in YAML, the ``class_path`` of
 #: any ``nn.Module`` whose first two arguments are those widths, with its other arguments as ``init_args``
@@ -224,16 +222,9 @@ class BaseTask(L.LightningModule, ABC):
 
     @override
     def configure_model(self) -> None:
-        # only under ModelParallelStrategy (FSDP2), which sets the mesh once the processes exist; the
-        # Trainer calls this hook again for every stage, so a sharded net is left alone
-        if self.device_mesh is None or isinstance(self.net, FSDPModule):
-            return
-        mesh = self.device_mesh["data_parallel"]
-        # each Linear its own group (its parameters gathered just before use), then the rest of the net
-        for layer in self.net.modules():
-            if isinstance(layer, nn.Linear):
-                fully_shard(layer, mesh=mesh)
-        fully_shard(self.net, mesh=mesh)
+        # only under ModelParallelStrategy (FSDP2), which sets the mesh once the processes exist
+        if self.device_mesh is not None:
+            shard(self.net, self.device_mesh["data_parallel"])
 
     # -- optimization ---------------------------------------------------------------------------------
 
@@ -258,19 +249,4 @@ class BaseTask(L.LightningModule, ABC):
         steps; ``T_max`` counts the scheduler's own steps, optimizer steps or epochs as
         ``scheduler_interval`` says (epochs: ``trainer.max_epochs``, fewer when ``max_steps`` ends the run
         first). From the Trainer's ``estimated_stepping_batches``."""
-        interval = self.hparams["scheduler_interval"]
-        if argument == "total_steps" and interval != "step":
-            raise UserInputError(
-                "a scheduler that counts total_steps (OneCycleLR, WarmupCosine) steps per optimizer step: "
-                "set model.init_args.scheduler_interval: step."
-            )
-        steps = self.trainer.estimated_stepping_batches
-        if math.isinf(steps):
-            raise UserInputError(
-                "a schedule that spans the run needs the run's length: set trainer.max_epochs or "
-                "trainer.max_steps."
-            )
-        if interval == "step":
-            return int(steps)
-        per_epoch = math.ceil(self.trainer.num_training_batches / self.trainer.accumulate_grad_batches)
-        return math.ceil(steps / max(per_epoch, 1))
+        return run_length(self.trainer, self.hparams["scheduler_interval"], argument)

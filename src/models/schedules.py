@@ -1,6 +1,7 @@
 """Learning-rate schedules that YAML cannot compose or size by itself, built from torch's own schedulers."""
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,28 @@ def spanned_by(factory: Callable[..., Any]) -> str | None:
     if bound.get("epochs") is not None:
         return None  # OneCycleLR given epochs and steps_per_epoch counts them itself
     return next((name for name in SPANS_THE_RUN if name in bound and bound[name] is None), None)
+
+
+def run_length(trainer: Any, interval: str, argument: str = "T_max") -> int:
+    """The run's length in the steps of a schedule's ``argument``: ``total_steps`` counts optimizer steps;
+    ``T_max`` counts the scheduler's own steps, optimizer steps or epochs as ``interval`` says (epochs:
+    ``trainer.max_epochs``, fewer when ``max_steps`` ends the run first). From the Trainer's
+    ``estimated_stepping_batches``."""
+    if argument == "total_steps" and interval != "step":
+        raise UserInputError(
+            "a scheduler that counts total_steps (OneCycleLR, WarmupCosine) steps per optimizer step: "
+            "set model.init_args.scheduler_interval: step."
+        )
+    steps = trainer.estimated_stepping_batches
+    if math.isinf(steps):
+        raise UserInputError(
+            "a schedule that spans the run needs the run's length: set trainer.max_epochs or "
+            "trainer.max_steps."
+        )
+    if interval == "step":
+        return int(steps)
+    per_epoch = math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches)
+    return math.ceil(steps / max(per_epoch, 1))
 
 
 def check_length(scheduler: Any, run_length: Callable[[str], int], interval: str) -> None:

@@ -2,6 +2,10 @@
 
 from typing import Any, Protocol, runtime_checkable
 
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import FSDPModule, fully_shard
+
 from src.nets.mlp import MLP
 
 
@@ -22,4 +26,16 @@ DEFAULT_NET: dict[str, Any] = {
     "init_args": {"hidden_sizes": [128, 128], "ensemble_size": 8},
 }
 
-__all__ = ["DEFAULT_NET", "MLP", "Ensemble"]
+
+def shard(net: nn.Module, mesh: DeviceMesh) -> None:
+    """FSDP2 on ``mesh``: each Linear its own group (its parameters gathered just before use), then the
+    rest of the net; a net sharded already (``configure_model`` runs for every stage) is left alone."""
+    if isinstance(net, FSDPModule):
+        return
+    for layer in net.modules():
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(net, mesh=mesh)
+
+
+__all__ = ["DEFAULT_NET", "MLP", "Ensemble", "shard"]

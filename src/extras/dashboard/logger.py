@@ -71,7 +71,7 @@ class TensorBoardLogger(loggers.TensorBoardLogger):
     docstring); ``experiment`` is the version folder's own writer, as Lightning's is.
 
     Lightning calls ``save()`` after every ``log_metrics``: each call flushes the event files and asks the
-    filesystem (through fsspec) whether ``hparams.yaml`` exists, about 5 ms on a CPU machine. Here a call
+    filesystem (through fsspec) whether ``hparams.yaml`` exists. Here a call
     within ``save_every_s`` seconds of the last one that ran is skipped, so a value may wait in its event
     file's buffer until a later save (at the latest the writer's own flush every ``flush_secs``) before a
     live TensorBoard shows it; the run's end (``finalize``) flushes and saves as Lightning's does.

@@ -32,9 +32,8 @@ class ProgressBar(TQDMProgressBar):
     host sync per step on a GPU), whether the bar shows it or not.
 
     A training refresh due within ``min_interval_s`` of the last one is left out (the epoch's last batch
-    always refreshes): a small net takes hundreds of steps a second, and each refresh (formatting and
-    writing the line) costs about 0.3 ms, more than anyone can read at that rate. tqdm's own default
-    is the same 0.1 s.
+    always refreshes): a small net takes hundreds of steps a second, faster than anyone can read a line;
+    tqdm's own default is the same interval.
 
     Args:
         refresh_rate: Batches between refreshes; ``None`` follows ``trainer.log_every_n_steps``.
