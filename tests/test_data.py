@@ -171,7 +171,7 @@ def test_every_shipped_datamodule_refuses_loader_and_split_settings_alike(
     # the table's split settings are a group of their own: data.split.val_fraction
     key = "data.split." if module is TabularDataModule else "data."
     if module is TabularDataModule and "val_fraction" in setting:
-        setting = {"split": Split(**setting)}
+        setting = {"split": dict(setting)}  # a mapping, as a config gives it
     sentence = (key + sentence.format(key)) if "{}" in sentence else sentence
     with pytest.raises(UserInputError, match=re.escape(sentence)):
         module(**setting)

@@ -18,7 +18,7 @@ from typing_extensions import override
 
 from src.checkpoints import load_checkpoint
 from src.data import sources
-from src.data.loading import ResumableDataModule, Stage, TensorBatches, check_fractions
+from src.data.loading import ResumableDataModule, Stage, TensorBatches
 from src.data.options import Columns, Encoding, Split, check_split_size, group
 from src.data.preprocessing import (
     Label,
@@ -98,17 +98,10 @@ class TabularDataModule(ResumableDataModule):
             group(encoding, Encoding, "data.encoding"),
             group(split, Split, "data.split"),
         )
-        check_fractions(self.split.val_fraction, self.split.test_fraction, "rows", "data.split")
         if min_batches_per_epoch is not None and min_batches_per_epoch < 1:
             raise UserInputError(
                 f"data.min_batches_per_epoch={min_batches_per_epoch} must be at least 1, or null for one "
                 "pass over the training rows per epoch."
-            )
-        folds, fold = self.split.folds, self.split.fold
-        if folds is not None and not (folds >= 2 and 0 <= fold < folds):
-            raise UserInputError(
-                f"data.split.folds={folds} and data.split.fold={fold} do not fit: folds must be at least 2 "
-                "and fold lie in 0 … folds - 1."
             )
         if num_samples < 1:
             raise UserInputError(f"data.num_samples={num_samples} must be at least 1.")
@@ -123,11 +116,6 @@ class TabularDataModule(ResumableDataModule):
             raise UserInputError(f"data.source={source} needs data.path, data.target_column and data.task.")
         if predict_path is not None:
             sources.check_predict_path(predict_path)
-        overlap = set(self.columns.categorical) & set(self.columns.numeric)
-        if overlap:
-            raise UserInputError(
-                f"data.columns.categorical and data.columns.numeric both name {sorted(overlap)}; pick one."
-            )
         self.source: Source = source
         # plain data in checkpoints (weights_only=True reads them): the groups as mappings
         self.save_hyperparameters(ignore=["columns", "encoding", "split"])

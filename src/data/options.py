@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Literal, TypeVar
 
+from src.data.loading import check_fractions
 from src.errors import UserInputError
 
 G = TypeVar("G", "Columns", "Encoding", "Split")
@@ -44,6 +45,13 @@ class Columns:
     categorical: list[str] = field(default_factory=list)
     numeric: list[str] = field(default_factory=list)
     na_values: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        overlap = set(self.categorical) & set(self.numeric)
+        if overlap:
+            raise UserInputError(
+                f"data.columns.categorical and data.columns.numeric both name {sorted(overlap)}; pick one."
+            )
 
 
 @dataclass
@@ -100,6 +108,14 @@ class Split:
     folds: int | None = None
     fold: int = 0
     train_on_validation: bool = False
+
+    def __post_init__(self) -> None:
+        check_fractions(self.val_fraction, self.test_fraction, "rows", "data.split")
+        if self.folds is not None and not (self.folds >= 2 and 0 <= self.fold < self.folds):
+            raise UserInputError(
+                f"data.split.folds={self.folds} and data.split.fold={self.fold} do not fit: folds must be at "
+                "least 2 and fold lie in 0 … folds - 1."
+            )
 
 
 #: rows each split needs per task: R² (torchmetrics' R2Score) is undefined below two
