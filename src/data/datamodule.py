@@ -32,8 +32,6 @@ from src.data.preprocessing import (
 from src.errors import UserInputError
 
 Source = Literal["digits", "diabetes", "spiral", "friedman", "penguins", "csv", "parquet"]
-BUNDLED = ("digits", "diabetes", "spiral", "friedman", "penguins")
-_DEFAULT_NOISE = {"spiral": 0.2, "friedman": 1.0}
 
 
 class TabularDataModule(ResumableDataModule):
@@ -107,12 +105,12 @@ class TabularDataModule(ResumableDataModule):
             raise UserInputError(f"data.num_samples={num_samples} must be at least 1.")
         if source is None:
             source = sources.file_format(path) if path is not None else "digits"
-        if source in BUNDLED and path is not None:
+        if source in sources.BUNDLED and path is not None:
             raise UserInputError(
                 f"data.path={path!r} is set, but data.source={source!r} reads bundled data; set "
                 "data.source to csv or parquet (or leave it out) to read the file."
             )
-        if source not in BUNDLED and (path is None or target_column is None or task is None):
+        if source not in sources.BUNDLED and (path is None or target_column is None or task is None):
             raise UserInputError(f"data.source={source} needs data.path, data.target_column and data.task.")
         if predict_path is not None:
             sources.check_predict_path(predict_path)
@@ -138,23 +136,15 @@ class TabularDataModule(ResumableDataModule):
         table is let go of once the tensors are built, see :meth:`_split_datasets`; asked for after
         that, it is read again.)"""
         hp = self.settings
-        noise = hp.noise if hp.noise is not None else _DEFAULT_NOISE.get(self.source, 0.0)
-        if self.source == "digits":
-            return sources.digits()
-        if self.source == "diabetes":
-            return sources.diabetes()
-        if self.source == "spiral":
-            return sources.spiral(hp.num_samples, noise, hp.seed)
-        if self.source == "friedman":
-            return sources.friedman(hp.num_samples, noise, hp.seed)
-        if self.source == "penguins":
-            return sources.penguins()
-        location = sources.file_location(hp.path, self.source)
+        if self.source in sources.BUNDLED:
+            return sources.bundled(self.source, hp.num_samples, hp.noise, hp.seed)
+        fmt = cast(sources.FileFormat, self.source)
+        location = sources.file_location(hp.path, fmt)
         if self._stat is not None:  # read again (a Parquet table let go of): the splits index this file
-            sources.check_unchanged(hp.path, self.source, self._stat)
+            sources.check_unchanged(hp.path, fmt, self._stat)
         else:
             self._stat = os.stat(hp.path) if Path(hp.path).is_file() else None
-        frame = sources.read_file(hp.path, self.source, self.columns.na_values)
+        frame = sources.read_file(hp.path, fmt, self.columns.na_values)
         return sources.select(
             frame, hp.target_column, hp.task, location, self.columns.features, self.columns.drop
         )
@@ -388,4 +378,4 @@ class TabularDataModule(ResumableDataModule):
         super().load_state_dict(state_dict)
 
 
-assert set(BUNDLED) < set(get_args(Source))
+assert set(sources.BUNDLED) < set(get_args(Source))

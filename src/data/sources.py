@@ -24,6 +24,11 @@ from src.errors import UserInputError, notice
 FileFormat = Literal["csv", "parquet"]
 SUFFIXES: dict[str, FileFormat] = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
+#: the data that ships with the installed packages (digits, diabetes, penguins) or is drawn (spiral, friedman)
+BUNDLED = ("digits", "diabetes", "spiral", "friedman", "penguins")
+#: a synthetic source's noise unless given: spiral's angle jitter, friedman's target std
+NOISE = {"spiral": 0.2, "friedman": 1.0}
+
 
 @dataclass(frozen=True)
 class Table:
@@ -38,6 +43,15 @@ class Table:
 
 def _bundled(features: pd.DataFrame, target: pd.Series, task: Task, what: str) -> Table:
     return Table(features.reset_index(drop=True), target.reset_index(drop=True), task, Location(what))
+
+
+def bundled(name: str, num_samples: int, noise: float | None, seed: int) -> Table:
+    """One of :data:`BUNDLED`; the synthetic ones of ``num_samples`` rows, drawn with ``seed``, their noise
+    by default :data:`NOISE`'s."""
+    if name in ("spiral", "friedman"):
+        draw = spiral if name == "spiral" else friedman
+        return draw(num_samples, NOISE[name] if noise is None else noise, seed)
+    return {"digits": digits, "diabetes": diabetes, "penguins": penguins}[name]()
 
 
 def digits() -> Table:
