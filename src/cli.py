@@ -24,12 +24,9 @@ from typing import Any
 import lightning as L
 import yaml
 from lightning.pytorch.callbacks import (
-    BasePredictionWriter,
     Callback,
     ModelCheckpoint,
-    ModelSummary,
 )
-from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
@@ -62,25 +59,18 @@ class CLI(LightningCLI):
                 help=f"The callback of configs/defaults.yaml's {section} section; null: off.",
             )
         parser.add_argument(
-            "--test_after_fit",
-            type=bool,
-            default=False,
+            "--test_after_fit", type=bool, default=False,
             help="After fit, run test on the best checkpoint and print the test metrics (fit only).",
-        )
+        )  # fmt: skip
         parser.add_argument(
-            "--output",
-            type=str | None,
-            default=None,
-            help="Where predict writes its CSV file (predict only); left out, predictions.csv beside the "
-            "checkpoint's run.",
-        )
+            "--output", type=str | None, default=None,
+            help="Where predict writes its CSV file; left out, predictions.csv beside the checkpoint's run.",
+        )  # fmt: skip
         parser.add_argument(
-            "--overwrite",
-            type=bool,
-            default=False,
+            "--overwrite", type=bool, default=False,
             help="predict: replace an existing file at --output (never one of the run's inputs); fit: write "
             "into a run folder that holds another run's checkpoints.",
-        )
+        )  # fmt: skip
 
     @override
     def before_instantiate_classes(self) -> None:
@@ -102,26 +92,11 @@ class CLI(LightningCLI):
 
     @override
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
-        """The Trainer with the shipped callbacks of the sections that are on, then ``trainer.callbacks``.
-
-        A subcommand other than predict leaves out the prediction writer;
-        ``trainer.enable_checkpointing=false`` leaves out the sections that are ModelCheckpoints, and
-        ``trainer.enable_progress_bar=false`` the progress bar, so that each means what it says instead of
-        clashing with them (one given in ``trainer.callbacks`` still clashes: the user asked for both).
-        """
+        """The Trainer with the shipped callbacks (:func:`settings.shipped_callbacks`), then
+        ``trainer.callbacks``."""
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         trainer = config.get("trainer") or {}
-        shipped = [config[section] for section in callback_sections() if config.get(section) is not None]
-        if self.subcommand not in (None, "predict"):
-            # a prediction writer acts in predict only: the Trainer calls every callback at each hook of
-            # every training step, whether it acts or not
-            shipped = [c for c in shipped if not isinstance(c, BasePredictionWriter)]
-        if trainer.get("enable_checkpointing") is False:
-            shipped = [c for c in shipped if not isinstance(c, ModelCheckpoint)]
-        if trainer.get("enable_progress_bar") is False:
-            shipped = [c for c in shipped if not isinstance(c, LightningProgressBar)]
-        if trainer.get("enable_model_summary") is False:
-            shipped = [c for c in shipped if not isinstance(c, ModelSummary)]
+        shipped = settings.shipped_callbacks(config, self.subcommand)
         own = trainer.get("callbacks") or []  # a list, or one callback: the Trainer takes either
         return super().instantiate_trainer(
             **{"callbacks": [*shipped, *(own if isinstance(own, list) else [own])], **kwargs}

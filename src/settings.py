@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import yaml
+from lightning.pytorch.callbacks import BasePredictionWriter, ModelCheckpoint, ModelSummary, ProgressBar
 
 from src.checkpoints import DOTTED, check_names, load_checkpoint, resolve
 from src.cli_errors import check_config_files, check_log_folder
@@ -403,3 +404,19 @@ def parse_words(parser: Any, words: list[str]) -> Parsed:
     for line in own_default_words(layers_of(words, config_files(words), layer), words)[1]:
         notice(line)
     return parsed
+
+
+def shipped_callbacks(config: Any, subcommand: str | None) -> list[Any]:
+    """The callbacks of the sections that are on, as built. A subcommand other than predict leaves out the
+    prediction writer (the Trainer calls every callback at each hook of every step, whether it acts or not);
+    ``trainer.enable_checkpointing=false`` leaves out the sections that are ModelCheckpoints,
+    ``enable_progress_bar=false`` the progress bar and ``enable_model_summary=false`` the model summary, so
+    that each means what it says instead of clashing with them (one given in ``trainer.callbacks`` still
+    clashes: the user asked for both)."""
+    trainer = config.get("trainer") or {}
+    off: list[type] = [] if subcommand in (None, "predict") else [BasePredictionWriter]
+    off += [ModelCheckpoint] if trainer.get("enable_checkpointing") is False else []
+    off += [ProgressBar] if trainer.get("enable_progress_bar") is False else []
+    off += [ModelSummary] if trainer.get("enable_model_summary") is False else []
+    on = [config[section] for section in callback_sections() if config.get(section) is not None]
+    return [callback for callback in on if not isinstance(callback, tuple(off))]

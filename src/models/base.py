@@ -70,9 +70,8 @@ class BaseTask(L.LightningModule, ABC):
         compile_net: bool = False,
     ) -> None:
         super().__init__()
-        # Primitives only, so that checkpoints load with torch.load(weights_only=True). Built by the CLI,
-        # ``net`` is saved as its config (class_path and init_args), which is how a checkpoint rebuilds it;
-        # the optimizer and scheduler are rebuilt from the config the CLI saves beside the checkpoints.
+        # primitives only, so that checkpoints load with weights_only=True: ``net`` as its config (class_path
+        # and init_args), the optimizer and scheduler from the run's config the checkpoints carry
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r"Attribute 'net' is an instance of `nn.Module`")
             self.save_hyperparameters(ignore=["optimizer", "scheduler"])
@@ -182,8 +181,7 @@ class BaseTask(L.LightningModule, ABC):
         self.test_metrics.reset()
 
     # the epoch's values, once per epoch: torchmetrics computes each over the epoch's updates (gathered
-    # from every process), Lightning logs and resets it. (A self.log per step costs more than the step
-    # of a small net; the metrics' updates are what the steps contribute.)
+    # from every process), Lightning logs and resets it
     @override
     def on_train_epoch_end(self) -> None:
         self._log_epoch(self.train_loss, self.train_metrics)
@@ -245,8 +243,5 @@ class BaseTask(L.LightningModule, ABC):
         return {"optimizer": optimizer, "lr_scheduler": config}
 
     def run_length(self, argument: str = "T_max") -> int:
-        """The run's length in the steps of the schedule's ``argument``: ``total_steps`` counts optimizer
-        steps; ``T_max`` counts the scheduler's own steps, optimizer steps or epochs as
-        ``scheduler_interval`` says (epochs: ``trainer.max_epochs``, fewer when ``max_steps`` ends the run
-        first). From the Trainer's ``estimated_stepping_batches``."""
+        """The run's length in the steps of the schedule's ``argument`` (:func:`schedules.run_length`)."""
         return run_length(self.trainer, self.hparams["scheduler_interval"], argument)
