@@ -129,7 +129,7 @@ def defaults_of(switch: Switch) -> dict[str, Any]:
 #: the sections of a run's config that a checkpoint carries: what it takes to rebuild model and data
 CARRIED = ("seed_everything", "model", "data")
 #: data settings that belong to one invocation, not to the run that made the checkpoint
-PER_INVOCATION = ("predict_path", "preprocessing_from")
+PER_INVOCATION = ("predict_path", "preprocessing_from", "resplit_on_resume")
 #: options whose values are paths, never class names
 PATH_OPTIONS = ("--output", "--ckpt_path", "--data.path", "--data.predict_path", "--data.preprocessing_from")
 
