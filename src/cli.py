@@ -288,11 +288,13 @@ class CLI(LightningCLI):
     layer: dict[str, Any] | None = None
 
     def place_logging(self, subcommand: str, ckpt_path: str, words: list[str]) -> None:
-        """Where a run given a checkpoint logs, unless the user said (any ``--trainer.logger`` word): ``fit``
-        resumes into the checkpoint's own run folder (unless a version is named, or that run got further
-        than the checkpoint: then into a new version, leaving the run as it was); ``validate`` and ``test``
-        log inside that run folder; ``predict`` logs nothing."""
-        if any(word.startswith("--trainer.logger") for word in words):
+        """Where a run given a checkpoint logs: ``fit`` resumes into the checkpoint's own run folder (unless
+        a version is named, a typed logger folder is elsewhere, or that run got further than the
+        checkpoint: then into a new version, leaving the run as it was); unless the user said where (any
+        ``--trainer.logger`` word), ``validate`` and ``test`` log inside that run folder and ``predict``
+        logs nothing."""
+        typed = any(word.startswith("--trainer.logger") for word in words)
+        if typed and subcommand != "fit":
             return
         config = self.config[subcommand]
         if subcommand == "predict":
@@ -314,11 +316,15 @@ class CLI(LightningCLI):
                     "this fit writes a new version and leaves that run as it is."
                 )
                 return
-            version = run.name
+            folders = runs.resumed_folders(run, ckpt_path, logger["init_args"], typed)
+            if folders is None:
+                return
+            (save_dir, name), version = folders, run.name
         else:
+            save_dir, name = str(run.parent.parent), run.parent.name
             version = f"{run.name}/{subcommand}-{Path(ckpt_path).stem}"
-        logger["init_args"]["save_dir"] = str(run.parent.parent)
-        logger["init_args"]["name"] = run.parent.name
+        logger["init_args"]["save_dir"] = save_dir
+        logger["init_args"]["name"] = name
         logger["init_args"]["version"] = version
 
     #: the settings a checkpoint that ``fit`` resumes from carries

@@ -31,6 +31,26 @@ def run_of(ckpt_path: str | Path) -> Path | None:
     return folder.parent if folder.name == "checkpoints" else None
 
 
+def resumed_folders(run: Path, ckpt_path: str, logger: Any, typed: bool) -> tuple[str, str] | None:
+    """The ``save_dir`` and ``name`` under which a fit resumed from ``ckpt_path``, a checkpoint of the run
+    folder ``run``, logs into that very folder: the ``logger``'s own (its ``init_args``) when they lead
+    there, else the ones ``ckpt_path`` is written under. ``None`` when the user typed a logger folder that
+    leads elsewhere (``typed``): the fit then starts a new version there.
+
+    Paths are kept as the run wrote them where they lead to the same folder: Lightning restores a
+    ModelCheckpoint's best-so-far only when its folder reads as the text it saved.
+    """
+    save_dir, name = str(logger.get("save_dir")), str(logger.get("name") or "")
+    if (Path(save_dir) / name).resolve() == run.parent:
+        return save_dir, name
+    if typed:
+        return None
+    written = Path(ckpt_path).parent.parent  # <save_dir>/<name>/<version>, as the path is written
+    if written.resolve() == run:
+        return str(written.parent.parent), written.parent.name
+    return str(run.parent.parent), run.parent.name
+
+
 def step_of(ckpt_path: str | Path) -> int:
     """The optimizer steps a checkpoint had taken, read without loading its tensors (memory-mapped)."""
     try:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 from src.cli import CLI, main
 from tests.conftest import CONFIGS, ONE_PASS, QUIET
@@ -157,6 +158,36 @@ def test_the_advice_after_sigterm_is_a_command_that_resumes_the_run(workdir: Pat
         resumed.model.state_dict().items(), whole.model.state_dict().values(), strict=True
     ):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.parametrize(
+    "logger", [[], ["--trainer.logger.init_args.name=exp"]], ids=["configured", "run-name-typed"]
+)
+def test_the_printed_resume_command_goes_on_in_the_one_run_folder(
+    workdir: Path, caplog: pytest.LogCaptureFixture, logger: list[str]
+) -> None:
+    """A fit without a named version, stopped by SIGTERM after its first best checkpoint, and resumed
+    with the command it printed: one run folder holds every checkpoint and every TensorBoard event file,
+    and the best checkpoint of before the stop is still the best one (the epochs after it are worse)."""
+    typed = ["fit", *SPIRAL, *logger, "--trainer.max_epochs=4", *FIRST_IS_BEST, *QUIET]
+    stop = ["--trainer.callbacks+=tests.helpers.SigtermAt", "--trainer.callbacks.step=3"]
+    with pytest.raises(SystemExit):
+        main([*typed, *stop])
+    advice = next(r.getMessage() for r in caplog.records if "Resume with: " in r.getMessage())
+    words = shlex.split(advice.split("Resume with: ", 1)[1])
+    run = Path(words[-1]).parent.parent
+    (best,) = (run / "checkpoints").glob("best-*.ckpt")
+    resumed = main(words[3:])
+    assert resumed.trainer.global_step == 8
+    assert Path(resumed.trainer.log_dir).resolve() == run.resolve()
+    assert [p.name for p in run.parent.iterdir()] == [run.name]
+    events = list(workdir.rglob("events.out.tfevents.*"))
+    assert len(events) > 3  # each process's writers: the run's and its train and validation stages
+    assert all(run.resolve() in event.resolve().parents for event in events)
+    tracked = resumed.trainer.checkpoint_callback
+    assert isinstance(tracked, ModelCheckpoint)
+    assert Path(tracked.best_model_path).resolve() == best.resolve()
+    assert sorted((run / "checkpoints").glob("best-*.ckpt")) == [best]
 
 
 def test_ckpt_path_last_without_a_named_run_says_which_file_to_give(workdir: Path, capsys) -> None:
