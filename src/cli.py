@@ -204,8 +204,12 @@ class CLI(LightningCLI):
             config = self.config[self.subcommand] if self.subcommand else self.config
             named = config["trainer"]["logger"]["init_args"].get("version")
             saver.new_version = named is None or not (base / str(named)).exists()
-            if self.subcommand == "fit" and config.get("ckpt_path") == "last":
-                settings.check_last(base, named)
+            if (
+                self.subcommand == "fit"
+                and config.get("ckpt_path") == "last"
+                and not settings.check_last(base, named)
+            ):
+                self.config_init[self.subcommand]["ckpt_path"] = None  # nothing to resume: a fresh start
         for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
             if isinstance(callback, TakesCommand):
                 callback.command = self.typed

@@ -2,6 +2,7 @@
 replaces a checkpoint it did not write, two fits never share a folder, settings typed beside
 ``--ckpt_path`` take effect or are refused in one sentence, and the advice after a stop works as printed."""
 
+import logging
 import shlex
 import signal
 import subprocess
@@ -197,6 +198,32 @@ def test_ckpt_path_last_without_a_named_run_says_which_file_to_give(workdir: Pat
     assert f"--ckpt_path {last}" in sentence
     # nothing was started: no new version folder
     assert sorted(p.name for p in last.parent.parent.parent.iterdir()) == ["version_0"]
+
+
+def test_ckpt_path_last_into_a_named_version_with_nothing_to_resume_starts_fresh_and_says_so(
+    workdir: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A requeued job passes ``--ckpt_path last`` on every start: the first starts fresh, in one line (no
+    warning of Lightning's, which the test suite turns into an error), and the next resumes its last.ckpt."""
+    job = ["--trainer.logger.init_args.version=same_fs", "--ckpt_path=last"]
+    with caplog.at_level(logging.INFO):
+        first = fit("--trainer.max_epochs=1", *job)
+    run = Path("logs/spiral/same_fs")
+    assert Path(first.trainer.log_dir) == run
+    said = [r.getMessage() for r in caplog.records if "--ckpt_path last" in r.getMessage()]
+    assert said == [
+        f"--ckpt_path last finds no last.ckpt in {run / 'checkpoints'}: this fit starts afresh there, and "
+        "the same command resumes from the last.ckpt it writes."
+    ]
+    second = fit("--trainer.max_epochs=2", *job)
+    assert Path(second.trainer.log_dir) == run
+    assert second.trainer.global_step == 2 * first.trainer.global_step
+    # a named version that holds other checkpoints but no last.ckpt has nothing to start afresh in
+    held = Path("logs/spiral/other/checkpoints")
+    held.mkdir(parents=True)
+    (held / "best.ckpt").write_bytes(b"")
+    sentence = refused(capsys, lambda: fit("--trainer.logger.init_args.version=other", "--ckpt_path=last"))
+    assert sentence.startswith(f"error: --ckpt_path last finds no last.ckpt in {held};")
 
 
 def test_settings_typed_beside_ckpt_path_take_effect(workdir: Path) -> None:
