@@ -105,7 +105,8 @@ class CLI(LightningCLI):
     @override
     def after_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
-        runs.prepare_folder(self.trainer, config, self.subcommand)
+        if not runs.prepare_folder(self.trainer, config, self.subcommand):
+            self.config_init[self.subcommand]["ckpt_path"] = None  # nothing to resume: a fresh start
         for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
             if isinstance(callback, TakesCommand):
                 callback.command = self.typed

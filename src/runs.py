@@ -33,6 +33,26 @@ def run_of(ckpt_path: str | Path) -> Path | None:
     return folder.parent if folder.name == "checkpoints" else None
 
 
+def resumed_folders(run: Path, ckpt_path: str, logger: Any, typed: bool) -> tuple[str, str] | None:
+    """The ``save_dir`` and ``name`` under which a fit resumed from ``ckpt_path``, a checkpoint of the run
+    folder ``run``, logs into that very folder: the ``logger``'s own (its ``init_args``) when they lead
+    there, else the ones ``ckpt_path`` is written under. ``None`` when the user typed a logger folder that
+    leads elsewhere (``typed``): the fit then starts a new version there.
+
+    Paths are kept as the run wrote them where they lead to the same folder: Lightning restores a
+    ModelCheckpoint's best-so-far only when its folder reads as the text it saved.
+    """
+    save_dir, name = str(logger.get("save_dir")), str(logger.get("name") or "")
+    if (Path(save_dir) / name).resolve() == run.parent:
+        return save_dir, name
+    if typed:
+        return None
+    written = Path(ckpt_path).parent.parent  # <save_dir>/<name>/<version>, as the path is written
+    if written.resolve() == run:
+        return str(written.parent.parent), written.parent.name
+    return str(run.parent.parent), run.parent.name
+
+
 def step_of(ckpt_path: str | Path) -> int:
     """The optimizer steps a checkpoint had taken, read without loading its tensors (memory-mapped)."""
     try:
@@ -211,11 +231,13 @@ class SaveConfig(SaveConfigCallback):
 
 
 def place_logging(config: Any, subcommand: str, ckpt_path: str, words: list[str]) -> None:
-    """Where a run given a checkpoint logs, unless the user said (any ``--trainer.logger`` word): ``fit``
-    resumes into the checkpoint's own run folder (unless a version is named, or that run got further
-    than the checkpoint: then into a new version, leaving the run as it was); ``validate`` and ``test``
-    log inside that run folder; ``predict`` logs nothing. ``config`` is the subcommand's, changed in place."""
-    if any(word.startswith("--trainer.logger") for word in words):
+    """Where a run given a checkpoint logs: ``fit`` resumes into the checkpoint's own run folder (unless
+    a version is named, a typed logger folder is elsewhere, or that run got further than the
+    checkpoint: then into a new version, leaving the run as it was); unless the user said where (any
+    ``--trainer.logger`` word), ``validate`` and ``test`` log inside that run folder and ``predict``
+    logs nothing. ``config`` is the subcommand's, changed in place."""
+    typed = any(word.startswith("--trainer.logger") for word in words)
+    if typed and subcommand != "fit":
         return
     if subcommand == "predict":
         config["trainer"]["logger"] = False  # no run folder for a prediction
@@ -236,22 +258,27 @@ def place_logging(config: Any, subcommand: str, ckpt_path: str, words: list[str]
                 "this fit writes a new version and leaves that run as it is."
             )
             return
-        version = run.name
+        folders = resumed_folders(run, ckpt_path, logger["init_args"], typed)
+        if folders is None:
+            return
+        (save_dir, name), version = folders, run.name
     else:
+        save_dir, name = str(run.parent.parent), run.parent.name
         version = f"{run.name}/{subcommand}-{Path(ckpt_path).stem}"
-    logger["init_args"]["save_dir"] = str(run.parent.parent)
-    logger["init_args"]["name"] = run.parent.name
+    logger["init_args"]["save_dir"] = save_dir
+    logger["init_args"]["name"] = name
     logger["init_args"]["version"] = version
 
 
-def prepare_folder(trainer: Any, config: Any, subcommand: str | None) -> None:
+def prepare_folder(trainer: Any, config: Any, subcommand: str | None) -> bool:
     """Tell the run's :class:`SaveConfig` what this run will create, found without fixing the version
     number now (two runs built before either starts must still get version_0 and version_1); and check
-    that ``--ckpt_path last`` finds what it names."""
+    what ``--ckpt_path last`` finds (:func:`settings.check_last`): ``False`` when it names a version with
+    nothing to resume yet, which then starts fresh."""
     logger = trainer.logger
     saver = next((c for c in trainer.callbacks if isinstance(c, SaveConfig)), None)
     if not isinstance(logger, TensorBoardLogger) or saver is None:
-        return
+        return True
     base = Path(logger.save_dir) / logger.name
     if not base.exists():
         made = base
@@ -260,5 +287,4 @@ def prepare_folder(trainer: Any, config: Any, subcommand: str | None) -> None:
         saver.made_folder = made
     named = config["trainer"]["logger"]["init_args"].get("version")
     saver.new_version = named is None or not (base / str(named)).exists()
-    if subcommand == "fit" and config.get("ckpt_path") == "last":
-        check_last(base, named)
+    return not (subcommand == "fit" and config.get("ckpt_path") == "last") or check_last(base, named)

@@ -132,7 +132,7 @@ def defaults_of(switch: Switch) -> dict[str, Any]:
 #: the sections of a run's config that a checkpoint carries: what it takes to rebuild model and data
 CARRIED = ("seed_everything", "model", "data")
 #: data settings that belong to one invocation, not to the run that made the checkpoint
-PER_INVOCATION = ("predict_path", "preprocessing_from")
+PER_INVOCATION = ("predict_path", "preprocessing_from", "resplit_on_resume")
 #: options whose values are paths, never class names
 PATH_OPTIONS = ("--output", "--ckpt_path", "--data.path", "--data.predict_path", "--data.preprocessing_from")
 
@@ -178,11 +178,21 @@ def differences(old: Any, new: Any, where: str) -> list[tuple[str, Any, Any]]:
     return [] if old == new else [(where, old, new)]
 
 
-def check_last(base: Path, version: Any) -> None:
-    """``--ckpt_path last`` resumes from ``last.ckpt`` of the named run folder under ``base``
-    (``<save_dir>/<name>``); one sentence, with the path to give instead, when there is none."""
-    if version is not None and (base / str(version) / "checkpoints" / "last.ckpt").is_file():
-        return
+def check_last(base: Path, version: Any) -> bool:
+    """Whether ``--ckpt_path last`` has a ``last.ckpt`` to resume from in the named run folder under
+    ``base`` (``<save_dir>/<name>``). A named folder without checkpoints has nothing to resume: the fit
+    starts afresh there, in one line, as a requeued job's first start does (Lightning's own "last" would
+    too, with a warning); the next start with the same command resumes. Without a named folder, or in one
+    holding other checkpoints, one sentence with the path to give instead."""
+    checkpoints = base / str(version) / "checkpoints"
+    if version is not None and (checkpoints / "last.ckpt").is_file():
+        return True
+    if version is not None and not any(checkpoints.rglob("*.ckpt")):
+        notice(
+            f"--ckpt_path last finds no last.ckpt in {checkpoints}: this fit starts afresh there, and the "
+            "same command resumes from the last.ckpt it writes."
+        )
+        return False
     found = sorted(base.glob("*/checkpoints/last.ckpt"), key=lambda path: path.stat().st_mtime)
     where = f"{base / str(version) / 'checkpoints'}" if version is not None else f"a new version of {base}"
     hint = f"--ckpt_path {found[-1]}" if found else "the path of the checkpoint to resume from"

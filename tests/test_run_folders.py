@@ -2,6 +2,7 @@
 replaces a checkpoint it did not write, two fits never share a folder, settings typed beside
 ``--ckpt_path`` take effect or are refused in one sentence, and the advice after a stop works as printed."""
 
+import logging
 import shlex
 import signal
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 from src.cli import CLI, main
 from tests.conftest import CONFIGS, ONE_PASS, QUIET
@@ -159,6 +161,36 @@ def test_the_advice_after_sigterm_is_a_command_that_resumes_the_run(workdir: Pat
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
 
 
+@pytest.mark.parametrize(
+    "logger", [[], ["--trainer.logger.init_args.name=exp"]], ids=["configured", "run-name-typed"]
+)
+def test_the_printed_resume_command_goes_on_in_the_one_run_folder(
+    workdir: Path, caplog: pytest.LogCaptureFixture, logger: list[str]
+) -> None:
+    """A fit without a named version, stopped by SIGTERM after its first best checkpoint, and resumed
+    with the command it printed: one run folder holds every checkpoint and every TensorBoard event file,
+    and the best checkpoint of before the stop is still the best one (the epochs after it are worse)."""
+    typed = ["fit", *SPIRAL, *logger, "--trainer.max_epochs=4", *FIRST_IS_BEST, *QUIET]
+    stop = ["--trainer.callbacks+=tests.helpers.SigtermAt", "--trainer.callbacks.step=3"]
+    with pytest.raises(SystemExit):
+        main([*typed, *stop])
+    advice = next(r.getMessage() for r in caplog.records if "Resume with: " in r.getMessage())
+    words = shlex.split(advice.split("Resume with: ", 1)[1])
+    run = Path(words[-1]).parent.parent
+    (best,) = (run / "checkpoints").glob("best-*.ckpt")
+    resumed = main(words[3:])
+    assert resumed.trainer.global_step == 8
+    assert Path(resumed.trainer.log_dir).resolve() == run.resolve()
+    assert [p.name for p in run.parent.iterdir()] == [run.name]
+    events = list(workdir.rglob("events.out.tfevents.*"))
+    assert len(events) > 3  # each process's writers: the run's and its train and validation stages
+    assert all(run.resolve() in event.resolve().parents for event in events)
+    tracked = resumed.trainer.checkpoint_callback
+    assert isinstance(tracked, ModelCheckpoint)
+    assert Path(tracked.best_model_path).resolve() == best.resolve()
+    assert sorted((run / "checkpoints").glob("best-*.ckpt")) == [best]
+
+
 def test_ckpt_path_last_without_a_named_run_says_which_file_to_give(workdir: Path, capsys) -> None:
     first = fit("--trainer.max_epochs=1")
     last = Path(first.trainer.log_dir) / "checkpoints" / "last.ckpt"
@@ -166,6 +198,32 @@ def test_ckpt_path_last_without_a_named_run_says_which_file_to_give(workdir: Pat
     assert f"--ckpt_path {last}" in sentence
     # nothing was started: no new version folder
     assert sorted(p.name for p in last.parent.parent.parent.iterdir()) == ["version_0"]
+
+
+def test_ckpt_path_last_into_a_named_version_with_nothing_to_resume_starts_fresh_and_says_so(
+    workdir: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A requeued job passes ``--ckpt_path last`` on every start: the first starts fresh, in one line (no
+    warning of Lightning's, which the test suite turns into an error), and the next resumes its last.ckpt."""
+    job = ["--trainer.logger.init_args.version=same_fs", "--ckpt_path=last"]
+    with caplog.at_level(logging.INFO):
+        first = fit("--trainer.max_epochs=1", *job)
+    run = Path("logs/spiral/same_fs")
+    assert Path(first.trainer.log_dir) == run
+    said = [r.getMessage() for r in caplog.records if "--ckpt_path last" in r.getMessage()]
+    assert said == [
+        f"--ckpt_path last finds no last.ckpt in {run / 'checkpoints'}: this fit starts afresh there, and "
+        "the same command resumes from the last.ckpt it writes."
+    ]
+    second = fit("--trainer.max_epochs=2", *job)
+    assert Path(second.trainer.log_dir) == run
+    assert second.trainer.global_step == 2 * first.trainer.global_step
+    # a named version that holds other checkpoints but no last.ckpt has nothing to start afresh in
+    held = Path("logs/spiral/other/checkpoints")
+    held.mkdir(parents=True)
+    (held / "best.ckpt").write_bytes(b"")
+    sentence = refused(capsys, lambda: fit("--trainer.logger.init_args.version=other", "--ckpt_path=last"))
+    assert sentence.startswith(f"error: --ckpt_path last finds no last.ckpt in {held};")
 
 
 def test_settings_typed_beside_ckpt_path_take_effect(workdir: Path) -> None:

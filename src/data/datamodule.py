@@ -11,6 +11,7 @@ from typing import Any, Literal, cast, get_args
 import numpy as np
 import pandas as pd
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import AttributeDict
 from sklearn.model_selection import KFold, StratifiedKFold, train_test_split
 from sklearn.utils.class_weight import compute_class_weight
@@ -18,7 +19,16 @@ from typing_extensions import override
 
 from src.checkpoints import load_checkpoint
 from src.data import sources
-from src.data.loading import ResumableDataModule, Stage, TensorBatches
+from src.data.loading import (
+    TESTED,
+    TRAINED,
+    VALIDATED,
+    ResumableDataModule,
+    Stage,
+    TensorBatches,
+    check_split,
+    split_record,
+)
 from src.data.options import Columns, Encoding, Split, check_split_size, group
 from src.data.preprocessing import (
     Label,
@@ -67,6 +77,10 @@ class TabularDataModule(ResumableDataModule):
             column in it is ignored. Left out, ``predict`` uses the validation split (never the test split).
         preprocessing_from: A checkpoint whose fitted preprocessing to use instead of fitting one;
             the CLI sets it to ``--ckpt_path``.
+        resplit_on_resume: Let a resumed fit go on with rows or split settings other than its
+            checkpoint's run split (rows added, removed or edited since, another seed or fraction), with
+            the split they make now: rows the run held out may then be trained on. Left false, such a
+            resume is refused. For this invocation only: the checkpoints it writes record the new split.
         num_samples: Row count of a synthetic source.
         noise: Noise of a synthetic source (spiral: angle jitter; friedman: target std).
     """
@@ -87,6 +101,7 @@ class TabularDataModule(ResumableDataModule):
         drop_last: bool = False,
         predict_path: str | None = None,
         preprocessing_from: str | None = None,
+        resplit_on_resume: bool = False,
         num_samples: int = 3000,
         noise: float | None = None,
     ) -> None:
@@ -195,6 +210,30 @@ class TabularDataModule(ResumableDataModule):
         for stage, chosen in (("train", train), ("val", val), ("test", test)):
             check_split_size(stage, len(chosen), len(rows), table.task, split)
         return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
+
+    @cached_property
+    def split_record(self) -> dict[str, Any]:
+        """What the split was made from, saved in every checkpoint for a resumed fit to compare
+        (:func:`check_split`): a hash of each row, its features and target as read, which split it went
+        to, and the settings that split the rows."""
+        table, rows, hp, split = self.table, self.split_rows, self.settings, self.split
+        # (N,) hashes of the features and of the target, combined: one frame of both would copy the table
+        x, y = (pd.util.hash_pandas_object(part, index=False) for part in (table.features, table.target))
+        hashed = pd.util.hash_pandas_object(pd.DataFrame({"x": x, "y": y}), index=False)
+        splits = np.full(len(hashed), TRAINED, np.uint8)
+        if not split.train_on_validation:
+            splits[rows["val"]] = VALIDATED
+        splits[rows["test"]] = TESTED
+        settings = {
+            "data.seed": hp.seed,
+            "data.split.val_fraction": split.val_fraction,
+            "data.split.test_fraction": split.test_fraction,
+            "data.split.folds": split.folds,
+            "data.split.train_on_validation": split.train_on_validation,
+        }
+        if split.folds is not None:
+            settings["data.split.fold"] = split.fold
+        return split_record(hashed.to_numpy(), splits, settings)
 
     # -- what is fitted on the training rows ----------------------------------------------------------
 
@@ -327,6 +366,7 @@ class TabularDataModule(ResumableDataModule):
         rows = [self.split_rows[stage] for stage in splits]
         order = np.concatenate(rows)
         preprocessor = self.preprocessor  # fitted on the table before it is let go of
+        self.split_record  # noqa: B018  (recorded from the table too)
         y = torch.from_numpy(self._targets(order))
         if self.source == "parquet":
             assert self._stat is not None, "split_rows has read the file"
@@ -364,13 +404,23 @@ class TabularDataModule(ResumableDataModule):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        """Saved in every checkpoint (Lightning calls it): the fitted preprocessing, as plain data, and
-        the training order's state (:class:`ResumableDataModule`)."""
-        return {"preprocessing": self.preprocessor.state_dict(), **super().state_dict()}
+        """Saved in every checkpoint (Lightning calls it): the fitted preprocessing, as plain data, what
+        the split was made from, and the training order's state (:class:`ResumableDataModule`)."""
+        return {
+            "preprocessing": self.preprocessor.state_dict(),
+            "split": self.split_record,
+            **super().state_dict(),
+        }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """A checkpoint's preprocessing wins over one fitted anew (say, on a file that changed since)."""
+        """A resumed fit goes on with its run's split (:func:`check_split`); a checkpoint's preprocessing
+        wins over one fitted anew (say, for an evaluation on a file that changed since)."""
+        if self.trainer is not None and self.trainer.state.fn == TrainerFn.FITTING:
+            check_split(
+                state_dict.get("split"), self.split_record, self.settings.resplit_on_resume, "row",
+                "data.resplit_on_resume",
+            )  # fmt: skip
         restored = Preprocessor.from_state(state_dict["preprocessing"])
         if restored != self.preprocessor:
             self.__dict__["preprocessor"] = restored

@@ -7,12 +7,13 @@ from collections.abc import Iterator, Sized
 from typing import Any, Literal, cast
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.accelerators import CUDAAccelerator
 from torch.utils.data import DataLoader, Dataset
 from typing_extensions import override
 
-from src.errors import UserInputError
+from src.errors import UserInputError, notice
 
 Stage = Literal["train", "val", "test", "predict"]
 
@@ -163,6 +164,84 @@ def _change(key: str, saved: Any, now: Any) -> tuple[str, str]:
         f"{setting.format(shown(now))} where the interrupted run had {shown(saved)}",
         f"with {setting.format(shown(saved))}",
     )
+
+
+#: the split of each item in :func:`split_record`: trained on (the validation items too under
+#: ``train_on_validation``), held out for validation, held out for test
+TRAINED, VALIDATED, TESTED = 0, 1, 2
+
+
+def split_record(items: np.ndarray, splits: np.ndarray, settings: dict[str, Any]) -> dict[str, Any]:
+    """What a split was made from, as a checkpoint keeps it (tensors and plain data): ``items``, a 64-bit
+    hash of each item in the data's order; ``splits``, the split each went to (:data:`TRAINED` ...); and
+    the settings that split them, by their config keys (``data.seed``)."""
+    return {
+        "items": torch.from_numpy(np.array(items, np.uint64).view(np.int64)),  # a copy: pandas' is read-only
+        "splits": torch.from_numpy(np.array(splits, np.uint8)),
+        "settings": dict(settings),
+    }
+
+
+def check_split(
+    saved: dict[str, Any] | None, now: dict[str, Any], resplit: bool, item: str, option: str
+) -> None:
+    """Refuses, in one sentence, a resumed fit given other data or split settings than its checkpoint's
+    run split (``saved`` and ``now``: :func:`split_record`'s; ``None`` from a checkpoint that did not
+    record it), unless ``resplit`` (the DataModule's ``option``) accepts the new split: then one line
+    says how many of the data's items (each an ``item``) changed split."""
+    if saved is None:
+        return
+    old, new = saved["items"].numpy(), now["items"].numpy()
+    changes = _item_changes(old, new, item) + [
+        f"{key}={_shown(value)} where it had {_shown(saved['settings'][key])}"
+        for key, value in now["settings"].items()
+        if key in saved["settings"] and saved["settings"][key] != value
+    ]
+    was, is_now = saved["splits"].numpy(), now["splits"].numpy()
+    if not changes and np.array_equal(was, is_now):
+        return
+    said = "; ".join(changes or [f"the same {item}s, split otherwise"])
+    if not resplit:
+        raise UserInputError(
+            f"the checkpoint's run split other {item}s into training, validation and test ({said}), and a "
+            f"resumed fit goes on with that split only, so that {item}s it held out are never trained on; "
+            f"start a new run (leave out --ckpt_path), or pass --{option}=true to go on with the new split."
+        )
+    # each item found in both by its hash: the split it was in, and the one it is in now
+    keys, first = np.unique(old, return_index=True)
+    at = np.searchsorted(keys, new).clip(max=len(keys) - 1)
+    before = was[first[at]]
+    moved = (keys[at] == new) & (before != is_now)
+    into_training = moved & (before != TRAINED) & (is_now == TRAINED)
+    notice(
+        f"{option}: the fit goes on with a new split ({said}): {_count(int(moved.sum()), item)} changed "
+        f"split, {int(into_training.sum())} of them held out before and trained on now."
+    )
+
+
+def _item_changes(old: np.ndarray, new: np.ndarray, item: str) -> list[str]:
+    """How the hashed items ``new`` differ from ``old``: added, removed, edited (as many removed as
+    added), or the same items in another order (which splits them otherwise)."""
+    if np.array_equal(old, new):
+        return []
+    keys, index = np.unique(np.concatenate([old, new]), return_inverse=True)
+    balance = np.bincount(index[len(old) :], minlength=len(keys)) - np.bincount(
+        index[: len(old)], minlength=len(keys)
+    )
+    fresh, gone = int(balance[balance > 0].sum()), int(-balance[balance < 0].sum())
+    edited = min(fresh, gone)
+    counts = {"added": fresh - edited, "removed": gone - edited, "edited": edited}
+    said = [f"{_count(n, item)} {how}" for how, n in counts.items() if n]
+    return said or [f"the same {item}s in another order"]
+
+
+def _count(n: int, item: str) -> str:
+    return f"{n} {item}{'s' * (n != 1)}"
+
+
+def _shown(value: Any) -> str:
+    """A setting as YAML writes it (``null``, ``true``)."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def check_fractions(val_fraction: float, test_fraction: float, items: str, key: str = "data") -> None:

@@ -10,6 +10,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from src.cli import CLI, main
+from src.data import sources
 from src.data.loading import ResumableLoader, check_batching
 from src.errors import UserInputError
 from src.extras.resume import Preemption, RandomState
@@ -262,6 +263,34 @@ def test_a_mid_epoch_resume_with_another_drop_last_is_one_sentence(
     assert "(data.drop_last=true where the interrupted run had false); resume with data.drop_last=false" in (
         capsys.readouterr().err
     )
+
+
+def test_a_mid_epoch_resume_on_rows_edited_since_is_one_sentence(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """40 rows of the file edited in place: the same count, so the same batching, but rows held out for
+    validation and test would move into training (the edited labels stratify the split otherwise)."""
+    table = sources.spiral(1500, 0.2, 42)
+    rows = table.features.assign(arm=table.target)
+    rows.to_csv("rows.csv", index=False)
+    from_file = [
+        "--data.source=csv",
+        "--data.path=rows.csv",
+        "--data.target_column=arm",
+        "--data.task=classification",
+    ]
+    last = stopped_in_epoch_1([*ARGS, *from_file, *QUIET], BATCHES + 2)
+    before = last.read_bytes()
+    rows.loc[:39, "arm"] = (rows.loc[:39, "arm"] + 1) % 3
+    rows.to_csv("rows.csv", index=False)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", *ARGS, *from_file, *QUIET, "--ckpt_path", str(last)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "error: the checkpoint's run split other rows into training, validation and test (40 rows " in err
+    assert last.read_bytes() == before
 
 
 def test_a_checkpoint_that_did_not_record_its_batching_is_refused_only_past_the_epochs_end() -> None:
