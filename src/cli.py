@@ -1,12 +1,8 @@
 """The command line: ``python -m src.cli {fit,validate,test,predict} --config configs/<name>.yaml``.
 
-``configs/defaults.yaml`` is read first by every subcommand; each ``--config`` after it overrides it,
-and the later of several ``--config`` wins. ``--print_config`` shows the merged result.
-
-A checkpoint carries its run's model and data settings and the fitted preprocessing, so
-``validate``, ``test`` and ``predict`` need nothing but ``--ckpt_path`` (a ``--config`` still wins):
-
-    python -m src.cli predict --ckpt_path CKPT --data.predict_path new.csv --output predictions.csv
+``configs/defaults.yaml`` is read first; each ``--config`` after it overrides it, the later winning
+(``--print_config`` shows the result). A checkpoint carries its run's settings and fitted preprocessing,
+so ``validate``, ``test`` and ``predict`` need nothing but ``--ckpt_path`` (a ``--config`` still wins).
 """
 
 import os
@@ -43,14 +39,12 @@ class CLI(LightningCLI):
 
     @override
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        # shapes known only to the data reach the model here, where its constructor asks for them (a
-        # module without such an argument is built without it); nobody types them twice
+        # shapes known only to the data reach the model where its constructor asks for them
         parser.link_arguments("data.in_features", "model.init_args.in_features", apply_on="instantiate")
         parser.link_arguments("data.out_features", "model.init_args.out_features", apply_on="instantiate")
         for section in callback_sections():
-            # add_lightning_class_args(subclass_mode=True, required=False) but for one thing: no entry in
-            # LightningCLI's callback keys, which would hand the Trainer a None for a section set to null;
-            # instantiate_trainer gives it the sections that are on instead
+            # not add_lightning_class_args: its callback keys would hand the Trainer a None for a section
+            # set to null; instantiate_trainer gives it the sections that are on instead
             parser.add_subclass_arguments(
                 Callback,
                 section,
@@ -133,11 +127,6 @@ class CLI(LightningCLI):
             refusal = saver.refusal(Path(self.trainer.log_dir))
             if refusal is not None:
                 raise UserInputError(refusal)
-
-    def after_predict(self) -> None:
-        for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
-            if isinstance(callback, PredictionWriter) and callback.written is not None:
-                print(f"Predictions for {callback.rows_written} rows written to {callback.written}")
 
     @override
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:

@@ -88,3 +88,4 @@ class PredictionWriter(BasePredictionWriter):
             frame.to_csv(partial, index=False)
         self.written = path
         self.rows_written = len(frame)
+        print(f"Predictions for {self.rows_written} rows written to {self.written}")

@@ -19,17 +19,8 @@ from typing_extensions import override
 
 from src.checkpoints import load_checkpoint
 from src.data import sources
-from src.data.loading import (
-    TESTED,
-    TRAINED,
-    VALIDATED,
-    ResumableDataModule,
-    Stage,
-    TensorBatches,
-    check_split,
-    split_record,
-)
-from src.data.options import Columns, Encoding, Split, check_split_size, group
+from src.data.loading import ResumableDataModule, Stage, TensorBatches, check_split
+from src.data.options import Columns, Encoding, Split, check_split_size, group, split_record_of
 from src.data.preprocessing import (
     Label,
     Options,
@@ -47,16 +38,12 @@ Source = Literal["digits", "diabetes", "spiral", "friedman", "penguins", "csv", 
 class TabularDataModule(ResumableDataModule):
     """Rows of a table with a class or a value to predict: bundled data, synthetic data, or your file.
 
-    Columns come as they are: numbers, text, booleans, empty cells. Which columns are numeric and which
-    categorical is read from the data and can be overridden; everything learnt from the data (fill
-    values, scaling, category lists, label names) is fitted on the training split only and saved in
-    every checkpoint, so a checkpoint alone predicts on new rows as the run did.
+    Columns come as they are (numbers, text, booleans, empty cells); everything learnt from them is fitted
+    on the training split only and saved in every checkpoint, which alone then predicts new rows.
 
     Args:
-        source: ``digits``, ``diabetes`` (real data bundled with scikit-learn), ``penguins`` (a real,
-            messy table bundled with palmerpenguins), ``spiral``, ``friedman`` (synthetic, any size),
-            ``csv`` or ``parquet`` (your file, ``path``). Left out: the format of ``path`` by its suffix
-            when ``path`` is set, else ``digits``.
+        source: ``digits``, ``diabetes``, ``penguins`` (bundled), ``spiral``, ``friedman`` (synthetic),
+            ``csv`` or ``parquet`` (your ``path``); left out, ``path``'s format, else ``digits``.
         path: Your CSV or Parquet file.
         target_column: The column to predict (your file).
         task: ``classification`` or ``regression`` (your file).
@@ -66,21 +53,17 @@ class TabularDataModule(ResumableDataModule):
         batch_size: Rows per batch, per process.
         seed: Seeds the split, the folds, the synthetic data and the training shuffle.
         min_batches_per_epoch: A training epoch of fewer batches repeats the training rows (each as
-            often as the others, in a fresh order) until it has at least this many: the run's budget,
-            early stopping's patience and the checks between epochs are counted in epochs, so a table
-            of one batch would otherwise get one optimizer step per epoch. 16 (the default) is what
-            benchmarks/results/tables.md measures on tables under 500 rows; ``None``: one pass per epoch.
-            A table of 16 batches or more is not affected.
+            often as the others, in a fresh order) until it has this many, since budgets and patience
+            count epochs; ``None``: one pass per epoch (docs/data.md).
         num_workers: Loader worker processes; 0 loads in the main process (best for in-memory data).
         drop_last: Drop the last, smaller training batch of each epoch.
         predict_path: A CSV or Parquet file to predict (``predict``): every row, in order; a target
             column in it is ignored. Left out, ``predict`` uses the validation split (never the test split).
         preprocessing_from: A checkpoint whose fitted preprocessing to use instead of fitting one;
             the CLI sets it to ``--ckpt_path``.
-        resplit_on_resume: Let a resumed fit go on with rows or split settings other than its
-            checkpoint's run split (rows added, removed or edited since, another seed or fraction), with
-            the split they make now: rows the run held out may then be trained on. Left false, such a
-            resume is refused. For this invocation only: the checkpoints it writes record the new split.
+        resplit_on_resume: Let a resumed fit go on with other rows or split settings than its
+            checkpoint's run split them with (rows it held out may then be trained on); left false, such a
+            resume is refused.
         num_samples: Row count of a synthetic source.
         noise: Noise of a synthetic source (spiral: angle jitter; friedman: target std).
     """
@@ -214,26 +197,8 @@ class TabularDataModule(ResumableDataModule):
     @cached_property
     def split_record(self) -> dict[str, Any]:
         """What the split was made from, saved in every checkpoint for a resumed fit to compare
-        (:func:`check_split`): a hash of each row, its features and target as read, which split it went
-        to, and the settings that split the rows."""
-        table, rows, hp, split = self.table, self.split_rows, self.settings, self.split
-        # (N,) hashes of the features and of the target, combined: one frame of both would copy the table
-        x, y = (pd.util.hash_pandas_object(part, index=False) for part in (table.features, table.target))
-        hashed = pd.util.hash_pandas_object(pd.DataFrame({"x": x, "y": y}), index=False)
-        splits = np.full(len(hashed), TRAINED, np.uint8)
-        if not split.train_on_validation:
-            splits[rows["val"]] = VALIDATED
-        splits[rows["test"]] = TESTED
-        settings = {
-            "data.seed": hp.seed,
-            "data.split.val_fraction": split.val_fraction,
-            "data.split.test_fraction": split.test_fraction,
-            "data.split.folds": split.folds,
-            "data.split.train_on_validation": split.train_on_validation,
-        }
-        if split.folds is not None:
-            settings["data.split.fold"] = split.fold
-        return split_record(hashed.to_numpy(), splits, settings)
+        (:func:`check_split`): :func:`src.data.options.split_record_of` the table as read."""
+        return split_record_of(self.table, self.split_rows, self.settings.seed, self.split)
 
     # -- what is fitted on the training rows ----------------------------------------------------------
 

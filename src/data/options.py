@@ -4,9 +4,12 @@ encoded, which rows train, validate and test (``data.columns.drop``, ``data.enco
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
-from src.data.loading import check_fractions
+import numpy as np
+import pandas as pd
+
+from src.data.loading import TESTED, TRAINED, VALIDATED, check_fractions, split_record
 from src.errors import UserInputError
 
 G = TypeVar("G", "Columns", "Encoding", "Split")
@@ -138,3 +141,26 @@ def check_split_size(stage: str, count: int, total: int, task: str, split: Split
         f"needs at least {needed} {name} row{'' if needed == 1 else 's'}"
         f"{' (R² needs two)' if task == 'regression' else ''}: use more rows or {advice}."
     )
+
+
+def split_record_of(table: Any, rows: dict[str, np.ndarray], seed: int, split: Split) -> dict[str, Any]:
+    """What a table's split was made from: a hash of each row, its features and target as read
+    (``table``, a :class:`src.data.sources.Table`), which split it went to (``rows``: positions per
+    split), and the settings that split the rows (:func:`src.data.loading.split_record`)."""
+    # (N,) hashes of the features and of the target, combined: one frame of both would copy the table
+    x, y = (pd.util.hash_pandas_object(part, index=False) for part in (table.features, table.target))
+    hashed = pd.util.hash_pandas_object(pd.DataFrame({"x": x, "y": y}), index=False)
+    splits = np.full(len(hashed), TRAINED, np.uint8)
+    if not split.train_on_validation:
+        splits[rows["val"]] = VALIDATED
+    splits[rows["test"]] = TESTED
+    settings = {
+        "data.seed": seed,
+        "data.split.val_fraction": split.val_fraction,
+        "data.split.test_fraction": split.test_fraction,
+        "data.split.folds": split.folds,
+        "data.split.train_on_validation": split.train_on_validation,
+    }
+    if split.folds is not None:
+        settings["data.split.fold"] = split.fold
+    return split_record(hashed.to_numpy(), splits, settings)

@@ -1,9 +1,7 @@
 """The base task: an injected net, one shared step for train/val/test, injected optimizer and scheduler.
 
-Each step is the tutorial's: the net's output, the loss, and the stage's torchmetrics objects updated;
-each epoch's end logs them with ``self.log`` (torchmetrics computes each over the epoch, reduced across
-processes, and Lightning resets it).
-A subclass says what differs: the loss, the metrics, and what ``predict_step`` returns.
+Each step is the tutorial's: the net's output, the loss, the stage's torchmetrics objects updated; each
+epoch's end logs them with ``self.log``. A subclass says what differs: loss, metrics, ``predict_step``.
 """
 
 import functools

@@ -13,10 +13,8 @@ from src.models.base import BaseTask
 
 
 class Classifier(BaseTask):
-    """Predicts one of ``out_features`` classes.
-
-    Its own arguments are below; the rest (``net``, ``optimizer``, ``scheduler`` ...) are
-    :class:`BaseTask`'s and pass through ``**kwargs`` (``--help`` lists them too).
+    """Predicts one of ``out_features`` classes; ``net``, ``optimizer``, ``scheduler`` ... are
+    :class:`BaseTask`'s, passed through ``**kwargs`` (``--help`` lists them too).
 
     Args:
         label_smoothing: Mass moved from the true class to all classes in the loss (0 turns it off).
