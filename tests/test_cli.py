@@ -30,6 +30,7 @@ COVERED_ELSEWHERE = {
 TINY = ["--trainer.max_epochs=2", "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", EXPERIMENTS, ids=lambda p: p.name)
 def test_every_shipped_config_runs_fast_dev_run(config: Path, cli) -> None:
     run = cli("fit", "--config", str(config), "--trainer.fast_dev_run=true")
@@ -369,6 +370,7 @@ class BestOfMine(ModelCheckpoint):
     """A user's subclass of the checkpoint callback: it takes its base's arguments."""
 
 
+@pytest.mark.slow
 def test_a_config_that_names_another_class_gives_it_its_own_defaults(workdir: Path) -> None:
     digits = ["--config", str(CONFIGS / "digits.yaml")]  # AdamW with weight_decay 0.0001
 

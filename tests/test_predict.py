@@ -77,6 +77,7 @@ def test_a_moved_checkpoint_predicts_a_new_file_as_the_run_did(trained, tmp_path
     pd.testing.assert_frame_equal(api, written, check_dtype=False, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_each_predicted_line_is_the_row_it_names(trained, tmp_path: Path, monkeypatch) -> None:
     """Without a file to predict: the validation rows, each line checked against its own source row."""
     run, folder, frame = trained
@@ -161,6 +162,7 @@ def test_the_checkpoint_is_plain_data_and_self_contained(trained) -> None:
     assert checkpoint["config"]["model"]["class_path"] == "src.models.Classifier"
 
 
+@pytest.mark.slow
 def test_regression_predictions_are_in_the_targets_units(cli) -> None:
     run = cli("fit", "--config", "friedman.yaml", "--data.num_samples=400", *TINY)
     dm = run.datamodule

@@ -1,15 +1,16 @@
 """The README and the docs pages as a newcomer meets them: every command and snippet runs as printed.
 
 Each fenced ``bash`` or ``python`` block of README.md, then of each page of ``docs/`` in the order the
-README links them, then of each app's page (``src/apps/<app>/README.md``), runs, top to bottom, in one
+README links them, then of each extra's and app's page (``src/extras/<extra>/README.md``,
+``src/apps/<app>/README.md``), runs, top to bottom, in one
 scratch folder that stands in for the repository's root (``configs/`` copied, ``src`` importable and
 linked), so that a later block finds what an earlier one made, as it
 would for a reader following along. Training commands run in a short form (two epochs of three
 batches); ``make X`` runs the commands ``make -n X`` prints. A command that is not run is named in
 :data:`NOT_RUN` (what it starts with) or :data:`NEEDS` (what it contains), with the reason;
 ``test_every_command_is_run_or_skipped_by_name`` counts them, so a new command that fits neither fails
-the suite until it runs or says why it cannot. README.md's blocks run in ``make test``; the docs pages',
-whose walkthroughs fit, sweep and serve for minutes in all, in ``make test-full`` (``-m slow``).
+the suite until it runs or says why it cannot. The walkthroughs fit, sweep and serve for minutes in all:
+they run in ``make test-full`` (``-m slow``); the checks of links and make targets in ``make test``.
 """
 
 import importlib
@@ -211,17 +212,16 @@ def run_command(command: str, scratch: Path, record: bool = True) -> None:
 
 
 def as_param(block: Block) -> Any:
-    """The README's blocks run in ``make test``; the docs pages' walkthroughs, minutes of fits and sweeps
-    in all, run in ``make test-full``."""
-    marks = () if block.page == README else (pytest.mark.slow,)
-    page = block.page.stem if block.page.parent in (ROOT, DOCS) else block.page.parent.name  # an app's
-    return pytest.param(block, marks=marks, id=f"{page}-{block.language}-line{block.line}")
+    """A block, named by its page (an extra's or an app's by its folder) and line."""
+    page = block.page.stem if block.page.parent in (ROOT, DOCS) else block.page.parent.name
+    return pytest.param(block, id=f"{page}-{block.language}-line{block.line}")
 
 
 #: the pages whose blocks this session ran (or saw skip a command), for the count below
 PAGES_RUN: set[Path] = set()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", [as_param(block) for block in blocks()])
 def test_readme_block_runs_as_printed(block: Block, scratch: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     PAGES_RUN.add(block.page)
@@ -248,6 +248,7 @@ def test_readme_block_runs_as_printed(block: Block, scratch: Path, monkeypatch: 
     LEDGER["run"].append(f"python block at {block.page.name}:{block.line}")
 
 
+@pytest.mark.slow
 def test_every_command_is_run_or_skipped_by_name(capsys: pytest.CaptureFixture[str]) -> None:
     ran = [b for b in blocks() if b.page in PAGES_RUN]
     assert README in PAGES_RUN

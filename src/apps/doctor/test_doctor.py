@@ -704,6 +704,7 @@ def test_the_shipped_configs_come_out_clean(
     assert doctor_main(["--config", str(config), *QUIET]) == 0, capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_callback_watches_a_real_run_switched_on_in_yaml(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -742,6 +743,7 @@ def loud_cnn(in_features: int, out_features: int) -> nn.Module:
     return net
 
 
+@pytest.mark.slow
 def test_an_image_classifier_is_examined_like_a_table_classifier(tmp_path: Path) -> None:
     healthy = partial(SmallCNN, widths=[8, 16], batch_norm=False)
     assert doctor(*image_classifier(tmp_path, healthy), gradient_clip_val=None) == {}

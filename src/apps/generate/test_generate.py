@@ -22,6 +22,7 @@ def generated(capsys: pytest.CaptureFixture[str], *words: str) -> str:
     return capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_generate_from_the_checkpoint_alone_repeats_itself(
     trained_charlm: CLI, capsys, workdir: Path
 ) -> None:

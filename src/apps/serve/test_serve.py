@@ -172,6 +172,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_malformed_request_gets_a_4xx_and_the_server_keeps_serving(
     case: str, server: Server, messy_trained: Trained

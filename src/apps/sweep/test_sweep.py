@@ -96,6 +96,7 @@ def test_a_sweep_finds_a_better_config_than_a_bad_start(workdir: Path, capsys) -
     assert run_metrics(again)["val/acc"] == pytest.approx(study.best_value)
 
 
+@pytest.mark.slow
 def test_a_trial_with_a_hopeless_learning_rate_is_pruned_early(workdir: Path) -> None:
     settings = space(
         metric="val/loss",
@@ -117,6 +118,7 @@ def test_a_trial_with_a_hopeless_learning_rate_is_pruned_early(workdir: Path) ->
     assert hopeless.intermediate_values[1] > good.intermediate_values[1]
 
 
+@pytest.mark.slow
 def test_with_cv_a_trials_value_is_the_mean_over_its_folds(workdir: Path) -> None:
     study = run_sweep([*TINY, "--trainer.max_epochs=2"], space(cv=2), trials=2, name="cv")
     for trial in study.trials:

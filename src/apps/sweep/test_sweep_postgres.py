@@ -201,6 +201,7 @@ def silent_port() -> Iterator[int]:
         yield listener.getsockname()[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["down", "wrong password", "no such database", "silent"])
 def test_a_server_that_is_down_or_refuses_the_login_is_one_sentence(
     server: Server, silent_port: int, workdir: Path, capsys: pytest.CaptureFixture[str], case: str

@@ -79,6 +79,7 @@ def raw(data: TabularDataModule, split: str) -> tuple[pd.DataFrame, np.ndarray]:
     return frame, data.dataset(split).tensors[1].numpy()
 
 
+@pytest.mark.slow
 def test_classification_baselines_fit_the_raw_columns_of_the_nets_rows_and_score_as_by_hand(
     workdir: Path,
 ) -> None:
@@ -117,6 +118,7 @@ def test_classification_baselines_fit_the_raw_columns_of_the_nets_rows_and_score
     )
 
 
+@pytest.mark.slow
 def test_regression_baselines_score_in_the_targets_units(workdir: Path) -> None:
     run = fit(
         "--model=src.models.Regressor", "--model.loss_fn=huber", "--data.source=friedman",
@@ -159,6 +161,7 @@ def test_many_classes_boost_with_scikit_learns_steps_and_beat_guessing(workdir: 
     assert float(metrics["val/acc_hgb"]) >= float(metrics["val/acc_linear"]) - 0.1
 
 
+@pytest.mark.slow
 def test_a_big_table_fits_them_on_a_seeded_sample_and_scores_every_validation_row(workdir: Path) -> None:
     run = fit("--model=src.models.Regressor", "--data.source=friedman", "--data.num_samples=600",
               "--baselines.max_rows=100", "--baselines.seed=3")  # fmt: skip
@@ -283,6 +286,7 @@ class Stepped(Callback):
         self.event.set()
 
 
+@pytest.mark.slow
 def test_they_fit_on_a_thread_of_their_own_while_the_training_trains(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -365,6 +369,7 @@ def late_fit(tmp_path: Path, seen: Seen, logger: Any = False) -> L.Trainer:
     return trainer
 
 
+@pytest.mark.slow
 def test_the_training_never_waits_for_them_but_at_its_last_epoch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -392,6 +397,7 @@ def test_a_fit_that_stops_before_they_are_in_still_writes_them_to_its_logger(
     assert value == pytest.approx(baselines.scores["linear"]["val_acc"])
 
 
+@pytest.mark.slow
 def test_in_a_process_of_their_own_they_score_as_in_a_thread(tmp_path: Path) -> None:
     """The shipped way (a worker process, which boosting's Python shares no interpreter lock with) and a
     thread of the training's process give the very same figures."""

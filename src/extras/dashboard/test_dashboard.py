@@ -155,6 +155,7 @@ def stage_tags(run: Run, folder: str) -> set[str]:
     return set(read_events(run.log_dir / folder).Tags()["scalars"])
 
 
+@pytest.mark.slow
 def test_train_and_validation_are_runs_of_their_own_sharing_tags(runs: dict[str, Run]) -> None:
     """Keras' convention: one chart per tag, a colour per run, so train and validation read apart."""
     run = runs["fit"]

@@ -60,6 +60,7 @@ def assert_same_training(resumed: CLI, uninterrupted: CLI) -> None:
         )
 
 
+@pytest.mark.slow
 def test_resumed_at_an_epochs_end_equals_uninterrupted(workdir: Path) -> None:
     uninterrupted = fitted(build())
     first = build()
@@ -91,6 +92,7 @@ def test_resumed_in_the_middle_of_an_epoch_equals_uninterrupted(workdir: Path, s
     assert_same_training(fitted(resumed, str(middle)), uninterrupted)
 
 
+@pytest.mark.slow
 def test_without_the_random_state_the_resumed_run_would_differ(workdir: Path) -> None:
     """The proof above is not vacuous: dropout draws from the generators that RandomState restores."""
     uninterrupted = fitted(build())
@@ -139,6 +141,7 @@ def test_sigterm_writes_no_checkpoint_when_checkpointing_is_off(cli, workdir: Pa
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("plugins", [[], ["--trainer.plugins=null"]], ids=["shipped-io", "lightnings-io"])
 def test_every_checkpoint_read_from_fit_to_predict_is_data_only(
     workdir: Path, monkeypatch: pytest.MonkeyPatch, caplog, plugins: list[str]
