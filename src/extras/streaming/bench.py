@@ -32,6 +32,7 @@ import lightning as L
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
@@ -95,6 +96,7 @@ def measure(kind: str, path: str) -> dict[str, Any]:
         if kind == "streaming"
         else ["--data=src.data.TabularDataModule", f"--data.path={path}", "--data.source=parquet"]
     )
+    torch.set_num_threads(1)  # as the shipped cpu_threads section sets it
     start = time.perf_counter()
     run = main(
         [
@@ -104,7 +106,7 @@ def measure(kind: str, path: str) -> dict[str, Any]:
             "--model.net.periodic_frequencies=0",
             "--trainer.max_epochs=1", "--trainer.limit_val_batches=0", "--trainer.logger=false",
             "--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false",
-            "--trainer.enable_model_summary=false", "--cpu_threads=src.extras.threads.CpuThreads",
+            "--trainer.enable_model_summary=false",
         ],
         run=False,
     )  # fmt: skip
