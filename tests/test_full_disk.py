@@ -2,7 +2,8 @@
 before unchanged, no temporary file left, exit status 2 from the commands, and no process abort.
 
 Each test mounts a small real filesystem (tmpfs, 2 MiB), writes the old file while there is room, fills
-what is left but :data:`LEFT`, and runs the writer again over the old file.
+what is left but :data:`LEFT`, and runs the writer again over the old file; a fit that starts on a full
+disk runs as the command, in a process of its own, to see all that the process prints.
 """
 
 import os
@@ -48,12 +49,12 @@ def disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", str(folder)], check=True)
 
 
-def fill(disk: Path) -> None:
-    """Leave :data:`LEFT` bytes free on ``disk`` (tmpfs counts whole pages, so exactly that)."""
+def fill(disk: Path, left: int = LEFT) -> None:
+    """Leave ``left`` bytes free on ``disk`` (tmpfs counts whole pages, so exactly that)."""
     free = shutil.disk_usage(disk).free
     with (disk / "filler").open("wb") as filler:
-        filler.write(b"\0" * (free - LEFT))
-    assert shutil.disk_usage(disk).free == LEFT
+        filler.write(b"\0" * (free - left))
+    assert shutil.disk_usage(disk).free == left
 
 
 def contents(disk: Path) -> dict[str, bytes]:
@@ -149,6 +150,31 @@ def test_a_fit_whose_run_folder_has_no_room_ends_in_one_sentence(
     )
     assert sentence.endswith("free there), and nothing was replaced; free some space or write elsewhere.")
     assert contents(disk) == before  # the first run as it was, and nothing of the refused one left
+
+
+def test_a_fit_whose_tensorboard_writer_has_no_room_ends_in_one_sentence(disk: Path, tmp_path: Path) -> None:
+    """The command as a user types it, in a process of its own: TensorBoard writes its event files from a
+    thread of its own, whose error the fit then raises again; one sentence says it, with no traceback of
+    the thread or of the fit beside it."""
+    # three pages: config.yaml (5.2 KB, two pages) and the event file's first page fit, and the writer
+    # thread's next write does not
+    fill(disk, left=3 * 4096)
+    command = [
+        sys.executable, "-m", "src.cli", "fit", "--config", str(CONFIGS / "spiral.yaml"),
+        "--data.num_samples=200", "--baselines=null", "--validation_figures=null",
+        f"--trainer.logger.init_args.save_dir={disk}", "--trainer.max_epochs=1", *QUIET,
+    ]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr + done.stdout, done.stderr[-3000:]
+    assert "Exception in thread" not in done.stderr + done.stdout
+    assert list((disk / "spiral" / "version_0").glob("events.out.tfevents.*"))  # the thread's file, begun
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: a file of the run could not be written: no space left on its disk; free some space."
+    )
+    assert sum(line.startswith("error: ") for line in done.stderr.splitlines()) == 1
 
 
 @pytest.fixture

@@ -9,6 +9,11 @@ order of the rows, or ``{"predictions": [{"value": ...}, ...]}`` for regression.
 answers ``ok`` once the model is loaded. The server listens on 127.0.0.1 unless ``--host`` says
 otherwise; SIGTERM or Ctrl+C stops it and its worker processes.
 
+An inference worker that dies (killed, out of memory) is replaced by LitServe (``restart_workers``)
+while the others keep answering. :class:`Unanswered` stands before ``POST /predict`` so that no request
+waits for nothing: while no worker is ready it is answered 503 at once, and one that a dying worker took
+with it is answered 503 at its deadline (``--timeout``), each with one sentence.
+
 The rows take the path that ``predict`` takes (:class:`src.predict.Predictor`): the checkpoint's own
 preprocessing encodes them, the model's ``predict_step`` runs on them, and
 :func:`src.predict.prediction_frame` names the classes. The checkpoint is loaded once per worker (and
@@ -43,6 +48,7 @@ worker), on the CPU otherwise, with ``--threads`` torch threads.
 """
 
 import argparse
+import asyncio
 import base64
 import binascii
 import json
@@ -65,7 +71,9 @@ import torch
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from litserve.utils import WorkerSetupStatus
 from pydantic import BaseModel, StrictBool, StrictFloat, StrictInt, StrictStr
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from src.data.preprocessing import CellReport, Location
 from src.errors import UserInputError
@@ -93,6 +101,13 @@ ACCELERATORS = ("auto", "cpu", "cuda")
 MAX_PIXELS = 25_000_000
 #: the thread in which LitServe watches its inference workers (``LitServer``'s monitoring)
 MONITOR_THREAD = "litserve-monitoring"
+#: the answer to a request while every inference worker is starting (after the ones before died)
+NO_WORKER = "no inference worker is ready (a new one is starting after one stopped); retry in a few seconds."
+#: the answer to a request past its deadline, ``{timeout}`` seconds after it came
+UNANSWERED = (
+    "the request was not answered within {timeout:g} s (--timeout): an inference worker stopped while it "
+    "held the request, or the server is overloaded; retry it."
+)
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +128,47 @@ class Refused:
 
 def refused_response(refusal: Refused) -> JSONResponse:
     return JSONResponse({"detail": refusal.detail}, status_code=refusal.status)
+
+
+class Unanswered:
+    """ASGI middleware before ``POST /predict``: a 503 and one sentence where LitServe would leave the
+    request waiting, possibly for ever.
+
+    LitServe replaces a dead inference worker, but a request that worker had taken from the queue is
+    lost with it, and LitServe's API process waits for its answer without a deadline; a request sent
+    while every worker is still loading waits for one to be ready.
+
+    Args:
+        app: The application it stands before.
+        ready: Whether an inference worker is ready now.
+        timeout: Seconds a request may wait for its answer.
+    """
+
+    def __init__(self, app: ASGIApp, ready: Callable[[], bool], timeout: float) -> None:
+        self.app = app
+        self.ready = ready
+        self.timeout = timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != "/predict":
+            await self.app(scope, receive, send)
+            return
+        if not self.ready():
+            await refused_response(Refused(503, NO_WORKER))(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            await asyncio.wait_for(self.app(scope, receive, sending), self.timeout)
+        except TimeoutError:
+            if not started:  # else the answer is half sent, and the connection just ends
+                refusal = Refused(503, UNANSWERED.format(timeout=self.timeout))
+                await refused_response(refusal)(scope, receive, send)
 
 
 def unreadable_cell(rows: list[dict[str, Any]]) -> Refused | None:
@@ -513,7 +569,18 @@ def parse(args: Sequence[str] | None) -> argparse.Namespace:
         default=0.002,
         help="Seconds to wait for more requests to fill a batch (default 0.002).",
     )
-    parser.add_argument("--workers", type=int, default=1, help="Inference worker processes (default 1).")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="Inference worker processes (default 1); one that dies is replaced.",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        help="Seconds a request may wait for its answer before it is answered 503 (default 30).",
+    )
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads per inference worker (default 1)."
     )
@@ -562,6 +629,10 @@ def build(options: argparse.Namespace) -> ls.LitServer:
         )
     if options.batch_timeout < 0:
         raise UserInputError(f"--batch_timeout {options.batch_timeout} must not be negative.")
+    if not options.timeout > options.batch_timeout:
+        raise UserInputError(
+            f"--timeout {options.timeout} must be longer than --batch_timeout {options.batch_timeout}."
+        )
     # a missing, broken or foreign checkpoint: one sentence
     images = not Predictor.from_checkpoint(options.ckpt_path).reads_rows
     family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
@@ -578,9 +649,23 @@ def build(options: argparse.Namespace) -> ls.LitServer:
         if images
         else TabularAPI(*batching, options.threads)
     )
-    server = ls.LitServer(api, accelerator=options.accelerator, workers_per_device=options.workers)
+    # restart_workers: LitServe's monitor starts a new worker in place of one that died; timeout: a
+    # worker drops a request that waited in the queue longer (Unanswered has answered it by then)
+    server = ls.LitServer(
+        api,
+        accelerator=options.accelerator,
+        workers_per_device=options.workers,
+        restart_workers=True,
+        timeout=options.timeout,
+    )
     # LitServer.app is the FastAPI application; its shape errors become one sentence and a 4xx
     server.app.add_exception_handler(RequestValidationError, invalid_image_body if images else invalid_body)
+
+    def ready() -> bool:
+        # the workers' states, as LitServe's GET /health reads them (set once run() starts the workers)
+        return WorkerSetupStatus.READY in server.workers_setup_status.values()
+
+    server.app.add_middleware(Unanswered, ready=ready, timeout=options.timeout)
     return server
 
 
@@ -602,14 +687,17 @@ class QuietWhileStopping(logging.Filter):
         return not (self.stopping.is_set() and record.threadName == MONITOR_THREAD)
 
 
-def _stop(server_pid: int, quiet: QuietWhileStopping) -> Callable[[int, FrameType | None], None]:
-    """SIGTERM handler: in the server's own process it acts as Ctrl+C, after which LitServe stops its
-    API and inference processes (its monitor quieted first); a process LitServe forks inherits it and
-    just ends, as by default."""
+def _stop(
+    server_pid: int, server: ls.LitServer, quiet: QuietWhileStopping
+) -> Callable[[int, FrameType | None], None]:
+    """SIGTERM and SIGINT handler: in the server's own process it acts as Ctrl+C, after which LitServe
+    stops its API and inference processes (its monitor quieted first, and told not to replace the
+    workers the shutdown ends); a process LitServe forks inherits it and just ends, as by default."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if os.getpid() == server_pid:
             quiet.stopping.set()
+            server.restart_workers = False  # the flag LitServer(restart_workers=) sets, read by its monitor
             raise KeyboardInterrupt
         signal.signal(signum, signal.SIG_DFL)
         signal.raise_signal(signum)
@@ -627,7 +715,10 @@ def main(args: Sequence[str] | None = None) -> None:
         raise SystemExit(2) from err
     quiet = QuietWhileStopping()
     logging.getLogger("litserve.server").addFilter(quiet)
-    signal.signal(signal.SIGTERM, _stop(os.getpid(), quiet))
+    stop = _stop(os.getpid(), server, quiet)
+    signal.signal(signal.SIGTERM, stop)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # else ignored, as a background job's
+        signal.signal(signal.SIGINT, stop)
     print(
         f"Serving {options.ckpt_path} at http://{options.host}:{options.port}/predict "
         f"(GET /health answers ok once it is ready; Ctrl+C stops it)",

@@ -1,6 +1,7 @@
 """Serving: a real server process on 127.0.0.1 answers as ``predict`` does, refuses bad requests with a
 4xx and one sentence while it keeps serving, and stops, with its workers, on SIGTERM to its PID."""
 
+import asyncio
 import inspect
 import json
 import logging
@@ -13,8 +14,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import pandas as pd
 import pytest
 import torch
 from fastapi import FastAPI
+from fastapi.responses import JSONResponse
 
 from src.apps import serve
 from src.cli import main
@@ -85,18 +87,14 @@ main(sys.argv[1:])
 """
 
 
-@pytest.fixture(scope="module")
-def server(messy_trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """``python -m src.apps.serve`` (its monitor eager: :data:`EAGER_MONITOR`) as its own process group;
-    killed whole at the end, whatever happened."""
-    log = tmp_path_factory.mktemp("server") / "server.log"
+@contextmanager
+def started(words: list[str], log: Path, program: list[str]) -> Iterator[Server]:
+    """``program`` (the server's command, before ``words``) as its own process group, once it answers
+    ``GET /health``; killed whole at the end, whatever happened."""
     port = free_port()
-    words = ["--ckpt_path", str(messy_trained.checkpoint), "--port", str(port), f"--max_rows={MAX_ROWS}"]
-    # a batch window long enough that a burst of concurrent requests shares batches
-    words += ["--batch_timeout=0.05", "--max_batch_size=8"]
     with log.open("w") as out:
         process = subprocess.Popen(
-            [sys.executable, "-c", EAGER_MONITOR, *words],
+            [sys.executable, *program, "--port", str(port), *words],
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -105,11 +103,8 @@ def server(messy_trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> 
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + READY_WITHIN
-        while True:
+        while not healthy(url):
             assert process.poll() is None, f"the server exited early:\n{log.read_text()[-3000:]}"
-            with suppress(OSError), urllib.request.urlopen(f"{url}/health", timeout=2) as health:
-                if health.status == 200:
-                    break
             assert time.monotonic() < deadline, f"not ready in {READY_WITHIN} s:\n{log.read_text()[-3000:]}"
             time.sleep(0.25)
         yield Server(process, url, log)
@@ -117,6 +112,24 @@ def server(messy_trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> 
         with suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
+
+
+def healthy(url: str) -> bool:
+    """Whether ``GET /health`` answers ok: every inference worker loaded and ready."""
+    with suppress(OSError), urllib.request.urlopen(f"{url}/health", timeout=2) as health:
+        return health.status == 200
+    return False
+
+
+@pytest.fixture(scope="module")
+def server(messy_trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """``python -m src.apps.serve`` (its monitor eager: :data:`EAGER_MONITOR`)."""
+    words = ["--ckpt_path", str(messy_trained.checkpoint), f"--max_rows={MAX_ROWS}"]
+    # a batch window long enough that a burst of concurrent requests shares batches
+    words += ["--batch_timeout=0.05", "--max_batch_size=8"]
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    with started(words, log, ["-c", EAGER_MONITOR]) as running:
+        yield running
 
 
 @pytest.mark.slow
@@ -557,6 +570,10 @@ def test_bad_options_and_checkpoints_are_one_sentence(messy_trained: Trained, tm
                 ["--ckpt_path", str(messy_trained.checkpoint), "--log_level", "loud"],
                 "--log_level 'loud' is unknown",
             ),
+            (
+                ["--ckpt_path", str(messy_trained.checkpoint), "--timeout", "0"],
+                "--timeout 0.0 must be longer than --batch_timeout 0.002.",
+            ),
         ]
         for words, message in cases:
             with pytest.raises(SystemExit) as exit_:
@@ -693,3 +710,143 @@ def test_make_serve_starts_what_these_tests_start() -> None:
     assert "\nserve: PORT = 8000\n" in makefile  # its own default; tensorboard keeps 6006
     recipe = makefile.split("\nserve: $(STAMP)", 1)[1].split("\n\n", 1)[0]
     assert '$(PY) -m src.apps.serve --ckpt_path "$(CKPT)" --port $(PORT)' in recipe
+
+
+def inference_workers(server_pid: int) -> list[int]:
+    """The server's inference workers: its children that multiprocessing spawned (a fresh interpreter
+    each, ``spawn_main`` on its command line), read from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with suppress(OSError):  # ended meanwhile, or not ours
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if parent == server_pid and b"spawn_main" in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+    return sorted(found)
+
+
+#: the deadline of a request on the server below (``--timeout``), in seconds
+TIMEOUT = 5.0
+
+
+def answered_correctly_or_503(server: Server, rows: list[dict], expected: pd.DataFrame) -> int:
+    """One request: a 200 with ``expected``'s labels and probabilities, or a 503 with one sentence;
+    a dropped connection fails (urllib raises). Returns the status."""
+    started_at = time.monotonic()
+    status, answer = server.predict(rows)
+    if status == 503:
+        assert list(answer) == ["detail"]
+        assert_one_sentence(answer["detail"])
+        assert time.monotonic() - started_at < TIMEOUT + 5  # answered at its deadline, not left waiting
+        return status
+    assert status == 200, answer
+    assert [p["label"] for p in answer["predictions"]] == expected["prediction"].tolist()
+    served = [[p["probabilities"][label] for label in LABELS] for p in answer["predictions"]]
+    torch.testing.assert_close(
+        torch.tensor(served, dtype=torch.float32),
+        torch.tensor(expected[PROBABILITIES].to_numpy(), dtype=torch.float32),
+    )
+    return status
+
+
+def until_recovered(server: Server, workers: int, gone: set[int], ask: Callable[[], int]) -> list[int]:
+    """Requests one after another until ``workers`` inference workers, none of them in ``gone``, are
+    ready and a request after that was answered 200; bounded by :data:`READY_WITHIN`. Their statuses."""
+    statuses = []
+    deadline = time.monotonic() + READY_WITHIN
+    while True:
+        assert server.process.poll() is None, f"the server exited:\n{server.log.read_text()[-3000:]}"
+        running = inference_workers(server.process.pid)
+        recovered = len(running) == workers and not gone & set(running) and healthy(server.url)
+        statuses.append(ask())
+        if recovered and statuses[-1] == 200:
+            return statuses
+        time.sleep(0.05)  # a 503 comes at once while no worker is ready
+        assert time.monotonic() < deadline, f"not recovered in {READY_WITHIN} s:\n{server.log.read_text()}"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="lists the server's processes from /proc")
+def test_a_killed_inference_worker_is_replaced_while_the_server_answers(
+    messy_trained: Trained, tmp_path: Path
+) -> None:
+    """SIGKILL to one of two inference workers, then to both while one holds a request: the server stays
+    up, starts new workers, and answers every request correctly or with a 503 and one sentence."""
+    rows = good_rows(messy_trained, n=3)
+    expected = Predictor.from_checkpoint(messy_trained.checkpoint).predict(pd.DataFrame.from_records(rows))
+    # a batch window of 2 s: a worker holds a lone request that long, so that killing it loses the request
+    words = ["--ckpt_path", str(messy_trained.checkpoint), "--workers=2", f"--timeout={TIMEOUT}"]
+    words += ["--batch_timeout=2", "--max_batch_size=8"]
+    with started(words, tmp_path / "server.log", ["-m", "src.apps.serve"]) as server:
+        first = inference_workers(server.process.pid)
+        assert len(first) == 2
+        os.kill(first[0], signal.SIGKILL)
+        statuses = until_recovered(
+            server, 2, {first[0]}, lambda: answered_correctly_or_503(server, rows, expected)
+        )
+        assert statuses.count(200) >= 1
+        # both killed while one holds a request (sent 0.3 s before): none ready until LitServe restarts them
+        second = inference_workers(server.process.pid)
+        held: list[int] = []
+        sender = threading.Thread(
+            target=lambda: held.append(answered_correctly_or_503(server, rows, expected))
+        )
+        sender.start()
+        time.sleep(0.3)
+        for pid in second:
+            os.kill(pid, signal.SIGKILL)
+        statuses = until_recovered(
+            server, 2, set(second), lambda: answered_correctly_or_503(server, rows, expected)
+        )
+        sender.join(timeout=60)
+        assert held in (
+            [200],
+            [503],
+        )  # 503 when a killed worker held it, 200 when it still waited in the queue
+        assert server.process.poll() is None
+    log = server.log.read_text()
+    assert "Traceback" not in log
+    assert "Exception" not in log
+
+
+def through_unanswered(app: Callable, path: str, ready: bool) -> tuple[int, dict, bool]:
+    """One request through :class:`serve.Unanswered` (a deadline of 0.2 s) before ``app``: its status,
+    its JSON body, and whether it reached ``app``."""
+    reached = []
+
+    async def inner(scope: dict, receive: Callable, send: Callable) -> None:
+        reached.append(scope["path"])
+        await app(scope, receive, send)
+
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    scope = {"type": "http", "method": "POST", "path": path, "headers": [], "query_string": b""}
+    asyncio.run(serve.Unanswered(inner, ready=lambda: ready, timeout=0.2)(scope, receive, send))
+    start, body = sent
+    return start["status"], json.loads(body["body"]), bool(reached)
+
+
+def test_a_request_that_no_worker_can_answer_gets_a_503_and_one_sentence() -> None:
+    """While no inference worker is ready, at once; when the worker that took it died (it never
+    answers), at its deadline. Anything else passes through untouched."""
+
+    async def answers(scope: dict, receive: Callable, send: Callable) -> None:
+        await JSONResponse({"predictions": []})(scope, receive, send)
+
+    async def never(scope: dict, receive: Callable, send: Callable) -> None:
+        await asyncio.Event().wait()
+
+    assert through_unanswered(answers, "/predict", ready=True) == (200, {"predictions": []}, True)
+    assert through_unanswered(answers, "/predict", ready=False) == (503, {"detail": serve.NO_WORKER}, False)
+    assert through_unanswered(answers, "/health", ready=False) == (200, {"predictions": []}, True)
+    status, answer, reached = through_unanswered(never, "/predict", ready=True)
+    assert (status, reached) == (503, True)
+    assert answer == {"detail": serve.UNANSWERED.format(timeout=0.2)}
+    for detail in (serve.NO_WORKER, answer["detail"]):
+        assert_one_sentence(detail)
