@@ -6,6 +6,7 @@ Run it with ``python -m src.cli fit --config configs/digits.yaml``.
 
 def console() -> None:
     """The CLI on the shell's words: the ``lightning-template`` command (pyproject.toml's script)."""
-    from src.cli import command
+    from src.cli import main
+    from src.cli_errors import as_command
 
-    command()
+    as_command(main)

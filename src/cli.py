@@ -8,7 +8,6 @@ so ``validate``, ``test`` and ``predict`` need nothing but ``--ckpt_path`` (a ``
 import os
 import signal
 import sys
-import threading
 import warnings
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from typing_extensions import override
 
 from src import runs, settings
 from src.callbacks import PredictionWriter
-from src.cli_errors import Parser, quiet_dependencies, user_error
+from src.cli_errors import Parser, as_command, quiet_dependencies, user_error
 from src.errors import UserInputError
 from src.settings import DEFAULTS, SUBCOMMANDS, TakesCommand, callback_sections
 
@@ -198,32 +197,5 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
         raise SystemExit(2) from err
 
 
-def command() -> None:
-    """``python -m src.cli`` and the ``lightning-template`` command: :func:`main` on the shell's words, as
-    this process's one run.
-
-    A background thread's error that has a sentence (:func:`user_error`) is kept, not printed with its
-    traceback: TensorBoard's event-file writer thread, on a full disk, dies with the error that the fit
-    then raises again from the logger. The run ends with one sentence, the fit's own, or the thread's when
-    the fit ended without one; a thread's bug keeps its traceback.
-    """
-    kept: list[str] = []
-    report = threading.excepthook
-
-    def keep(args: threading.ExceptHookArgs) -> None:
-        sentence = None if args.exc_value is None else user_error(args.exc_value)
-        if sentence is None:
-            report(args)
-        else:
-            kept.append(sentence)
-
-    # for the rest of the process, not restored: the dying thread may report after the fit has ended
-    threading.excepthook = keep
-    main()
-    if kept:
-        print(f"error: {kept[0]}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 if __name__ == "__main__":
-    command()
+    as_command(main)

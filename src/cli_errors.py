@@ -10,7 +10,9 @@ anywhere in the chain, Lightning's own configuration errors, a checkpoint that d
 import logging
 import re
 import sys
+import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -294,3 +296,30 @@ def quiet_dependencies() -> None:
     warnings.filterwarnings(
         "ignore", message=r"The number of training batches \(\d+\) is smaller than the logging interval"
     )
+
+
+def as_command(main: Callable[[], object]) -> None:
+    """``python -m src.cli`` and the ``lightning-template`` command: ``main`` on the shell's words, as this
+    process's one run.
+
+    A background thread's error that has a sentence (:func:`user_error`) is kept, not printed with its
+    traceback: TensorBoard's event-file writer thread, on a full disk, dies with the error that the fit
+    then raises again from the logger. The run ends with one sentence, the fit's own, or the thread's when
+    the fit ended without one; a thread's bug keeps its traceback.
+    """
+    kept: list[str] = []
+    report = threading.excepthook
+
+    def keep(args: threading.ExceptHookArgs) -> None:
+        sentence = None if args.exc_value is None else user_error(args.exc_value)
+        if sentence is None:
+            report(args)
+        else:
+            kept.append(sentence)
+
+    # for the rest of the process, not restored: the dying thread may report after the fit has ended
+    threading.excepthook = keep
+    main()
+    if kept:
+        print(f"error: {kept[0]}", file=sys.stderr)
+        raise SystemExit(2)
