@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 from src.cli import DEFAULTS, callback_sections, main
 from src.models import Classifier, Regressor
@@ -317,45 +317,11 @@ def test_an_ordinary_run_prints_no_notices_of_the_dependencies_about_themselves(
     assert "Tip" not in printed
 
 
-class ThreadsDuringFit(Callback):
-    seen: list[int]
-
-    def on_train_batch_start(self, *args: object) -> None:
-        self.seen.append(torch.get_num_threads())
-
-
-@pytest.mark.parametrize("threads", [1, 3])
-def test_cpu_threads_hold_for_the_run_and_are_restored(cli, threads: int) -> None:
-    before = torch.get_num_threads()
-    probe = ThreadsDuringFit()
-    probe.seen = []
-    run = main([*SMALL, *TINY, *QUIET, f"--cpu_threads.threads={threads}"], run=False)
-    run.trainer.callbacks.append(probe)
-    run.trainer.fit(run.model, datamodule=run.datamodule)
-    assert probe.seen
-    assert set(probe.seen) == {threads}
-    assert torch.get_num_threads() == before
-
-
 def test_max_steps_may_end_the_run_inside_an_epoch(cli) -> None:
     # the shipped early stopping waits for a validation instead of asking for val/loss at the cut
     run = cli("fit", *SMALL, "--trainer.max_steps=3")
     assert run.trainer.global_step == 3
     assert run.trainer.state.finished
-
-
-class Crash(Callback):
-    def on_train_batch_start(self, *args: object) -> None:
-        raise RuntimeError("crash")
-
-
-def test_cpu_threads_are_restored_after_a_failed_run(cli) -> None:
-    before = torch.get_num_threads()
-    run = main([*SMALL, *TINY, *QUIET, f"--cpu_threads.threads={before + 1}"], run=False)
-    run.trainer.callbacks.append(Crash())
-    with pytest.raises(RuntimeError, match="crash"):
-        run.trainer.fit(run.model, datamodule=run.datamodule)
-    assert torch.get_num_threads() == before
 
 
 def test_a_run_without_a_logger_leaves_the_working_folders_config_yaml_alone(cli, workdir: Path) -> None:
