@@ -159,6 +159,14 @@ def _importable(name: str) -> bool:
         return False
 
 
+def _importable_module(name: str) -> bool:
+    """Whether the module part of a dotted name can be found (nothing is imported but its parents)."""
+    try:
+        return importlib.util.find_spec(name.rpartition(".")[0]) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def resolve(name: str) -> Any:
     """The object a dotted name of a trusted module names, or ``None`` when there is none."""
     module, _, attribute = name.rpartition(".")
@@ -222,10 +230,15 @@ def check_names(
             )
         found = resolve(name) if import_trusted else None
         if import_trusted and not (isinstance(found, type) or (yours and callable(found))):
-            raise UserInputError(
-                f"checkpoint {str(path)!r} names {name!r} (at {key}), which is not a class of this project "
-                "or its libraries; it was made by other code, or is damaged."
+            gone = found is None and name.startswith("src.") and not _importable_module(name)
+            why = (
+                "which this project does not have: put back the extra or module it was written with, if it "
+                "was removed since"
+                if gone
+                else "which is not a class of this project or its libraries; it was made by other code, or "
+                "is damaged"
             )
+            raise UserInputError(f"checkpoint {str(path)!r} names {name!r} (at {key}), {why}.")
 
 
 def load_model(

@@ -129,7 +129,7 @@ def check_output(
     if target.exists() and not target.is_file():
         raise UserInputError(f"{named} is not a regular file (a device, pipe or socket); name a file.")
     if target.exists() and not overwrite:
-        raise UserInputError(f"{named} exists; pass --overwrite to replace it, or name another file.")
+        raise UserInputError(f"{named} exists; pass --overwrite true to replace it, or name another file.")
     existing = next(p for p in target.absolute().parents if p.exists())
     if not existing.is_dir():
         raise UserInputError(f"{named} cannot be written: {str(existing)!r} is a file, not a folder.")

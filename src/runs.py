@@ -140,8 +140,12 @@ class SaveConfig(SaveConfigCallback):
         ``torch.load(weights_only=True)`` still reads it."""
         dumped = yaml.safe_load(self.config_text)
         carried = {key: dumped[key] for key in CARRIED if key in dumped}
-        # the logger too, so that evaluations of this checkpoint log under the run's own name
-        carried["trainer"] = {"logger": dumped.get("trainer", {}).get("logger")}
+        # the logger's run name, so that evaluations of this checkpoint log under it; not the logger's
+        # class, which a checkpoint need not name (an extra's logger may be gone when it is read)
+        logger = (dumped.get("trainer") or {}).get("logger")
+        name = (logger.get("init_args") or {}).get("name") if isinstance(logger, dict) else None
+        if isinstance(name, str):
+            carried["trainer"] = {"logger": {"init_args": {"name": name}}}
         for key in PER_INVOCATION:
             (carried.get("data", {}).get("init_args") or {}).pop(key, None)
         return carried

@@ -234,7 +234,10 @@ def bad_checkpoint(kind: str, folder: Path) -> tuple[Path, str]:
         return path, "does not exist; pass the path of a .ckpt file."
     if kind == "a class this project lacks":
         torch.save({"state_dict": {}, "hyper_parameters": {"_class_path": "src.nonexistent.Task"}}, path)
-        return path, "names 'src.nonexistent.Task' (at hyper_parameters._class_path), which is not a class"
+        what = (
+            "names 'src.nonexistent.Task' (at hyper_parameters._class_path), which this project does not have"
+        )
+        return path, what
     raise ValueError(kind)
 
 
@@ -363,15 +366,15 @@ def test_an_existing_file_is_replaced_only_when_asked(
     sidecar.write_text('{"mine": true}\n')
     ckpt = ["--ckpt_path", str(messy_trained.checkpoint)]
     assert refusal(APPS["export"].main, [*ckpt, "--output", str(notes)], capsys) == (
-        f"--output={str(notes)!r} exists; pass --overwrite to replace it, or name another file."
+        f"--output={str(notes)!r} exists; pass --overwrite true to replace it, or name another file."
     )
     # a sidecar name the user never typed is still never taken without asking
     assert refusal(APPS["export"].main, [*ckpt, "--output", str(workdir / "model")], capsys) == (
-        f"the sidecar of --output={str(sidecar)!r} exists; pass --overwrite to replace it, or name another "
-        "file."
+        f"the sidecar of --output={str(sidecar)!r} exists; pass --overwrite true to replace it, or name "
+        "another file."
     )
     assert refusal(main, predict_words(messy_trained.checkpoint, rows, f"--output={notes}"), capsys).endswith(
-        "exists; pass --overwrite to replace it, or name another file."
+        "exists; pass --overwrite true to replace it, or name another file."
     )
     assert notes.read_text() == "my notes\n"
     assert sidecar.read_text() == '{"mine": true}\n'
@@ -395,8 +398,8 @@ def test_predicts_default_file_is_not_replaced_by_the_next_predict(
     first = default.read_bytes()
     sentence = refusal(main, predict_words(copy_, rows), capsys)
     assert sentence == (
-        f"predict's default output={str(default)!r} exists; pass --overwrite to replace it, or name another "
-        "file."
+        f"predict's default output={str(default)!r} exists; pass --overwrite true to replace it, or name "
+        "another file."
     )
     assert default.read_bytes() == first
 

@@ -54,7 +54,7 @@ def test_generate_from_the_checkpoint_alone_repeats_itself(
     with pytest.raises(SystemExit) as exit_:
         generate_main([*greedy, "--output", str(out)])
     assert exit_.value.code == 2
-    assert "exists; pass --overwrite" in capsys.readouterr().err
+    assert "exists; pass --overwrite true" in capsys.readouterr().err
     generate_main([*greedy, "--output", str(out), "--overwrite", "true", "--max_new_tokens", "5"])
     assert out.read_text(encoding="utf-8") == first[: len("def ") + 5]
 

@@ -35,7 +35,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, redirect_stderr
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import lightning as L
 import numpy as np
@@ -50,7 +50,6 @@ from typing_extensions import override
 from src.apps.cv import cross_validate, mean_std
 from src.cli import CLI, main
 from src.errors import UserInputError
-from src.extras.dashboard import Dashboard
 from src.files import check_output, written
 from src.settings import config_files
 
@@ -104,6 +103,13 @@ class Space:
                     f"search space {str(path)!r}: {key} needs type float, int or categorical, got {spec!r}."
                 )
         return space
+
+
+@runtime_checkable
+class ShowsHParams(Protocol):
+    """A callback that writes further hyperparameters into TensorBoard's HParams table (the dashboard's)."""
+
+    hparams: dict[str, Any]
 
 
 def suggest(trial: optuna.Trial, key: str, spec: dict[str, Any]) -> Any:
@@ -259,7 +265,7 @@ class Objective:
             run = _built([*words, f"--trainer.logger.init_args.version={version}"], which)
             run.trainer.callbacks.append(OptunaPruning(trial, self.space.metric))  # type: ignore[attr-defined]
             for callback in run.trainer.callbacks:  # type: ignore[attr-defined]
-                if isinstance(callback, Dashboard):  # the HParams table leads with the searched values
+                if isinstance(callback, ShowsHParams):  # the HParams table leads with the searched values
                     callback.hparams.update(searched(params))
             trial.set_user_attr("log_dir", run.trainer.log_dir)
             run.trainer.fit(run.model, datamodule=run.datamodule)
