@@ -139,6 +139,8 @@ def test_an_app_comes_off_by_deleting_its_folder_and_its_row_in_the_readme(app: 
 # -- the extras: what a config switches on, one folder each, which the core never names -----------------
 
 EXTRAS = SRC / "extras"
+#: the apps built on an extra, which go with it
+EXTRA_APPS = {"text": {"generate"}}
 #: the class Lightning ships that stands in for an extra's logger once the extra is gone
 STOCK_LOGGER = "lightning.pytorch.loggers.TensorBoardLogger"
 
@@ -244,9 +246,13 @@ def test_an_extra_comes_off_by_deleting_its_folder_and_its_entries(extra: str, t
     copy = tmp_path / "repository"
     shutil.copytree(ROOT, copy, ignore=not_copied)
     shutil.rmtree(copy / "src" / "extras" / extra)
+    rows = [f"(src/extras/{extra}/README.md)"]
+    for app in EXTRA_APPS.get(extra, set()):
+        shutil.rmtree(copy / "src" / "apps" / app)
+        rows.append(f"(src/apps/{app}/README.md)")
     readme = copy / "README.md"
     lines = readme.read_text().splitlines(keepends=True)
-    readme.write_text("".join(line for line in lines if f"(src/extras/{extra}/README.md)" not in line))
+    readme.write_text("".join(line for line in lines if not any(row in line for row in rows)))
     sections = sections_of(extra, copy / "configs")
     for path in sorted((copy / "configs").rglob("*.yaml")):
         kept = take_off(yaml.safe_load(path.read_text()) or {}, extra, sections)

@@ -32,15 +32,9 @@ from src.apps.doctor.probe import OVERFIT_STEPS, input_free_loss, overfit_one_ba
 from src.cli import main
 from src.data import TabularDataModule
 from src.data.loading import Stage, TensorBatches
-from src.extras.images import ImageDataModule
-from src.extras.images.nets import SmallCNN
-from src.extras.images.test_images import CLASSES, write_images
-from src.extras.text import TextDataModule, bundled_text
-from src.extras.text.model import LanguageModel
-from src.extras.text.nets import CharTransformer
 from src.models import Classifier, Regressor
 from src.nets import MLP
-from tests.conftest import CONFIGS, QUIET
+from tests.conftest import CONFIGS, QUIET, extra
 
 ADAM = partial(torch.optim.Adam, lr=0.01)
 EXPERIMENTS = sorted(p for p in CONFIGS.glob("*.yaml") if p.name != "defaults.yaml")
@@ -214,11 +208,15 @@ def test_the_bar_is_the_loss_of_the_best_prediction_that_ignores_the_input() -> 
     entropy = float(-(frequencies * frequencies.log()).sum())
     task = classifier()
     assert input_free_loss(task.loss, torch.zeros(10, 3), labels) == pytest.approx(entropy, rel=1e-5)
-    characters = labels.reshape(2, 5)  # (B, T): every position of every window is one target
-    language = LanguageModel(in_features=3, out_features=3, net=partial(CharTransformer, block_size=5))
-    assert input_free_loss(language.loss, torch.zeros(2, 5, 3), characters) == pytest.approx(
-        entropy, rel=1e-5
-    )
+    if extra("text"):  # a language model's characters, where the text extra is part of the project
+        from src.extras.text.model import LanguageModel
+        from src.extras.text.nets import CharTransformer
+
+        characters = labels.reshape(2, 5)  # (B, T): every position of every window is one target
+        language = LanguageModel(in_features=3, out_features=3, net=partial(CharTransformer, block_size=5))
+        assert input_free_loss(language.loss, torch.zeros(2, 5, 3), characters) == pytest.approx(
+            entropy, rel=1e-5
+        )
     regressor = Regressor(in_features=2, out_features=1, net=mlp(), optimizer=ADAM)
     regressor.target_mean.fill_(3.0)  # as setup() fits them on a training split
     regressor.target_std.fill_(2.0)
@@ -247,12 +245,16 @@ def test_a_language_model_learns_one_batch_by_heart_and_one_cut_off_from_its_inp
 ) -> None:
     """A batch of 8 windows of 64 characters is cut to its first 2 (128 targets): a working transformer
     goes well below the characters' frequencies in 40 steps; a net that ignores its input stays on them."""
+    text_extra = pytest.importorskip("src.extras.text")
+    LanguageModel = pytest.importorskip("src.extras.text.model").LanguageModel
+    CharTransformer = pytest.importorskip("src.extras.text.nets").CharTransformer
+    bundled_text, TextDataModule = text_extra.bundled_text, text_extra.TextDataModule
     text = tmp_path / "text.txt"
     text.write_text(bundled_text()[:20_000], encoding="utf-8")
     data = TextDataModule(path=str(text), block_size=64, batch_size=8)
     vocabulary = data.in_features
 
-    def language(net: Callable[[int, int], nn.Module]) -> LanguageModel:
+    def language(net: Callable[[int, int], nn.Module]) -> Any:
         return LanguageModel(in_features=vocabulary, out_features=vocabulary, net=net, optimizer=ADAM)
 
     transformer = partial(CharTransformer, block_size=64, d_model=64, n_heads=4, n_layers=2, dropout=0.0)
@@ -728,9 +730,9 @@ def test_the_callback_watches_a_real_run_switched_on_in_yaml(
 # -- other kinds of data: the same checks, no change to the doctor -------------------------------------
 
 
-def image_classifier(
-    tmp_path: Path, net: Callable[[int, int], nn.Module]
-) -> tuple[Classifier, ImageDataModule]:
+def image_classifier(tmp_path: Path, net: Callable[[int, int], nn.Module]) -> tuple[Classifier, Any]:
+    ImageDataModule = pytest.importorskip("src.extras.images").ImageDataModule
+    write_images = pytest.importorskip("src.extras.images.test_images").write_images
     data = ImageDataModule(folder=str(write_images(tmp_path / "images")), batch_size=16, crop_padding=0)
     model = Classifier(in_features=data.in_features, out_features=data.out_features, net=net, optimizer=ADAM)
     return model, data
@@ -738,6 +740,7 @@ def image_classifier(
 
 def loud_cnn(in_features: int, out_features: int) -> nn.Module:
     """The shipped CNN with a last layer drawn far too large (its pooled features are small)."""
+    SmallCNN = pytest.importorskip("src.extras.images.nets").SmallCNN
     net = SmallCNN(in_features, out_features, widths=[8, 16], batch_norm=False)
     nn.init.normal_(net.head.weight, std=30.0)
     return net
@@ -745,6 +748,8 @@ def loud_cnn(in_features: int, out_features: int) -> nn.Module:
 
 @pytest.mark.slow
 def test_an_image_classifier_is_examined_like_a_table_classifier(tmp_path: Path) -> None:
+    SmallCNN = pytest.importorskip("src.extras.images.nets").SmallCNN
+    CLASSES = pytest.importorskip("src.extras.images.test_images").CLASSES
     healthy = partial(SmallCNN, widths=[8, 16], batch_norm=False)
     assert doctor(*image_classifier(tmp_path, healthy), gradient_clip_val=None) == {}
     found = doctor(*image_classifier(tmp_path, loud_cnn), gradient_clip_val=None)
