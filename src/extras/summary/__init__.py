@@ -164,9 +164,12 @@ class RunSummary(Callback):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        # a sentence for the user (a NonFiniteGuard that stopped the run, say) is part of the run's story;
-        # anything else is a bug's traceback, which the summary would only hide
+        # a sentence for the user (a NonFiniteGuard that stopped the run, say) is part of a fit's story once
+        # it has trained; a refusal before the first step (or outside a fit) is the CLI's one sentence alone,
+        # and anything else is a bug's traceback, which the summary would only hide
         if not trainer.is_global_zero or not isinstance(exception, UserInputError):
+            return
+        if trainer.state.fn != "fit" or trainer.global_step == 0:
             return
         why = f"stopped at epoch {trainer.current_epoch}: {exception}"
         # no run folder: trainer.log_dir is a collective, and the other processes are not asking now

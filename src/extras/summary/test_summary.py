@@ -295,3 +295,18 @@ def test_the_bar_keeps_the_monitored_value_whole_in_80_columns() -> None:
     assert len(line) <= 80
     assert line.startswith("Epoch 59, val/loss=0.04481, val/acc=0.9861, loss=0.0004484 |")
     assert "7/20" in line
+
+
+def test_a_refusal_before_the_first_step_is_the_one_sentence_alone(
+    cli, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fit refused as its optimizers are built has no story to tell: no "Fit ended", one error line."""
+    words = ["--config", "spiral.yaml", "--data.num_samples=300", "--config", "trainer/warmup_cosine.yaml"]
+    with pytest.raises(SystemExit) as stopped:
+        cli("fit", *words, "--model.init_args.scheduler.init_args.warmup_steps=9999")
+    assert stopped.value.code == 2
+    out, err = capsys.readouterr()
+    assert "Fit ended" not in out
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [
+        next(line for line in err.splitlines() if "warmup_steps=9999 must lie in" in line)
+    ]
