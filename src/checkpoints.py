@@ -9,7 +9,7 @@
   as the path of a YAML file. Trusted: this project's own code (``src`` and any module whose file lies
   in the project's folder, such as a net or LightningModule of yours beside ``src/``), the library
   classes configs use, and what the user names.
-- :func:`model_class_path` is the model's class as the run's config names it.
+- :func:`model_class_name` is the model's class as the run's config names it.
 - :func:`load_model` is the one way every entry point rebuilds a checkpoint's model: read, checked,
   its class found, loaded on the CPU.
 """
@@ -52,7 +52,7 @@ PROJECT = Path(__file__).resolve().parent.parent
 SETTINGS = ("hyper_parameters", "datamodule_hyper_parameters", "config")
 
 
-def model_class_path(checkpoint: dict[str, Any]) -> str | None:
+def model_class_name(checkpoint: dict[str, Any]) -> str | None:
     """The model's class as the run's config carried in the checkpoint names it (``model.class_path``,
     written by :class:`src.runs.SaveConfig`), or ``None`` when the checkpoint carries none."""
     config = checkpoint.get("config")
@@ -247,7 +247,7 @@ def load_model(
     """The model a checkpoint holds, rebuilt on the CPU in eval mode, and the checkpoint itself.
 
     Read as data (:func:`load_checkpoint`), its names checked (:func:`check_names`: ``model_class`` counts as
-    named), its class found (``model_class``, else :func:`model_class_path`), then Lightning's
+    named), its class found (``model_class``, else :func:`model_class_name`), then Lightning's
     ``load_from_checkpoint``. One sentence for a checkpoint that names no class, names one that is no
     LightningModule, or does not fit the class (other arguments or weights).
     """
@@ -256,7 +256,7 @@ def load_model(
     checkpoint = load_checkpoint(path)
     named = {f"{model_class.__module__}.{model_class.__qualname__}"} if model_class else set()
     check_names(checkpoint, path, named)
-    class_path = model_class_path(checkpoint)
+    class_path = model_class_name(checkpoint)
     found = model_class or (resolve(class_path) if class_path is not None else None)
     if not (isinstance(found, type) and issubclass(found, LightningModule)):
         what = f"names {class_path!r}, which is not a LightningModule" if found else "names no model class"

@@ -24,7 +24,7 @@ import torch
 from jsonargparse import ArgumentParser, auto_cli
 from typing_extensions import override
 
-from src.checkpoints import check_names, load_checkpoint, model_class_path, resolve
+from src.checkpoints import check_names, load_checkpoint, model_class_name, resolve
 from src.cli_errors import summarize
 from src.errors import UserInputError
 from src.extras.text import Vocabulary, read_text, text_state_of, vocabulary_of
@@ -56,7 +56,7 @@ def load(ckpt_path: str, device: torch.device | str = "cpu") -> tuple[LanguageMo
     length it was trained on; one sentence for a checkpoint that is none."""
     checkpoint = load_checkpoint(ckpt_path)
     check_names(checkpoint, ckpt_path)
-    class_path = model_class_path(checkpoint)
+    class_path = model_class_name(checkpoint)
     found = resolve(class_path) if class_path is not None else None
     if not (isinstance(found, type) and issubclass(found, LanguageModel)):
         raise UserInputError(
