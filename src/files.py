@@ -40,7 +40,8 @@ def temporary_name(path: Path) -> Path:
     return path.with_name(f".{path.stem}.partial-{os.getpid()}{path.suffix}")
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (a writer whose leftovers are not yet leftovers)."""
     try:
         os.kill(pid, 0)  # signal 0: asks whether the process exists, sends nothing
     except ProcessLookupError:
@@ -55,7 +56,7 @@ def remove_leftovers(folder: Path) -> list[Path]:
     removed = []
     for leftover in folder.glob(".*.partial-*"):
         match = TEMPORARY.match(leftover.name)
-        if match and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))):
+        if match and int(match.group(1)) != os.getpid() and not alive(int(match.group(1))):
             leftover.unlink(missing_ok=True)
             removed.append(leftover)
     return removed

@@ -6,7 +6,6 @@ digits written once as PNG files in class folders (:func:`write_digits`), then r
 """
 
 import io
-import os
 import shutil
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -30,7 +29,7 @@ from typing_extensions import override
 from src.checkpoints import load_checkpoint
 from src.data.loading import ResumableDataModule, Stage, TensorBatches, check_fractions
 from src.errors import UserInputError, notice
-from src.files import TEMPORARY, special_file, temporary_name
+from src.files import TEMPORARY, alive, special_file, temporary_name
 
 if TYPE_CHECKING:
     from src.extras.images.predict import ImagePreprocessing
@@ -108,7 +107,7 @@ def write_digits(folder: Path = EXAMPLE, size: int = EXAMPLE_SIZE) -> Path:
     folder.parent.mkdir(parents=True, exist_ok=True)
     for leftover in folder.parent.glob(f".{folder.name}.partial-*"):
         match = TEMPORARY.match(leftover.name)
-        if match and leftover.is_dir() and not _alive(int(match.group(1))):
+        if match and leftover.is_dir() and not alive(int(match.group(1))):
             shutil.rmtree(leftover, ignore_errors=True)
     partial = temporary_name(folder)
     shutil.rmtree(partial, ignore_errors=True)
@@ -128,16 +127,6 @@ def write_digits(folder: Path = EXAMPLE, size: int = EXAMPLE_SIZE) -> Path:
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return folder
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: asks whether the process exists, sends nothing
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, under another user
-        return True
-    return True
 
 
 @dataclass(frozen=True)
