@@ -131,8 +131,8 @@ class SaveConfig(SaveConfigCallback):
     @functools.cached_property
     def config_text(self) -> str:
         """The run's resolved config as YAML; dumped once, since it does not change while the run lasts
-        (checkpoints are saved every epoch)."""
-        return self.parser.dump(self.config, skip_none=False)
+        (checkpoints are saved every epoch); the parser checked it when it read it."""
+        return self.parser.dump(self.config, skip_none=False, skip_validation=True)
 
     @functools.cached_property
     def carried(self) -> dict[str, Any]:

@@ -64,10 +64,11 @@ def test_early_stopping_waits_patience_epochs_and_checkpoints_keep_the_best(work
         torch.testing.assert_close(torch.load(path, weights_only=True)["state_dict"], epochs.per_epoch[epoch])
     assert torch.load(keeper.best_model_path, weights_only=True)["epoch"] == best_epoch
     assert keeper.best_model_score.item() == pytest.approx(script[best_epoch])  # logged as float32
-    # last.ckpt holds the last epoch, although that epoch made no top-k checkpoint
+    # last.ckpt holds the state at the fit's end (its `ran` epochs done), although the last epoch made no
+    # top-k checkpoint
     assert {p.name for p in Path(latest.dirpath).glob("last*")} == {"last.ckpt"}
     last = torch.load(Path(latest.dirpath) / "last.ckpt", weights_only=True)
-    assert last["epoch"] == ran - 1
+    assert last["epoch"] == ran
     torch.testing.assert_close(last["state_dict"], weights(run.model))
 
 

@@ -197,7 +197,7 @@ SHIPPED = [
     "CpuThreads",
     "SaveConfig",
     "ModelCheckpoint",
-    "ModelCheckpoint",
+    "LatestCheckpoint",
 ]  # fmt: skip  (Lightning moves the checkpoint callbacks last, in their order: the best, then last.ckpt;
 #   the progress bar section is left out by QUIET's enable_progress_bar=false, the model summary here)
 
@@ -246,7 +246,7 @@ def test_enable_checkpointing_false_leaves_out_the_checkpoint_sections(cli, work
     assert not list(workdir.rglob("*.ckpt"))
     names = [type(c).__name__ for c in run.trainer.callbacks]
     # nor is predict's writer called at every step of fit
-    kept = [n for n in SHIPPED if n not in ("ModelCheckpoint", "PredictionWriter")]
+    kept = [n for n in SHIPPED if n not in ("ModelCheckpoint", "LatestCheckpoint", "PredictionWriter")]
     assert kept == [n for n in names if n in SHIPPED]
 
 

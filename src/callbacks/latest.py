@@ -1,0 +1,94 @@
+"""``last.ckpt``: the latest state of a fit, written often enough to lose little and seldom enough to cost
+little."""
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_info
+from typing_extensions import override
+
+from src.errors import UserInputError
+
+
+class LatestCheckpoint(ModelCheckpoint):
+    """Lightning's :class:`ModelCheckpoint` keeping one ``last.ckpt``, the state ``--ckpt_path last``
+    resumes from: written at a training step's end once ``every_seconds`` have passed since the last one,
+    at the fit's end, and when the fit stops on an exception (SIGTERM, Ctrl-C, an error) between two
+    steps. A ``kill -9`` loses at most ``every_seconds`` of training, or the step under way.
+
+    An exception inside a training step saves nothing: the step's batch is drawn and its update may be
+    half made, so no state of that moment resumes exactly; the file from the last save stays as it was.
+
+    Args:
+        dirpath: The folder; left out, ``checkpoints/`` in the logger's run folder.
+        every_seconds: Training time between two saves; 0 saves at every step.
+        every_n_train_steps: Save every this many optimizer steps instead of by time.
+        every_n_epochs: Save at every this many epochs' validation instead of by time.
+    """
+
+    def __init__(
+        self,
+        dirpath: str | None = None,
+        every_seconds: float = 60.0,
+        every_n_train_steps: int | None = None,
+        every_n_epochs: int | None = None,
+    ) -> None:
+        by_time = every_n_train_steps is None and every_n_epochs is None
+        super().__init__(
+            dirpath=dirpath,
+            filename="last",
+            save_top_k=1,  # no monitor: the newest replaces the one before
+            enable_version_counter=False,
+            every_n_train_steps=every_n_train_steps,
+            every_n_epochs=every_n_epochs,
+            train_time_interval=timedelta(seconds=every_seconds) if by_time else None,
+        )
+        self.between_steps = True
+
+    @override
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self.between_steps = False
+
+    @override
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self.between_steps = True
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    @override
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.save_now(trainer)
+
+    @override
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        if trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking:
+            return
+        if self.between_steps:
+            try:
+                self.save_now(trainer)
+            except UserInputError:  # a callback refused this state (weights no longer finite): kept as it was
+                pass
+        elif self.dirpath is not None:
+            rank_zero_info(
+                f"Stopped inside training step {trainer.global_step}: {self.path} keeps the state of its "
+                "last save."
+            )
+
+    @property
+    def path(self) -> Path:
+        return Path(str(self.dirpath)) / f"{self.filename}{self.FILE_EXTENSION}"
+
+    def save_now(self, trainer: L.Trainer) -> None:
+        """Write ``last.ckpt`` with everything a resume restores (not a fast_dev_run, which saves nothing)."""
+        if trainer.fast_dev_run or self.dirpath is None or trainer.global_step == 0:
+            return
+        trainer.save_checkpoint(self.path, weights_only=False)
