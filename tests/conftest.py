@@ -217,7 +217,7 @@ def image_checkpoint(image_folder: Path) -> Path:
         "fit", "--config", str(CONFIGS / "images.yaml"), *BARE, "--trainer.callbacks=[]",
         f"--data.init_args.folder={image_folder / 'train'}", "--data.init_args.batch_size=16",
         "--model.init_args.net.init_args.widths=[4, 8]", "--trainer.max_epochs=2",
-        "--last_checkpoint=lightning.pytorch.callbacks.ModelCheckpoint", "--last_checkpoint.filename=last",
+        "--last_checkpoint=src.callbacks.LatestCheckpoint",
     ])  # fmt: skip
     (found,) = image_folder.rglob("last.ckpt")
     return found

@@ -112,7 +112,7 @@ def fit_probed(fragment: str, clip: float) -> tuple[CLI, GradientProbe]:
         "--model.init_args.scheduler=null", "--data.batch_size=32", "--trainer.max_epochs=1",
         "--trainer.limit_train_batches=5", "--trainer.log_every_n_steps=1",
         # back after bare.yaml: it writes the gradient norm
-        "--step_values=src.extras.dashboard.steps.StepValues",
+        "--trainer.callbacks+=src.extras.dashboard.steps.StepValues",
     )  # fmt: skip
     probe = GradientProbe()
     run.trainer.callbacks.append(probe)

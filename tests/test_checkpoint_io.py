@@ -260,7 +260,9 @@ FIT = [
 def test_fit_returns_with_its_last_checkpoint_whole_and_last_reads_it(workdir: Path) -> None:
     run = main(["fit", *FIT, "--trainer.max_epochs=3", "--trainer.logger.init_args.version=r"])
     last = Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt"
-    assert load_checkpoint(last)["epoch"] == 3  # written at the fit's end, its 3 epochs done; whole when fit returned
+    assert (
+        load_checkpoint(last)["epoch"] == 3
+    )  # written at the fit's end, its 3 epochs done; whole when fit returned
     assert [p for p in last.parent.iterdir() if TEMPORARY.match(p.name)] == []
     resumed = main(["fit", *FIT, "--trainer.max_epochs=4", "--trainer.logger.init_args.version=r",
                     "--ckpt_path=last"])  # fmt: skip

@@ -189,7 +189,6 @@ SHIPPED = [
     "RunSummary",
     "Baselines",
     "Dashboard",
-    "StepValues",
     "ValidationFigures",
     "RandomState",
     "Preemption",

@@ -307,10 +307,7 @@ def image_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from src.extras.images.test_images import tiny, write_images
 
     folder = tmp_path_factory.mktemp("image-run")
-    last = [
-        "--last_checkpoint=lightning.pytorch.callbacks.ModelCheckpoint",
-        "--last_checkpoint.filename=last",
-    ]
+    last = ["--last_checkpoint=src.callbacks.LatestCheckpoint"]
     fit_in(folder, *tiny(write_images(folder / "train")), *last)
     return next(folder.rglob("last.ckpt"))
 

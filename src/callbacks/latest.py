@@ -1,6 +1,7 @@
 """``last.ckpt``: the latest state of a fit, written often enough to lose little and seldom enough to cost
 little."""
 
+import contextlib
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -73,10 +74,9 @@ class LatestCheckpoint(ModelCheckpoint):
         if trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking:
             return
         if self.between_steps:
-            try:
+            # a callback may refuse this state (weights no longer finite): the file stays as it was
+            with contextlib.suppress(UserInputError):
                 self.save_now(trainer)
-            except UserInputError:  # a callback refused this state (weights no longer finite): kept as it was
-                pass
         elif self.dirpath is not None:
             rank_zero_info(
                 f"Stopped inside training step {trainer.global_step}: {self.path} keeps the state of its "
@@ -89,6 +89,7 @@ class LatestCheckpoint(ModelCheckpoint):
 
     def save_now(self, trainer: L.Trainer) -> None:
         """Write ``last.ckpt`` with everything a resume restores (not a fast_dev_run, which saves nothing)."""
-        if trainer.fast_dev_run or self.dirpath is None or trainer.global_step == 0:
+        # fast_dev_run is public and documented, but assigned in a connector without being declared
+        if trainer.fast_dev_run or self.dirpath is None or trainer.global_step == 0:  # type: ignore[attr-defined]
             return
         trainer.save_checkpoint(self.path, weights_only=False)

@@ -7,6 +7,8 @@ only what the submitted function's module imports, never the main module (a CLI'
 would import Lightning), so they start in the time their own imports take.
 """
 
+import importlib
+import os
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Future
 from typing import Any, TypeVar
@@ -19,6 +21,17 @@ IDLE_SECONDS = 300
 _pools: dict[str, ProcessPoolExecutor] = {}
 
 
+def ready(module: str) -> None:
+    """Import ``module``: what :func:`warm` sends a worker, so that its imports are done when work comes."""
+    importlib.import_module(module)
+
+
+def warm(purpose: str, module: str) -> None:
+    """Start the worker of ``purpose`` now, importing ``module`` (the one its work will come from), so that
+    the worker's start and imports overlap what comes before its first real submission."""
+    submit(purpose, ready, module)
+
+
 def submit(purpose: str, function: Callable[..., T], *args: Any) -> "Future[T]":
     """``function(*args)`` on the worker process of ``purpose`` (one per purpose, in submission order).
     ``function`` must be importable by name from a module that imports little (no Lightning, no torch
@@ -26,7 +39,11 @@ def submit(purpose: str, function: Callable[..., T], *args: Any) -> "Future[T]":
     for _ in range(2):
         pool = _pools.get(purpose)
         if pool is None:
-            pool = _pools[purpose] = ProcessPoolExecutor(max_workers=1, timeout=IDLE_SECONDS)
+            # at the lowest CPU priority: on a busy machine the training, not the work beside it, gets the
+            # cores first
+            pool = _pools[purpose] = ProcessPoolExecutor(
+                max_workers=1, timeout=IDLE_SECONDS, initializer=os.nice, initargs=(19,)
+            )
         try:
             return pool.submit(function, *args)
         except (BrokenExecutor, RuntimeError):  # its worker died, or it was shut down: a new one

@@ -208,6 +208,8 @@ class Baselines(Callback):
         if fit_in not in ("process", "thread"):
             raise UserInputError(f"baselines.fit_in={fit_in!r} is not 'process' or 'thread'.")
         self.fit_in = fit_in
+        if fit_in == "process":  # scikit-learn imported while the run is set up, ready when the fit starts
+            workers.warm("baselines", baseline_models.__name__)
         #: the fitted models by name, once fitted
         self.models: dict[str, BaseEstimator] = {}
         #: ``{"hgb": {"val_acc": 0.9, ...}, "linear": {...}}``: what is logged and saved

@@ -1,13 +1,14 @@
 """What TensorBoard shows beside the losses and metrics the task logs itself.
 
 The module logs ``train/…``, ``val/…`` and ``test/…`` values, :class:`~src.extras.dashboard.steps.StepValues`
-the per-step ones; with the dashboard's logger (:mod:`src.extras.dashboard.logger`) each stage is a run of its
-own, so train and validation share a chart in two colours. The dashboard adds per epoch the throughput, the
-epoch time and the share of it spent waiting for data (``<stage>/speed/…``) and the generalization gap; once
-per run a custom-scalars layout and the HParams session: a few hyperparameters people compare (learning rate,
-batch size, net and its size, epochs, seed, data), and at the fit's end the best epoch's validation values
-(``summary/best_<name>``), which the HParams table shows first, then the test values. The whole resolved
-config is the Text tab's (written by the CLI). Histograms and the model graph are optional.
+(run by the dashboard) the per-step ones; with the dashboard's logger (:mod:`src.extras.dashboard.logger`)
+each stage is a run of its own, so train and validation share a chart in two colours. The dashboard adds
+per epoch the throughput, the epoch time and the share of it spent waiting for data (``<stage>/speed/…``)
+and the generalization gap; once per run a custom-scalars layout and the HParams session: a few
+hyperparameters people compare (learning rate, batch size, net and its size, epochs, seed, data), and at
+the fit's end the best epoch's validation values (``summary/best_<name>``), which the HParams table shows
+first, then the test values. The whole resolved config is the Text tab's (written by the CLI). Histograms
+and the model graph are optional.
 
 It reads only public state: ``trainer.callback_metrics``, the Trainer's optimizers, schedulers and checkpoint
 callback, the module's parameters and the DataModule's hyperparameters. The gap needs ``train/loss`` and
@@ -41,6 +42,7 @@ from typing_extensions import override
 
 from src.errors import UserInputError
 from src.extras.dashboard.logger import GROUP
+from src.extras.dashboard.steps import StepValues
 from src.extras.loggers import logging_step, monitored, tensorboard_writer, write
 
 ROOT = Path(__file__).resolve().parents[3]  # src/extras/<extra>/__init__.py: the repository
@@ -83,10 +85,17 @@ class Dashboard(Callback):
             on the first training batch and write its graph (Graphs tab).
         hparams: Further hyperparameters, name to value, shown first in the HParams table beside those
             read from the run (a sweep gives each trial's searched values).
+        step_values: Also write the loss, learning rate, gradient norm and clipped share every
+            ``log_every_n_steps`` (:class:`~src.extras.dashboard.steps.StepValues`, run by this callback:
+            one callback on the Trainer for both).
     """
 
     def __init__(
-        self, histogram_every_n_epochs: int = 0, log_graph: bool = False, hparams: HParams | None = None
+        self,
+        histogram_every_n_epochs: int = 0,
+        log_graph: bool = False,
+        hparams: HParams | None = None,
+        step_values: bool = True,
     ) -> None:
         if histogram_every_n_epochs < 0:
             raise UserInputError(
@@ -97,6 +106,8 @@ class Dashboard(Callback):
         self.log_graph = log_graph
         #: further hyperparameters shown first in the HParams table (a sweep's searched values)
         self.hparams: HParams = dict(hparams or {})
+        #: the per-step values' writer, when on
+        self.steps = StepValues() if step_values else None
         self._sessions: set[str] = set()  # the run folders whose HParams session is written
         self._validations: list[tuple[int, int, dict[str, float]]] = []  # (epoch, step, values) per fit
         self._graph_written = False
@@ -120,6 +131,8 @@ class Dashboard(Callback):
 
     @override
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.steps is not None:
+            self.steps.on_fit_start(trainer, pl_module)
         self._validations = []
         self._start_session(trainer, pl_module)
 
@@ -187,6 +200,8 @@ class Dashboard(Callback):
 
     @override
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.steps is not None:
+            self.steps.on_train_epoch_start(trainer, pl_module)
         self._write_gap(trainer)
         self._epoch_start = self._mark = time.perf_counter()
         self._data_time = self._step_time = 0.0
@@ -196,6 +211,8 @@ class Dashboard(Callback):
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
+        if self.steps is not None:
+            self.steps.on_train_batch_start(trainer, pl_module, batch, batch_idx)
         now = time.perf_counter()
         # since the last step ended: fetching the batch and moving it to the device
         self._data_time += now - self._mark
@@ -207,6 +224,8 @@ class Dashboard(Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        if self.steps is not None:
+            self.steps.on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         if batch_idx + 1 == trainer.num_training_batches:
             _synchronize(trainer)  # once per epoch: the queued device work belongs to this epoch
         now = time.perf_counter()
@@ -231,6 +250,8 @@ class Dashboard(Callback):
 
     @override
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.steps is not None:
+            self.steps.on_train_epoch_end(trainer, pl_module)
         _synchronize(trainer)
         train_time = self._data_time + self._step_time
         # written to the loggers as they are (this process's times: the processes keep step with each
@@ -279,6 +300,8 @@ class Dashboard(Callback):
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
+        if self.steps is not None:
+            self.steps.on_before_optimizer_step(trainer, pl_module, optimizer)
         every, epoch = self.histogram_every_n_epochs, trainer.current_epoch
         if not every or epoch % every or epoch == self._histogram_epoch:
             return

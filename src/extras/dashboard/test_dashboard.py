@@ -27,7 +27,6 @@ from src.data import TabularDataModule
 from src.errors import UserInputError
 from src.extras.dashboard import HEADLINE, ROOT, Dashboard, scalars_layout
 from src.extras.dashboard.logger import read_scalars
-from src.extras.dashboard.steps import StepValues
 from src.models import Classifier, Regressor
 from src.nets import MLP
 from tests.conftest import CONFIGS, QUIET
@@ -212,7 +211,7 @@ def test_learning_rate_per_parameter_group(tmp_path: Path) -> None:
         limit_val_batches=1,
         logger=logger,
         log_every_n_steps=1,
-        callbacks=[Dashboard(), StepValues()],  # StepValues writes train/lr
+        callbacks=[Dashboard()],  # its StepValues write train/lr
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,

@@ -17,6 +17,7 @@ from torchmetrics.classification import MulticlassConfusionMatrix
 from typing_extensions import override
 
 from src.errors import UserInputError
+from src.extras import workers
 from src.extras.figures import drawing
 from src.extras.figures.drawing import Drawn
 from src.extras.loggers import BestEpoch, last_by_cap, logging_step, tensorboard_writer
@@ -90,6 +91,8 @@ class ValidationFigures(Callback):
             raise UserInputError(f"ValidationFigures draw_in={draw_in!r} is not 'process' or 'thread'.")
         self.draw_in = draw_in
         self._painter = Painter("validation-figures", processes=draw_in == "process")
+        if draw_in == "process":  # matplotlib imported while the run is set up, ready for the first figure
+            workers.warm("validation-figures", drawing.__name__)
         self._drew = False  # whether this run has drawn a figure yet
         self._told = False  # whether the module was told what this callback needs
 

@@ -16,6 +16,7 @@ from typing_extensions import override
 
 from src.errors import UserInputError
 from src.extras.loggers import BestEpoch, logging_step, tensorboard_writer
+from src.extras.pacing import Pace
 from src.extras.painter import Painter
 
 TAG = "val/misclassified"
@@ -87,12 +88,21 @@ class MisclassifiedImages(Callback):
     (:class:`~src.extras.painter.Painter`).
 
     Args:
-        every_n_epochs: Draw on every n-th validation epoch (and on the last of a fit).
+        every_n_epochs: Draw on every n-th validation epoch (and on the last of a fit) while the drawing
+            takes at most ``max_share`` of the fit's time (on short epochs some are left out).
+        max_share: The most of the fit's time that drawing may take (:class:`~src.extras.pacing.Pace`);
+            ``None``: no limit.
         max_images: At most this many images in the grid.
         panel_size: Width and height of each image's panel, in pixels.
     """
 
-    def __init__(self, every_n_epochs: int = 5, max_images: int = 32, panel_size: int = 96) -> None:
+    def __init__(
+        self,
+        every_n_epochs: int = 5,
+        max_images: int = 32,
+        panel_size: int = 96,
+        max_share: float | None = 0.05,
+    ) -> None:
         for name, value in {
             "every_n_epochs": every_n_epochs,
             "max_images": max_images,
@@ -109,6 +119,7 @@ class MisclassifiedImages(Callback):
         self._latest: EpochImages | None = None
         self._best = BestEpoch()
         self._painter = Painter("misclassified-images")
+        self._pace = Pace(max_share, "MisclassifiedImages")
         self._told = False
 
     @override
@@ -163,7 +174,7 @@ class MisclassifiedImages(Callback):
         )
         self._latest = latest
         fitting = trainer.state.fn == TrainerFn.FITTING
-        if not fitting or latest.epoch % self.every_n_epochs == 0:
+        if not fitting or (latest.epoch % self.every_n_epochs == 0 and self._pace.due(trainer)):
             self._draw_later(trainer, latest, TAG)
 
     @override
@@ -180,6 +191,7 @@ class MisclassifiedImages(Callback):
         if self._best.kept is not None:
             self._draw_later(trainer, self._best.kept, BEST_TAG, self._best.title(trainer))
         self._best = BestEpoch()
+        self._pace.reset()
 
     @override
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -204,7 +216,8 @@ class MisclassifiedImages(Callback):
             self._painter.submit(self._draw, writer, epoch, tag, title or f"epoch {epoch.epoch}")
 
     def _draw(self, writer: SummaryWriter, epoch: EpochImages, tag: str, title: str) -> None:
-        writer.add_figure(tag, self.figure(epoch, title), epoch.step, close=False)
+        with self._pace.running():  # on the painter's thread, whose drawing shares the training's interpreter
+            writer.add_figure(tag, self.figure(epoch, title), epoch.step, close=False)
 
     def figure(self, epoch: EpochImages, title: str = "") -> Figure:
         """The grid: one panel of ``panel_size`` pixels per image, titled "true → predicted" with the label

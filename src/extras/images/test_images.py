@@ -651,12 +651,29 @@ def test_misclassified_images_reach_tensorboard_every_n_epochs_and_at_the_end(
     logger = TensorBoardLogger(tmp_path / "logs", name="run")
     trainer = L.Trainer(accelerator="cpu", max_epochs=5, logger=logger, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False,
-                        callbacks=[MisclassifiedImages(every_n_epochs=3, max_images=5)])  # fmt: skip
+                        callbacks=[MisclassifiedImages(3, max_images=5, max_share=None)])  # fmt: skip
     trainer.fit(model, datamodule=dm)
     events = EventAccumulator(logger.log_dir, size_guidance={"images": 0}).Reload()
     steps = [event.step for event in events.Images(TAG)]
     # 4 steps per epoch, each validation's images at its last step: epochs 0 and 3 (every 3rd), and the last
     assert steps == [3, 15, 19]
+
+
+@pytest.mark.parametrize(("share", "drawn"), [(None, [3, 7, 11, 15, 19]), (1e-9, [3, 19])])
+def test_misclassified_images_keep_to_their_share_of_the_fit(
+    folder: Path, tmp_path: Path, share: float | None, drawn: list[int]
+) -> None:
+    """Asked for every epoch: with no share all five are drawn; with a share no grid's drawing fits in, the
+    first epoch's and the last's alone."""
+    dm = ImageDataModule(folder=str(folder), batch_size=16)
+    model = Classifier(in_features=1, out_features=3, net=lambda i, o: SmallCNN(i, o, widths=(4,)))
+    logger = TensorBoardLogger(tmp_path / "logs", name="run")
+    trainer = L.Trainer(accelerator="cpu", max_epochs=5, logger=logger, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[MisclassifiedImages(1, max_images=5, max_share=share)])  # fmt: skip
+    trainer.fit(model, datamodule=dm)
+    events = EventAccumulator(logger.log_dir, size_guidance={"images": 0}).Reload()
+    assert [event.step for event in events.Images(TAG)] == drawn
 
 
 def test_a_module_without_preds_gets_one_line_and_no_images(folder: Path, tmp_path: Path, caplog) -> None:
@@ -684,7 +701,7 @@ def test_fit_then_predict_a_folder_from_the_checkpoint_alone(
 ) -> None:
     fit = main([
         "fit", *tiny(folder, "--trainer.max_epochs=2"),
-        "--last_checkpoint=lightning.pytorch.callbacks.ModelCheckpoint", "--last_checkpoint.filename=last",
+        "--last_checkpoint=src.callbacks.LatestCheckpoint",
     ])  # fmt: skip
     ckpt = Path(fit.trainer.log_dir) / "checkpoints" / "last.ckpt"
     assert ckpt.is_file()

@@ -11,6 +11,7 @@ from typing_extensions import override
 
 from src.errors import UserInputError
 from src.extras.loggers import logging_step, tensorboard_writer
+from src.extras.pacing import Pace
 from src.extras.text.decoding import Strategy, check_decoding, generate
 
 
@@ -18,7 +19,8 @@ class TextSamples(Callback):
     """Writes a sample that the model generates from ``prompt`` to TensorBoard (tag ``generated/text``: the
     Text tab's first section, above the run's config).
 
-    On every ``every_n_epochs``-th validation epoch of a fit (counting from epoch 0), and on the last one,
+    On every ``every_n_epochs``-th validation epoch of a fit (counting from epoch 0) while the samples
+    take at most ``max_share`` of the fit's time (on short epochs some are left out), and on the last one,
     whatever ended the fit. The text sits in a code block, so that its spaces and line breaks show as
     generated. Works with any LightningModule whose forward maps ``(B, T)`` ids to ``(B, T, V)`` logits,
     and a DataModule with ``encode(text)``, ``decode(ids)`` and ``block_size`` (the context is cropped
@@ -27,6 +29,8 @@ class TextSamples(Callback):
     Args:
         prompt: The text the sample starts from (at least one character).
         every_n_epochs: Write a sample on every n-th validation epoch (and on the last).
+        max_share: The most of the fit's time that writing samples may take
+            (:class:`~src.extras.pacing.Pace`); ``None``: no limit.
         max_new_tokens: Characters to generate.
         strategy: ``greedy`` or ``sample`` (see :func:`src.extras.text.decoding.next_token`).
         temperature: Sampling temperature; 0 is greedy.
@@ -40,6 +44,7 @@ class TextSamples(Callback):
         self,
         prompt: str = "\n",
         every_n_epochs: int = 1,
+        max_share: float | None = 0.05,
         max_new_tokens: int = 300,
         strategy: Strategy = "sample",
         temperature: float = 0.8,
@@ -59,6 +64,7 @@ class TextSamples(Callback):
         self.prompt, self.every_n_epochs, self.max_new_tokens = prompt, every_n_epochs, max_new_tokens
         self.strategy, self.temperature, self.top_k, self.top_p = strategy, temperature, top_k, top_p
         self.seed, self.tag = seed, tag
+        self._pace = Pace(max_share, "TextSamples")
         self._last_epoch: int | None = None  # the latest validation epoch of this fit, once seen
         self._sampled: int | None = None  # the epoch of the latest sample written
         self._told = False
@@ -68,8 +74,9 @@ class TextSamples(Callback):
         if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
             return
         self._last_epoch = trainer.current_epoch
-        if trainer.current_epoch % self.every_n_epochs == 0:
-            self._write(trainer, pl_module, trainer.current_epoch)
+        if trainer.current_epoch % self.every_n_epochs == 0 and self._pace.due(trainer):
+            with self._pace.running():
+                self._write(trainer, pl_module, trainer.current_epoch)
 
     @override
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -78,6 +85,7 @@ class TextSamples(Callback):
         if self._last_epoch is not None and self._sampled != self._last_epoch:
             self._write(trainer, pl_module, self._last_epoch)
         self._last_epoch = self._sampled = None
+        self._pace.reset()
 
     def _write(self, trainer: L.Trainer, pl_module: L.LightningModule, epoch: int) -> None:
         self._sampled = epoch
