@@ -44,8 +44,13 @@ class Pace:
         try:
             yield
         finally:
-            self._ended = time.perf_counter()
-            self._cost = self._ended - start
+            self.ran(start)
+
+    def ran(self, start: float) -> None:
+        """One run of the work, begun at ``start`` (``time.perf_counter()``), ended now: for work done
+        elsewhere (a worker process) and reported back."""
+        self._ended = time.perf_counter()
+        self._cost = self._ended - start
 
     def reset(self) -> None:
         """A new fit: its first run is due."""

@@ -1,6 +1,6 @@
 """Pictures of the validation errors for TensorBoard's Images tab, drawn off the training thread."""
 
-import functools
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -21,6 +21,7 @@ from src.extras import workers
 from src.extras.figures import drawing
 from src.extras.figures.drawing import Drawn
 from src.extras.loggers import BestEpoch, last_by_cap, logging_step, tensorboard_writer
+from src.extras.pacing import Pace
 from src.extras.painter import Painter
 
 
@@ -59,12 +60,15 @@ class ValidationFigures(Callback):
     or ``val/predicted_vs_true`` (image); ``summary/…`` for the best epoch's.
 
     Args:
-        every_n_epochs: Draw on every n-th validation epoch (and on the first and the last).
+        every_n_epochs: Draw on every n-th validation epoch (and on the first and the last) while the
+            drawing takes at most ``max_share`` of the fit's time (on short epochs some are left out).
         image_size: Width and height of the regression's image, in pixels; the confusion matrix is
             sized to its class count instead.
         max_points: Regression: at most this many validation rows (the first ones) in the scatter plot.
         draw_in: ``process`` (a worker process) or ``thread`` (a background thread of this process, for
             where a process may not be started, or a subclass whose ``_figure`` draws differently).
+        max_share: The most of the fit's time that drawing may take, from the request to the written
+            figure (:class:`~src.extras.pacing.Pace`); ``None``: no limit.
     """
 
     def __init__(
@@ -73,6 +77,7 @@ class ValidationFigures(Callback):
         image_size: int = 480,
         max_points: int = 2000,
         draw_in: Literal["process", "thread"] = "process",
+        max_share: float | None = 0.05,
     ) -> None:
         for name, value in {"every_n_epochs": every_n_epochs, "image_size": image_size}.items():
             if value < 1:
@@ -87,6 +92,7 @@ class ValidationFigures(Callback):
         self._collecting = False
         self._latest: _Epoch | None = None
         self._best = BestEpoch()
+        self._pace = Pace(max_share, "ValidationFigures")
         if draw_in not in ("process", "thread"):
             raise UserInputError(f"ValidationFigures draw_in={draw_in!r} is not 'process' or 'thread'.")
         self.draw_in = draw_in
@@ -161,7 +167,7 @@ class ValidationFigures(Callback):
         if (
             trainer.state.fn != TrainerFn.FITTING
             or first
-            or latest.epoch % self.every_n_epochs == 0
+            or (latest.epoch % self.every_n_epochs == 0 and self._pace.due(trainer))
             or last_by_cap(trainer)  # drawn now, not after the training
         ):
             self._draw_later(trainer, latest, "val")
@@ -180,6 +186,7 @@ class ValidationFigures(Callback):
         if self._best.kept is not None:
             self._draw_later(trainer, self._best.kept, "summary", self._best.title(trainer))
         self._best = BestEpoch()
+        self._pace.reset()
 
     @override
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -207,7 +214,12 @@ class ValidationFigures(Callback):
         if writer is None:
             return
         what = (group, title or f"validation, epoch {epoch.epoch}", epoch.counts, epoch.labels, epoch.preds)
-        write = functools.partial(_write, writer, epoch.step)
+        start = time.perf_counter()
+
+        def write(drawn: Drawn) -> None:  # on the painter's thread, once drawn: the drawing's time is known
+            _write(writer, epoch.step, drawn)
+            self._pace.ran(start)
+
         if self.draw_in == "process":
             self._painter.submit(drawing.validation, *what, epoch.target, None, self.image_size, then=write)
         else:

@@ -61,11 +61,12 @@ def fit(
     *callbacks: Callback,
     validate_every: int = 1,
     draw_in: Literal["process", "thread"] = "thread",
+    max_share: float | None = None,
 ) -> tuple[Threads, dict[str, list[int]]]:
     """A fit's figure steps; drawn on a thread, where :class:`Threads` records which one each is drawn on."""
     data = TabularDataModule(source="spiral", num_samples=300, batch_size=50)
     model = Classifier(in_features=data.in_features, out_features=data.out_features, net=NET)
-    figures = Threads(every_n_epochs=every, image_size=120, draw_in=draw_in)
+    figures = Threads(every_n_epochs=every, image_size=120, draw_in=draw_in, max_share=max_share)
     figures.threads = []
     logger = TensorBoardLogger(tmp_path, name="figures", default_hp_metric=False)
     L.Trainer(
@@ -114,6 +115,12 @@ def test_figures_every_n_epochs_and_the_first_and_the_last(
     assert len(figures.threads) == len(drawn) + 1
     assert all(name.startswith("validation-figures") for name in figures.threads)
     assert threading.current_thread().name not in figures.threads
+
+
+def test_figures_keep_to_their_share_of_the_fit(tmp_path: Path) -> None:
+    """Asked for every epoch, with a share no drawing fits in: the first epoch's and the last's alone."""
+    _, steps = fit(tmp_path, 4, 1, max_share=1e-9)
+    assert steps["images"] == [BATCHES - 1, 4 * BATCHES - 1]
 
 
 class Broken(ValidationFigures):
@@ -235,7 +242,7 @@ def test_a_module_that_returns_no_preds_gets_one_line_and_no_figures(tmp_path: P
             max_epochs=2,
             limit_train_batches=BATCHES,
             logger=logger,
-            callbacks=[ValidationFigures(every_n_epochs=1, image_size=120)],
+            callbacks=[ValidationFigures(every_n_epochs=1, image_size=120, max_share=None)],
             enable_checkpointing=False,
             enable_progress_bar=False,
             enable_model_summary=False,
@@ -335,7 +342,11 @@ def test_the_fit_ends_with_the_figure_of_the_best_checkpoints_epoch_not_the_last
         max_epochs=4,
         limit_train_batches=BATCHES,
         logger=logger,
-        callbacks=[Planted(), checkpoint, ValidationFigures(every_n_epochs=1, image_size=120)],
+        callbacks=[
+            Planted(),
+            checkpoint,
+            ValidationFigures(every_n_epochs=1, image_size=120, max_share=None),
+        ],
         enable_progress_bar=False,
         enable_model_summary=False,
     ).fit(model, datamodule=data)
