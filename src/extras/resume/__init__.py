@@ -15,20 +15,47 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 
-class RandomState(Callback):
-    """Saves the state of torch's, numpy's and Python's generators in every checkpoint; restores it when
-    training starts from one.
+class Resume(Callback):
+    """What a resumed fit needs to go on bit for bit, and a checkpoint when SIGTERM stops the fit.
 
-    Dropout and anything else a user's code draws at random then continue the uninterrupted run's
-    stream, so that ``--ckpt_path last`` goes on bit for bit (the shuffle's own generator travels with
+    ``random_state``: the state of torch's, numpy's and Python's generators goes into every checkpoint
+    and is restored when training starts from one, so that dropout and anything else a user's code
+    draws at random continue the uninterrupted run's stream (the shuffle's own generator travels with
     the DataModule). Restored at the start of training, after the sanity check, which may draw too.
+
+    ``preemption``: SIGTERM (a scheduler's preemption, ``kill``, ``docker stop``) ends the fit at the end
+    of the step under way with ``last.ckpt`` (where the checkpoint callback without a monitor keeps it)
+    holding everything a resume needs, mid-epoch included, and the command that goes on from that very
+    step: the run's own words (:attr:`command`, which the CLI sets) with ``--ckpt_path`` naming the saved
+    file. With ``trainer.enable_checkpointing=false`` it writes nothing, and says so. On SLURM,
+    Lightning's own SIGUSR1 handling saves and requeues instead.
+
+    Lightning notices SIGTERM at the end of the current training step and stops there; this callback
+    then saves.
+
+    Args:
+        random_state: Keep the generators' state in every checkpoint and restore it.
+        preemption: Save ``last.ckpt`` and stop on SIGTERM.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, random_state: bool = True, preemption: bool = True) -> None:
+        self.random_state = random_state
+        self.preemption = preemption
         self._restored: dict[str, Any] | None = None
+        self.saved: Path | None = None
+        #: the words that started the run (``fit --config ...``), repeated in the advice to resume
+        self.command: list[str] | None = None
+
+    @property
+    @override
+    def state_key(self) -> str:
+        # the key that checkpoints have carried the generators under since they were a callback of their own
+        return "RandomState"
 
     @override
     def state_dict(self) -> dict[str, Any]:
+        if not self.random_state:
+            return {}
         # the legacy global generator is exactly what a user's np.random.* calls draw from
         numpy_state: Any = np.random.get_state(legacy=True)  # noqa: NPY002
         name, keys, position, has_gauss, cached = numpy_state
@@ -47,7 +74,7 @@ class RandomState(Callback):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._restored = state_dict
+        self._restored = state_dict if self.random_state and state_dict else None
 
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -65,52 +92,41 @@ class RandomState(Callback):
         if "cuda" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda"])
 
-
-class Preemption(Callback):
-    """SIGTERM (a scheduler's preemption, ``kill``, ``docker stop``) saves a resumable checkpoint and ends
-    the run.
-
-    Lightning notices SIGTERM at the end of the current training step and stops there; this callback
-    then writes ``last.ckpt`` (where the checkpoint callback without a monitor keeps it) with everything
-    a resume needs, mid-epoch included, and says with which command to go on from that very step: the
-    run's own words (:attr:`command`, which the CLI sets) with ``--ckpt_path`` naming the saved file.
-    With ``trainer.enable_checkpointing=false`` it writes nothing, and says so. On SLURM, Lightning's own
-    SIGUSR1 handling saves and requeues instead.
-    """
-
-    def __init__(self) -> None:
-        self.saved: Path | None = None
-        #: the words that started the run (``fit --config ...``), repeated in the advice to resume
-        self.command: list[str] | None = None
-
     @override
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
+        if not self.preemption:
+            return
         if not isinstance(exception, SIGTERMException) or trainer.state.fn != TrainerFn.FITTING:
             return
+        rank_zero_info(self._sentence(trainer, self._save(trainer)))
+
+    def _save(self, trainer: L.Trainer) -> Path | None:
+        """``last.ckpt`` with everything a resume restores; ``None`` where checkpointing is off."""
         if not trainer.checkpoint_callbacks:  # trainer.enable_checkpointing=false: no checkpoint, as asked
-            rank_zero_info(
-                f"Stopped by SIGTERM after step {trainer.global_step}; nothing was saved, since "
-                "trainer.enable_checkpointing is false."
-            )
-            return
+            return None
+        path = self._last_path(trainer)
+        trainer.save_checkpoint(path, weights_only=False)  # everything a resume restores, not the weights
+        self.saved = path
+        return path
+
+    def _sentence(self, trainer: L.Trainer, saved: Path | None) -> str:
+        stopped = f"Stopped by SIGTERM after step {trainer.global_step}"
+        if saved is None:
+            return f"{stopped}; nothing was saved, since trainer.enable_checkpointing is false."
+        return f"{stopped}; saved {saved}. {self.advice(saved)}"
+
+    @staticmethod
+    def _last_path(trainer: L.Trainer) -> Path:
         folders = [Path(c.dirpath) for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)
                    and c.monitor is None and c.dirpath]  # fmt: skip
         logger = trainer.logger
         if folders:
-            path = folders[0] / "last.ckpt"
-        elif logger is not None and logger.log_dir is not None:
-            path = Path(logger.log_dir) / "checkpoints" / "last.ckpt"
-        else:
-            path = Path(trainer.default_root_dir) / "last.ckpt"
-        trainer.save_checkpoint(
-            path, weights_only=False
-        )  # everything a resume restores, not the weights alone
-        self.saved = path
-        rank_zero_info(
-            f"Stopped by SIGTERM after step {trainer.global_step}; saved {path}. {self.advice(path)}"
-        )
+            return folders[0] / "last.ckpt"
+        if logger is not None and logger.log_dir is not None:
+            return Path(logger.log_dir) / "checkpoints" / "last.ckpt"
+        return Path(trainer.default_root_dir) / "last.ckpt"
 
     def advice(self, path: Path) -> str:
         """How to go on from ``path``: the run's own command with ``--ckpt_path`` naming it."""
