@@ -1,18 +1,27 @@
 """Resuming a run: the random generators' state in each checkpoint, and a checkpoint when SIGTERM stops it."""
 
+import os
 import random
 import shlex
+import signal
+import threading
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
+import torch.distributed as dist
+from lightning.fabric.plugins.environments import TorchElasticEnvironment
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.strategies import ParallelStrategy
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
+
+from src.errors import process_group_error
 
 
 class Resume(Callback):
@@ -30,8 +39,13 @@ class Resume(Callback):
     file. With ``trainer.enable_checkpointing=false`` it writes nothing, and says so. On SLURM,
     Lightning's own SIGUSR1 handling saves and requeues instead.
 
-    Lightning notices SIGTERM at the end of the current training step and stops there; this callback
-    then saves.
+    In one process Lightning notices SIGTERM and stops; this callback saves. In several, Lightning's
+    handler broadcasts inside the signal handler, in the middle of whatever collective the process was
+    in, and the ranks hang; so during training this callback's own handler only notes the signal, and
+    at the end of each training batch the ranks agree (one all-reduce of that note) whether to stop:
+    all save together, say so and end; so do torchrun's workers whose torchrun was killed outright. A
+    rank that loses the others (a killed process, a taken port) leaves its error a note naming the last
+    checkpoint, and a launcher whose processes never met stops the ones it started.
 
     Args:
         random_state: Keep the generators' state in every checkpoint and restore it.
@@ -45,6 +59,11 @@ class Resume(Callback):
         self.saved: Path | None = None
         #: the words that started the run (``fit --config ...``), repeated in the advice to resume
         self.command: list[str] | None = None
+        self._signalled = False  # SIGTERM arrived; the ranks act on it at the end of a training batch
+        self._noting = False  # this callback's SIGTERM handler is on
+        self._previous: Any = None  # the handler it replaced
+        self._launcher_pid: int | None = None  # torchrun's agent, which starts and watches this process
+        self._stopped = False  # every rank saved and said so
 
     @property
     @override
@@ -77,7 +96,12 @@ class Resume(Callback):
         self._restored = state_dict if self.random_state and state_dict else None
 
     @override
+    def on_sanity_check_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._take_sigterm(trainer)
+
+    @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._take_sigterm(trainer)
         state, self._restored = self._restored, None
         if state is None:
             return
@@ -92,13 +116,75 @@ class Resume(Callback):
         if "cuda" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda"])
 
+    def _take_sigterm(self, trainer: L.Trainer) -> None:
+        """Several processes: SIGTERM is noted by this callback's handler instead of Lightning's (which
+        Lightning installs before the sanity check and restores when the fit ends)."""
+        if not self.preemption or trainer.world_size < 2 or self._noting:
+            return
+        if threading.current_thread() is not threading.main_thread():  # only the main thread may
+            return
+        strategy = trainer.strategy
+        if isinstance(strategy, ParallelStrategy) and isinstance(
+            strategy.cluster_environment, TorchElasticEnvironment
+        ):
+            # torchrun killed outright leaves its workers training on their own: they stop as on SIGTERM
+            self._launcher_pid = os.getppid()
+        launcher = strategy.launcher
+
+        def note(signum: int, frame: FrameType | None) -> None:
+            if not self._signalled and launcher is not None:
+                launcher.kill(signum)  # the processes this one started hear it too, as with Lightning's
+            self._signalled = True
+
+        self._previous = signal.signal(signal.SIGTERM, note)
+        self._noting = True
+
+    def _give_back_sigterm(self) -> None:
+        if self._noting and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._previous)
+            self._noting = False
+
+    @override
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if not self._noting:
+            return
+        orphaned = self._launcher_pid is not None and os.getppid() != self._launcher_pid
+        # every rank ends every training batch here, so this all-reduce pairs up across ranks; any rank's
+        # note stops them all at the same step
+        if not trainer.strategy.reduce_boolean_decision(self._signalled or orphaned, all=False):
+            return
+        saved = self._save(trainer)
+        if saved is not None:
+            # the run ends here: the file is whole before any rank leaves (Lightning's launcher kills
+            # itself once one of its children has exited)
+            trainer.strategy.checkpoint_io.teardown()
+        trainer.strategy.barrier()
+        self._stopped = True
+        who = f"rank {trainer.global_rank} of {trainer.world_size}"
+        why = "because its launcher is gone" if orphaned and not self._signalled else "by SIGTERM"
+        print(self._sentence(trainer, saved, who, why), flush=True)
+        raise SIGTERMException
+
+    @override
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._give_back_sigterm()
+
     @override
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
+        self._give_back_sigterm()
         if not self.preemption:
             return
+        lost = process_group_error(exception)
+        if lost is not None:
+            self._lost(trainer, lost)
+            return
         if not isinstance(exception, SIGTERMException) or trainer.state.fn != TrainerFn.FITTING:
+            return
+        if self._stopped:  # several processes: saved and said at the batch's end
             return
         rank_zero_info(self._sentence(trainer, self._save(trainer)))
 
@@ -111,8 +197,10 @@ class Resume(Callback):
         self.saved = path
         return path
 
-    def _sentence(self, trainer: L.Trainer, saved: Path | None) -> str:
-        stopped = f"Stopped by SIGTERM after step {trainer.global_step}"
+    def _sentence(self, trainer: L.Trainer, saved: Path | None, who: str = "", why: str = "") -> str:
+        stopped = f"Stopped {why or 'by SIGTERM'} after step {trainer.global_step}"
+        if who:  # several processes: each says it, naming itself
+            stopped = f"Stopped after step {trainer.global_step} ({who}) {why or 'by SIGTERM'}"
         if saved is None:
             return f"{stopped}; nothing was saved, since trainer.enable_checkpointing is false."
         return f"{stopped}; saved {saved}. {self.advice(saved)}"
@@ -127,6 +215,23 @@ class Resume(Callback):
         if logger is not None and logger.log_dir is not None:
             return Path(logger.log_dir) / "checkpoints" / "last.ckpt"
         return Path(trainer.default_root_dir) / "last.ckpt"
+
+    def _lost(self, trainer: L.Trainer, exception: BaseException) -> None:
+        """Another process is gone, or the processes never met: the error gets a note of what is on disk
+        (the CLI's sentence says it), and the processes this one started go too, which would otherwise
+        wait for a rendezvous that never comes."""
+        launcher = trainer.strategy.launcher
+        if launcher is not None and not dist.is_initialized():
+            # the processes never met: the ones started here wait in a connect that no signal handler
+            # interrupts (once they have met, each learns of a lost peer itself and says so)
+            launcher.kill(signal.SIGKILL)
+        written = [Path(c.best_model_path) for c in trainer.checkpoint_callbacks
+                   if isinstance(c, ModelCheckpoint) and c.monitor is None and c.best_model_path]  # fmt: skip
+        note = f"nothing was saved after step {trainer.global_step}"
+        if written:
+            advice = self.advice(written[0]).rstrip(".")
+            note += f"; the last checkpoint, {written[0]}, is whole; {advice[0].lower()}{advice[1:]}"
+        exception.add_note(note)  # the CLI's one sentence ends with it
 
     def advice(self, path: Path) -> str:
         """How to go on from ``path``: the run's own command with ``--ckpt_path`` naming it."""
