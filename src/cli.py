@@ -29,7 +29,7 @@ from typing_extensions import override
 
 from src import runs, settings
 from src.callbacks import PredictionWriter
-from src.cli_errors import Parser, as_command, quiet_dependencies, user_error
+from src.cli_errors import Parser, as_command, lost_process, quiet_dependencies, user_error
 from src.errors import UserInputError
 from src.settings import DEFAULTS, SUBCOMMANDS, TakesCommand, callback_sections
 
@@ -186,9 +186,13 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
             auto_configure_optimizers=False,
         )
     except SIGTERMException as err:
-        # stopped from outside (a preemption callback saved and said where): 128 + SIGTERM, as a shell
+        # stopped from outside (the resume callback saved and said where): 128 + SIGTERM, as a shell
         raise SystemExit(128 + signal.SIGTERM) from err
     except Exception as err:
+        lost = lost_process(err)
+        if lost is not None:  # not bad input: the run could not go on, so 1 rather than 2
+            print(f"error: {lost}", file=sys.stderr, flush=True)
+            raise SystemExit(1) from err
         # jsonargparse wraps errors raised while instantiating; the user's sentence is in the chain
         sentence = user_error(err)
         if sentence is None:

@@ -8,6 +8,7 @@ anywhere in the chain, Lightning's own configuration errors, a checkpoint that d
 """
 
 import logging
+import os
 import re
 import sys
 import threading
@@ -16,12 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+import torch.distributed as dist
 import yaml
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser
 from typing_extensions import override
 
-from src.errors import UserInputError
+from src.errors import UserInputError, process_group_error
 from src.files import free_space, out_of_room, refusal_to_create
 
 NOISE = (
@@ -261,6 +263,28 @@ def user_error(err: BaseException) -> str | None:
             "free some space or write elsewhere."
         )
     return None
+
+
+def lost_process(err: BaseException) -> str | None:
+    """The one sentence for a distributed run whose processes never met or lost one another (a taken
+    port, a killed process or launcher), or ``None`` when no such error is in the chain."""
+    cause = process_group_error(err)
+    if cause is None:
+        return None
+    # torch's and gloo's messages go on with the C++ stack: the first line, less its source location and
+    # advice, says what happened
+    first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+    reason = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". ")[0].rstrip(".")
+    who = f"rank {dist.get_rank()} of {dist.get_world_size()}" if dist.is_initialized() else "this process"
+    notes = "; ".join(getattr(cause, "__notes__", []))
+    if isinstance(cause, dist.DistNetworkError) and not dist.is_initialized():
+        where = f"{os.environ.get('MASTER_ADDR', '127.0.0.1')}:{os.environ.get('MASTER_PORT', '?')}"
+        return (
+            f"{who} could not meet the other processes of the distributed run at {where} ({reason}); "
+            "free that port or choose another (MASTER_PORT, or torchrun's --master_port) and start again."
+        )
+    saved = notes or "the checkpoints written before are whole: resume from the last with --ckpt_path"
+    return f"{who} lost the other processes of the distributed run ({reason}) and stopped; {saved}."
 
 
 class _WithoutAdvertising(logging.Filter):

@@ -15,3 +15,20 @@ def notice(message: str) -> None:
     from lightning.pytorch.utilities import rank_zero_info
 
     rank_zero_info(message)
+
+
+def process_group_error(err: BaseException) -> BaseException | None:
+    """The error in ``err``'s chain that says the processes of a distributed run never met or lost one
+    another: torch's ``DistError`` (a taken port, a timeout), or gloo's ``RuntimeError`` (a peer gone)."""
+    import torch.distributed as dist
+
+    cause: BaseException | None = err
+    while cause is not None:
+        if dist.is_available() and isinstance(cause, dist.DistError):
+            return cause
+        # DDP's own collectives (the buffers' broadcast, the gradients' all-reduce) raise gloo's errors as
+        # they come: "[.../gloo/transport/tcp/pair.cc:537] Read error ...: Connection reset by peer"
+        if isinstance(cause, RuntimeError) and "/gloo/" in str(cause).split("]", 1)[0]:
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    return None

@@ -269,7 +269,7 @@ class StopAfter(Callback):
 def test_ddp_resumed_equals_uninterrupted(workdir: Path) -> None:
     """Two processes, dropout and DistributedSampler shuffling on: stopped after epoch 0 and resumed from
     last.ckpt, the replicas end bit for bit where the uninterrupted run's do."""
-    RandomState = pytest.importorskip("src.extras.resume").RandomState  # the generators' states
+    Resume = pytest.importorskip("src.extras.resume").Resume  # the generators' states
 
     def fit(report: Path, *callbacks: Callback, ckpt_path: str | None = None) -> None:
         run = build(
@@ -278,7 +278,7 @@ def test_ddp_resumed_equals_uninterrupted(workdir: Path) -> None:
         )  # fmt: skip
         report.mkdir()
         saver = ModelCheckpoint(dirpath=report / "checkpoints", filename="last", enable_version_counter=False)
-        run.trainer.callbacks.extend([RankReport(report), saver, RandomState(), *callbacks])
+        run.trainer.callbacks.extend([RankReport(report), saver, Resume(), *callbacks])
         run.trainer.fit(run.model, datamodule=run.datamodule, ckpt_path=ckpt_path)
 
     fit(workdir / "uninterrupted")

@@ -393,3 +393,35 @@ def test_no_logger_runs_with_the_shipped_callbacks(cli, workdir: Path) -> None:
     run = cli("fit", *SPIRAL, "--trainer.logger=false", "--trainer.max_epochs=1")
     assert run.trainer.state.finished
     assert run.trainer.global_step > 0
+
+
+def test_a_lost_process_is_one_sentence_with_what_was_saved_and_a_taken_port_names_the_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sentences of src.cli_errors.lost_process, from the errors torch and gloo raise (the runs that
+    raise them: src/extras/resume/test_faults.py)."""
+    import torch.distributed as dist
+
+    from src.cli_errors import lost_process
+
+    gloo = RuntimeError(
+        "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:64214: Connection "
+        "reset by peer. This is typically caused by a remote worker hanging\nException raised from ..."
+    )
+    gloo.add_note("nothing was saved after step 10; the last checkpoint, last.ckpt, is whole")
+    wrapped = ValueError("while fitting")
+    wrapped.__cause__ = gloo
+    assert lost_process(wrapped) == (
+        "this process lost the other processes of the distributed run (Read error [127.0.0.1]:64214: "
+        "Connection reset by peer) and stopped; nothing was saved after step 10; the last checkpoint, "
+        "last.ckpt, is whole."
+    )
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29512")
+    taken = dist.DistNetworkError("The server socket has failed to listen on any local network address.")
+    assert lost_process(taken) == (
+        "this process could not meet the other processes of the distributed run at 127.0.0.1:29512 (The "
+        "server socket has failed to listen on any local network address); free that port or choose another "
+        "(MASTER_PORT, or torchrun's --master_port) and start again."
+    )
+    assert lost_process(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None  # a bug

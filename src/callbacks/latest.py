@@ -10,6 +10,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from src.errors import UserInputError
@@ -18,8 +19,10 @@ from src.errors import UserInputError
 class LatestCheckpoint(ModelCheckpoint):
     """Lightning's :class:`ModelCheckpoint` keeping one ``last.ckpt``, the state ``--ckpt_path last``
     resumes from: written at a training step's end once ``every_seconds`` have passed since the last one,
-    at the fit's end, and when the fit stops on an exception (SIGTERM, Ctrl-C, an error) between two
-    steps. A ``kill -9`` loses at most ``every_seconds`` of training, or the step under way.
+    at the fit's end, and when the fit stops on an exception (Ctrl-C, an error) between two steps. A
+    ``kill -9`` loses at most ``every_seconds`` of training, or the step under way. SIGTERM's save, at the
+    step's end, is left to whoever stopped the fit there (the shipped configs: a callback that also says
+    how to go on).
 
     An exception inside a training step saves nothing: the step's batch is drawn and its update may be
     half made, so no state of that moment resumes exactly; the file from the last save stays as it was.
@@ -72,6 +75,8 @@ class LatestCheckpoint(ModelCheckpoint):
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
         if trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking:
+            return
+        if isinstance(exception, SIGTERMException):  # saved, and said where, by whoever stopped the fit
             return
         if self.between_steps:
             # a callback may refuse this state (weights no longer finite): the file stays as it was

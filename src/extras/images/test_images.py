@@ -443,7 +443,7 @@ EPOCHS, BATCHES = 3, 4  # 63 training images in batches of 16
 #: the Trainer for while the optimizers are configured, before Lightning restores the loader's state)
 RESUMABLE = (
     f"--trainer.max_epochs={EPOCHS}", "--model.init_args.net.init_args.dropout=0.3",
-    "--data.init_args.horizontal_flip=true", "--random_state=src.extras.resume.RandomState",
+    "--data.init_args.horizontal_flip=true", "--resume=src.extras.resume.Resume",
     "--trainer.logger=false", "--trainer.enable_checkpointing=false",
 )  # fmt: skip
 

@@ -1,34 +1,80 @@
 """Resuming a run: the random generators' state in each checkpoint, and a checkpoint when SIGTERM stops it."""
 
+import os
 import random
 import shlex
+import signal
+import threading
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
+import torch.distributed as dist
+from lightning.fabric.plugins.environments import TorchElasticEnvironment
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.strategies import ParallelStrategy
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
+from src.errors import process_group_error
 
-class RandomState(Callback):
-    """Saves the state of torch's, numpy's and Python's generators in every checkpoint; restores it when
-    training starts from one.
 
-    Dropout and anything else a user's code draws at random then continue the uninterrupted run's
-    stream, so that ``--ckpt_path last`` goes on bit for bit (the shuffle's own generator travels with
+class Resume(Callback):
+    """What a resumed fit needs to go on bit for bit, and a checkpoint when SIGTERM stops the fit.
+
+    ``random_state``: the state of torch's, numpy's and Python's generators goes into every checkpoint
+    and is restored when training starts from one, so that dropout and anything else a user's code
+    draws at random continue the uninterrupted run's stream (the shuffle's own generator travels with
     the DataModule). Restored at the start of training, after the sanity check, which may draw too.
+
+    ``preemption``: SIGTERM (a scheduler's preemption, ``kill``, ``docker stop``) ends the fit at the end
+    of the step under way with ``last.ckpt`` (where the checkpoint callback without a monitor keeps it)
+    holding everything a resume needs, mid-epoch included, and the command that goes on from that very
+    step: the run's own words (:attr:`command`, which the CLI sets) with ``--ckpt_path`` naming the saved
+    file. With ``trainer.enable_checkpointing=false`` it writes nothing, and says so. On SLURM,
+    Lightning's own SIGUSR1 handling saves and requeues instead.
+
+    In one process Lightning notices SIGTERM and stops; this callback saves. In several, Lightning's
+    handler broadcasts inside the signal handler, in the middle of whatever collective the process was
+    in, and the ranks hang; so during training this callback's own handler only notes the signal, and
+    at the end of each training batch the ranks agree (one all-reduce of that note) whether to stop:
+    all save together, say so and end; so do torchrun's workers whose torchrun was killed outright. A
+    rank that loses the others (a killed process, a taken port) leaves its error a note naming the last
+    checkpoint, and a launcher whose processes never met stops the ones it started.
+
+    Args:
+        random_state: Keep the generators' state in every checkpoint and restore it.
+        preemption: Save ``last.ckpt`` and stop on SIGTERM.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, random_state: bool = True, preemption: bool = True) -> None:
+        self.random_state = random_state
+        self.preemption = preemption
         self._restored: dict[str, Any] | None = None
+        self.saved: Path | None = None
+        #: the words that started the run (``fit --config ...``), repeated in the advice to resume
+        self.command: list[str] | None = None
+        self._signalled = False  # SIGTERM arrived; the ranks act on it at the end of a training batch
+        self._noting = False  # this callback's SIGTERM handler is on
+        self._previous: Any = None  # the handler it replaced
+        self._launcher_pid: int | None = None  # torchrun's agent, which starts and watches this process
+        self._stopped = False  # every rank saved and said so
+
+    @property
+    @override
+    def state_key(self) -> str:
+        # the key that checkpoints have carried the generators under since they were a callback of their own
+        return "RandomState"
 
     @override
     def state_dict(self) -> dict[str, Any]:
+        if not self.random_state:
+            return {}
         # the legacy global generator is exactly what a user's np.random.* calls draw from
         numpy_state: Any = np.random.get_state(legacy=True)  # noqa: NPY002
         name, keys, position, has_gauss, cached = numpy_state
@@ -47,10 +93,15 @@ class RandomState(Callback):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._restored = state_dict
+        self._restored = state_dict if self.random_state and state_dict else None
+
+    @override
+    def on_sanity_check_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._take_sigterm(trainer)
 
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._take_sigterm(trainer)
         state, self._restored = self._restored, None
         if state is None:
             return
@@ -65,52 +116,122 @@ class RandomState(Callback):
         if "cuda" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda"])
 
+    def _take_sigterm(self, trainer: L.Trainer) -> None:
+        """Several processes: SIGTERM is noted by this callback's handler instead of Lightning's (which
+        Lightning installs before the sanity check and restores when the fit ends)."""
+        if not self.preemption or trainer.world_size < 2 or self._noting:
+            return
+        if threading.current_thread() is not threading.main_thread():  # only the main thread may
+            return
+        strategy = trainer.strategy
+        if isinstance(strategy, ParallelStrategy) and isinstance(
+            strategy.cluster_environment, TorchElasticEnvironment
+        ):
+            # torchrun killed outright leaves its workers training on their own: they stop as on SIGTERM
+            self._launcher_pid = os.getppid()
+        launcher = strategy.launcher
 
-class Preemption(Callback):
-    """SIGTERM (a scheduler's preemption, ``kill``, ``docker stop``) saves a resumable checkpoint and ends
-    the run.
+        def note(signum: int, frame: FrameType | None) -> None:
+            if not self._signalled and launcher is not None:
+                launcher.kill(signum)  # the processes this one started hear it too, as with Lightning's
+            self._signalled = True
 
-    Lightning notices SIGTERM at the end of the current training step and stops there; this callback
-    then writes ``last.ckpt`` (where the checkpoint callback without a monitor keeps it) with everything
-    a resume needs, mid-epoch included, and says with which command to go on from that very step: the
-    run's own words (:attr:`command`, which the CLI sets) with ``--ckpt_path`` naming the saved file.
-    With ``trainer.enable_checkpointing=false`` it writes nothing, and says so. On SLURM, Lightning's own
-    SIGUSR1 handling saves and requeues instead.
-    """
+        self._previous = signal.signal(signal.SIGTERM, note)
+        self._noting = True
 
-    def __init__(self) -> None:
-        self.saved: Path | None = None
-        #: the words that started the run (``fit --config ...``), repeated in the advice to resume
-        self.command: list[str] | None = None
+    def _give_back_sigterm(self) -> None:
+        if self._noting and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._previous)
+            self._noting = False
+
+    @override
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if not self._noting:
+            return
+        orphaned = self._launcher_pid is not None and os.getppid() != self._launcher_pid
+        # every rank ends every training batch here, so this all-reduce pairs up across ranks; any rank's
+        # note stops them all at the same step
+        if not trainer.strategy.reduce_boolean_decision(self._signalled or orphaned, all=False):
+            return
+        saved = self._save(trainer)
+        if saved is not None:
+            # the run ends here: the file is whole before any rank leaves (Lightning's launcher kills
+            # itself once one of its children has exited)
+            trainer.strategy.checkpoint_io.teardown()
+        trainer.strategy.barrier()
+        self._stopped = True
+        who = f"rank {trainer.global_rank} of {trainer.world_size}"
+        why = "because its launcher is gone" if orphaned and not self._signalled else "by SIGTERM"
+        print(self._sentence(trainer, saved, who, why), flush=True)
+        raise SIGTERMException
+
+    @override
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._give_back_sigterm()
 
     @override
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
+        self._give_back_sigterm()
+        if not self.preemption:
+            return
+        lost = process_group_error(exception)
+        if lost is not None:
+            self._lost(trainer, lost)
+            return
         if not isinstance(exception, SIGTERMException) or trainer.state.fn != TrainerFn.FITTING:
             return
-        if not trainer.checkpoint_callbacks:  # trainer.enable_checkpointing=false: no checkpoint, as asked
-            rank_zero_info(
-                f"Stopped by SIGTERM after step {trainer.global_step}; nothing was saved, since "
-                "trainer.enable_checkpointing is false."
-            )
+        if self._stopped:  # several processes: saved and said at the batch's end
             return
+        rank_zero_info(self._sentence(trainer, self._save(trainer)))
+
+    def _save(self, trainer: L.Trainer) -> Path | None:
+        """``last.ckpt`` with everything a resume restores; ``None`` where checkpointing is off."""
+        if not trainer.checkpoint_callbacks:  # trainer.enable_checkpointing=false: no checkpoint, as asked
+            return None
+        path = self._last_path(trainer)
+        trainer.save_checkpoint(path, weights_only=False)  # everything a resume restores, not the weights
+        self.saved = path
+        return path
+
+    def _sentence(self, trainer: L.Trainer, saved: Path | None, who: str = "", why: str = "") -> str:
+        stopped = f"Stopped {why or 'by SIGTERM'} after step {trainer.global_step}"
+        if who:  # several processes: each says it, naming itself
+            stopped = f"Stopped after step {trainer.global_step} ({who}) {why or 'by SIGTERM'}"
+        if saved is None:
+            return f"{stopped}; nothing was saved, since trainer.enable_checkpointing is false."
+        return f"{stopped}; saved {saved}. {self.advice(saved)}"
+
+    @staticmethod
+    def _last_path(trainer: L.Trainer) -> Path:
         folders = [Path(c.dirpath) for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)
                    and c.monitor is None and c.dirpath]  # fmt: skip
         logger = trainer.logger
         if folders:
-            path = folders[0] / "last.ckpt"
-        elif logger is not None and logger.log_dir is not None:
-            path = Path(logger.log_dir) / "checkpoints" / "last.ckpt"
-        else:
-            path = Path(trainer.default_root_dir) / "last.ckpt"
-        trainer.save_checkpoint(
-            path, weights_only=False
-        )  # everything a resume restores, not the weights alone
-        self.saved = path
-        rank_zero_info(
-            f"Stopped by SIGTERM after step {trainer.global_step}; saved {path}. {self.advice(path)}"
-        )
+            return folders[0] / "last.ckpt"
+        if logger is not None and logger.log_dir is not None:
+            return Path(logger.log_dir) / "checkpoints" / "last.ckpt"
+        return Path(trainer.default_root_dir) / "last.ckpt"
+
+    def _lost(self, trainer: L.Trainer, exception: BaseException) -> None:
+        """Another process is gone, or the processes never met: the error gets a note of what is on disk
+        (the CLI's sentence says it), and the processes this one started go too, which would otherwise
+        wait for a rendezvous that never comes."""
+        launcher = trainer.strategy.launcher
+        if launcher is not None and not dist.is_initialized():
+            # the processes never met: the ones started here wait in a connect that no signal handler
+            # interrupts (once they have met, each learns of a lost peer itself and says so)
+            launcher.kill(signal.SIGKILL)
+        written = [Path(c.best_model_path) for c in trainer.checkpoint_callbacks
+                   if isinstance(c, ModelCheckpoint) and c.monitor is None and c.best_model_path]  # fmt: skip
+        note = f"nothing was saved after step {trainer.global_step}"
+        if written:
+            advice = self.advice(written[0]).rstrip(".")
+            note += f"; the last checkpoint, {written[0]}, is whole; {advice[0].lower()}{advice[1:]}"
+        exception.add_note(note)  # the CLI's one sentence ends with it
 
     def advice(self, path: Path) -> str:
         """How to go on from ``path``: the run's own command with ``--ckpt_path`` naming it."""

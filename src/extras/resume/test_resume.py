@@ -13,7 +13,7 @@ from src.cli import CLI, main
 from src.data import sources
 from src.data.loading import ResumableLoader, check_batching
 from src.errors import UserInputError
-from src.extras.resume import Preemption, RandomState
+from src.extras.resume import Resume
 from tests.conftest import BARE, CONFIGS, ONE_PASS, QUIET
 from tests.helpers import SigtermAt, StopAt
 
@@ -94,13 +94,13 @@ def test_resumed_in_the_middle_of_an_epoch_equals_uninterrupted(workdir: Path, s
 
 @pytest.mark.slow
 def test_without_the_random_state_the_resumed_run_would_differ(workdir: Path) -> None:
-    """The proof above is not vacuous: dropout draws from the generators that RandomState restores."""
+    """The proof above is not vacuous: dropout draws from the generators that Resume restores."""
     uninterrupted = fitted(build())
     first = build()
     first.trainer.callbacks.append(StopAt(2 * BATCHES))
     fitted(first)
     resumed = build()
-    resumed.trainer.callbacks = [c for c in resumed.trainer.callbacks if not isinstance(c, RandomState)]
+    resumed.trainer.callbacks = [c for c in resumed.trainer.callbacks if not isinstance(c, Resume)]
     with pytest.warns(UserWarning, match=r"Please add the following callbacks: \['RandomState'\]"):
         fitted(resumed, str(Path(first.trainer.log_dir) / "checkpoints" / "last.ckpt"))
     weights = zip(resumed.model.parameters(), uninterrupted.model.parameters(), strict=True)
@@ -113,7 +113,7 @@ def test_sigterm_saves_a_checkpoint_that_resumes_exactly(workdir: Path, caplog) 
     first.trainer.callbacks.append(SigtermAt(BATCHES + 2))  # in the middle of epoch 1
     with pytest.raises(SIGTERMException):
         fitted(first)
-    saved = next(c for c in first.trainer.callbacks if isinstance(c, Preemption)).saved
+    saved = next(c for c in first.trainer.callbacks if isinstance(c, Resume)).saved
     assert saved == Path(first.trainer.log_dir) / "checkpoints" / "last.ckpt"
     assert torch.load(saved, weights_only=True)["global_step"] == BATCHES + 3  # the step under way finished
     assert f"Stopped by SIGTERM after step {BATCHES + 3}; saved {saved}." in caplog.text
@@ -184,7 +184,7 @@ def kind_words(kind: str, folder: Path) -> tuple[list[str], str, int]:
     from src.extras.streaming.test_streaming import frame_of, write_folder
     from src.extras.text.test_text import tiny as tiny_text
 
-    resumable = ["--preemption=src.extras.resume.Preemption", "--random_state=src.extras.resume.RandomState"]
+    resumable = ["--resume=src.extras.resume.Resume"]
     if kind == "tables":
         return [*ARGS, *QUIET], "--data.batch_size", 128
     if kind == "tables-repeated":  # the shipped data.min_batches_per_epoch: two passes an epoch
@@ -345,7 +345,7 @@ def test_ddp_resumed_in_the_middle_of_an_epoch_equals_uninterrupted_and_one_proc
         )  # fmt: skip
         report.mkdir()
         saver = ModelCheckpoint(report / "checkpoints", "mid", every_n_train_steps=step)
-        run.trainer.callbacks.extend([RankReport(report), saver, RandomState(), *callbacks])
+        run.trainer.callbacks.extend([RankReport(report), saver, Resume(), *callbacks])
         run.trainer.fit(run.model, datamodule=run.datamodule, ckpt_path=ckpt_path)
 
     fit(workdir / "uninterrupted")
@@ -370,7 +370,7 @@ def test_ddp_resumed_in_the_middle_of_an_epoch_equals_uninterrupted_and_one_proc
 def test_the_python_generator_goes_on_from_its_saved_words(form: str) -> None:
     """Saved as one tensor of its 625 numbers (cheap to copy at every save); older checkpoints: a list."""
     random.seed(5)
-    callback = RandomState()
+    callback = Resume(preemption=False)  # the generators alone: no trainer to read
     state = callback.state_dict()
     expected = [random.random() for _ in range(3)]
     version, words, gauss = state["python"]

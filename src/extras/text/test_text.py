@@ -419,11 +419,11 @@ EPOCHS, BATCHES = 2, 6
 
 
 def resumable(text: Path, folder: Path) -> CLI:
-    """Dropout on, shuffle on, AdamW; RandomState keeps the dropout's generators in the checkpoint."""
+    """Dropout on, shuffle on, AdamW; Resume keeps the dropout's generators in the checkpoint."""
     return main(
         [
             *tiny(text), *BARE, f"--trainer.default_root_dir={folder}",
-            "--random_state=src.extras.resume.RandomState", "--trainer.logger=false",
+            "--resume=src.extras.resume.Resume", "--trainer.logger=false",
             "--trainer.callbacks=[]",
             f"--trainer.max_epochs={EPOCHS}", f"--trainer.limit_train_batches={BATCHES}",
             "--trainer.limit_val_batches=2", *QUIET,

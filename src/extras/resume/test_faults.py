@@ -1,0 +1,204 @@
+"""Two DDP processes on CPU (gloo), launched as a user would: by Lightning itself or by torchrun. SIGTERM, a
+killed rank, a killed launcher and a taken port each end every process within seconds, with one sentence
+per process saying what was saved, and no traceback of the run's own.
+
+Each run is a subprocess (plain ``ddp`` inside pytest would start pytest again), bounded by a timeout so
+that a hang fails instead of blocking; ``tests.helpers.SignalAt`` sends the signal at a chosen step and
+leaves each rank's process id for the test to watch.
+"""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import BARE, CONFIGS, ONE_PASS, QUIET
+from tests.test_distributed import TRAINER, B, free_port, launch_env
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="reads /proc, sends POSIX signals"
+)
+
+STEP = 10  # the step under way when the signal comes: 7 steps an epoch, so in the middle of epoch 1
+WORDS = [
+    "fit", "--config", str(CONFIGS / "spiral.yaml"), "--config", str(TRAINER / "ddp.yaml"), *BARE,
+    "--data.num_samples=300", f"--data.batch_size={B}", *ONE_PASS, "--trainer.max_epochs=50",
+    "--trainer.num_sanity_val_steps=0", "--resume=src.extras.resume.Resume",
+    # last.ckpt every 4 steps, so that a lost process leaves one behind
+    "--last_checkpoint=lightning.pytorch.callbacks.ModelCheckpoint", "--last_checkpoint.filename=last",
+    "--last_checkpoint.every_n_train_steps=4", "--last_checkpoint.enable_version_counter=false", *QUIET,
+]  # fmt: skip
+TIMEOUT = 240  # two processes starting on a busy CPU take most of it; a hang takes all of it
+
+
+def fault(folder: Path, rank: int = 0, name: str = "SIGTERM", parent: bool = False) -> list[str]:
+    """The words that send signal ``name`` during step :data:`STEP` from ``rank``, to itself or its parent."""
+    return [
+        "--trainer.callbacks+=tests.helpers.SignalAt", f"--trainer.callbacks.step={STEP}",
+        f"--trainer.callbacks.folder={folder}", f"--trainer.callbacks.rank={rank}",
+        f"--trainer.callbacks.name={name}", f"--trainer.callbacks.parent={parent}",
+    ]  # fmt: skip
+
+
+def running(folder: Path) -> list[int]:
+    """The processes of the run in ``folder``: every rank and launcher has it in its command line."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            words = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, NotADirectoryError, PermissionError):
+            continue
+        if state != "Z" and any(str(folder).encode() in word for word in words):  # a zombie has ended
+            pids.append(int(entry.name))
+    return pids
+
+
+def launch(folder: Path, command: list[str], **env: str) -> tuple[int, str, float]:
+    """Runs ``command`` in ``folder`` until it and every process it started have ended: its exit status,
+    the output of all of them, and the seconds from the signal (training under way: the first rank's
+    process id written) to the last one's end. Whatever still runs after :data:`TIMEOUT` is killed."""
+    launched = time.time()
+    log = (folder / "output.txt").open("w")
+    process = subprocess.Popen(
+        command, cwd=folder, env={**launch_env(), **env}, stdout=log, stderr=subprocess.STDOUT
+    )
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while (process.poll() is None or running(folder)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        ended = time.time()
+        left = running(folder)
+    finally:
+        for pid in running(folder):
+            os.kill(pid, signal.SIGKILL)
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        log.close()
+    output = (folder / "output.txt").read_text()
+    assert not left, f"processes {left} still ran {TIMEOUT} s after the launch:\n{output}"
+    started = min((p.stat().st_mtime for p in folder.glob("pid*")), default=launched)
+    return process.returncode, output, ended - started
+
+
+def cli() -> list[str]:
+    return [sys.executable, "-m", "src.cli"]
+
+
+def torchrun() -> list[str]:
+    port = free_port()
+    return [
+        str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node=2", "--master_addr=127.0.0.1",
+        f"--master_port={port}", "-m", "src.cli",
+    ]  # fmt: skip
+
+
+def last_checkpoint(folder: Path) -> Path:
+    (last,) = folder.rglob("last.ckpt")
+    return last
+
+
+def assert_no_traceback_of_the_run(output: str) -> None:
+    # torchrun's own report of a signal it got (its last lines) is the launcher's, not the run's
+    ours = re.split(r'Traceback \(most recent call last\):\n  File "[^"]*torchrun"', output)[0]
+    assert "Traceback" not in ours, output
+    assert "[rank" not in ours.replace("[rank: ", ""), output  # torch's prefix of a rank's traceback
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["lightning", "torchrun"])
+def test_sigterm_saves_last_ckpt_on_every_rank_and_ends_every_process(tmp_path: Path, launcher: str) -> None:
+    """Lightning's launcher is rank 0, which gets the signal; torchrun gets it itself and passes it on.
+    Lightning's own handler would broadcast inside the signal handler, in the middle of whatever collective
+    rank 0 was in, and the ranks would hang or abort."""
+    if launcher == "lightning":
+        code, output, seconds = launch(tmp_path, [*cli(), *WORDS, *fault(tmp_path)])
+        assert code == 128 + signal.SIGTERM, output
+    else:
+        code, output, seconds = launch(tmp_path, [*torchrun(), *WORDS, *fault(tmp_path, parent=True)])
+        assert code != 0, output  # torchrun's own status for a signal it got
+    assert seconds < 30, output
+    last = last_checkpoint(tmp_path)
+    saved = torch.load(last, weights_only=True)
+    assert saved["global_step"] == STEP + 1  # the step under way finished, on both ranks alike
+    assert saved["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]["done"] == STEP + 1 - 7
+    for rank in (0, 1):
+        assert f"Stopped after step {STEP + 1} (rank {rank} of 2) by SIGTERM; saved " in output, output
+    assert f"--ckpt_path {last.relative_to(tmp_path)}" in output
+    assert_no_traceback_of_the_run(output)
+
+
+@pytest.mark.slow
+def test_a_killed_rank_ends_the_launcher_in_one_sentence_naming_the_last_checkpoint(tmp_path: Path) -> None:
+    code, output, seconds = launch(tmp_path, [*cli(), *WORDS, *fault(tmp_path, rank=1, name="SIGKILL")])
+    assert code == 1, output
+    assert seconds < 30, output
+    last = last_checkpoint(tmp_path)
+    assert torch.load(last, weights_only=True)["global_step"] == 8  # every 4 steps: the last before 10
+    lines = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, output
+    assert lines[0].startswith("error: rank 0 of 2 lost the other processes of the distributed run ("), output
+    assert (
+        f"nothing was saved after step {STEP}; the last checkpoint, {last.relative_to(tmp_path)}, is "
+        in lines[0]
+    )
+    assert "resume with: python -m src.cli fit " in lines[0]
+    assert_no_traceback_of_the_run(output)
+
+
+@pytest.mark.slow
+def test_a_killed_launcher_ends_the_orphaned_rank_in_one_sentence(tmp_path: Path) -> None:
+    code, output, seconds = launch(tmp_path, [*cli(), *WORDS, *fault(tmp_path, rank=0, name="SIGKILL")])
+    assert code == -signal.SIGKILL
+    assert seconds < 30, output
+    lines = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, output
+    assert lines[0].startswith("error: rank 1 of 2 lost the other processes of the distributed run ("), output
+    assert f"nothing was saved after step {STEP}; the last checkpoint, " in lines[0]
+    assert_no_traceback_of_the_run(output)
+
+
+@pytest.mark.slow
+def test_torchrun_killed_stops_its_workers_with_a_checkpoint(tmp_path: Path) -> None:
+    """Killed outright, torchrun passes nothing on: its workers notice that their parent is gone."""
+    code, output, seconds = launch(
+        tmp_path, [*torchrun(), *WORDS, *fault(tmp_path, name="SIGKILL", parent=True)]
+    )
+    assert code == -signal.SIGKILL
+    assert seconds < 30, output
+    # the parent is gone a moment after the kill: a step or two later, the same on both ranks
+    step = torch.load(last_checkpoint(tmp_path), weights_only=True)["global_step"]
+    assert step > STEP
+    for rank in (0, 1):
+        stopped = f"Stopped after step {step} (rank {rank} of 2) because its launcher is gone; saved "
+        assert stopped in output, output
+    assert_no_traceback_of_the_run(output)
+
+
+@pytest.mark.slow
+def test_a_taken_rendezvous_port_is_one_sentence_and_leaves_no_rank_behind(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        code, output, seconds = launch(
+            tmp_path, [*cli(), *WORDS, *fault(tmp_path)], MASTER_ADDR="127.0.0.1", MASTER_PORT=port
+        )
+    assert code == 1, output
+    assert seconds < 90, output  # from the launch: Python's start and imports, then no wait
+    lines = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert lines == [
+        f"error: this process could not meet the other processes of the distributed run at 127.0.0.1:{port} "
+        "(The server socket has failed to listen on any local network address); free that port or choose "
+        "another (MASTER_PORT, or torchrun's --master_port) and start again."
+    ], output
+    assert_no_traceback_of_the_run(output)
+    assert not list(tmp_path.glob("pid*"))  # no rank got as far as training
