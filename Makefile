@@ -57,6 +57,7 @@ tensorboard: $(STAMP) ## serve logs/ on localhost (PORT=6006)
 bench: $(STAMP) ## training speed side by side, make train's time, epoch time and memory by rows, predict, and each extra's and app's benchmark (benchmarks/results/)
 	$(PY) -m benchmarks.train_speed --rounds 7 --write
 	$(PY) -m benchmarks.fit_overhead --rounds 3 --write   # make train's whole fit, its cost split by callback
+	$(PY) -m benchmarks.experiments --rounds 3 --write   # images and text against a stock Trainer, quiet and busy
 	$(PY) -m benchmarks.make_train --write
 	$(PY) -m benchmarks.scaling --write
 	$(PY) -m benchmarks.predict_throughput

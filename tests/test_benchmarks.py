@@ -141,3 +141,26 @@ def test_a_run_is_scored_against_the_best_boosting_library_and_its_verdict_again
     assert found["ratio"] == pytest.approx(ratio)  # RealMLP is no gradient boosting library: not the bar
     assert found["verdict_right"] is right
     assert found["net_s"] == 5.0
+
+
+def test_the_experiments_busy_load_spins_a_process_while_it_lasts_and_no_longer() -> None:
+    import multiprocessing
+    import time
+
+    from benchmarks.experiments import load
+
+    with load("quiet"):
+        assert multiprocessing.active_children() == []
+    with load("busy"):
+        (spinner,) = multiprocessing.active_children()
+        time.sleep(0.2)
+        assert spinner.is_alive()
+    assert not spinner.is_alive()
+
+
+def test_the_experiments_ratio_is_stock_over_shipped_per_round() -> None:
+    from benchmarks.experiments import Cell, table
+
+    cell = Cell({"shipped": [10.0, 20.0], "stock": [9.0, 22.0]})
+    assert cell.ratios() == [0.9, 1.1]
+    assert "| images | busy | 15.00 | 15.50 | 1.00 (0.90-1.10) |" in table({("images", "busy"): cell})
