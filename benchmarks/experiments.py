@@ -3,6 +3,7 @@
     .venv/bin/python -m benchmarks.experiments                         # both, quiet and busy, 3 rounds
     .venv/bin/python -m benchmarks.experiments --rounds 5 --write      # and save results/experiments.md
     .venv/bin/python -m benchmarks.experiments --only images --load quiet
+    .venv/bin/python -m benchmarks.experiments --sections              # and each callback section off
 
 What the extras cost on real work: ``shipped`` is the experiment as ``make train CONFIG=...`` builds it
 (``src.cli.main(words, run=False)``, every shipped section on, the logger in a temporary folder);
@@ -15,7 +16,9 @@ with torch's default of one thread per core the stock fit is several times slowe
 clock covers the ``fit`` call. ``busy`` keeps the other core spinning (one Python process in a loop)
 for the whole round; ``quiet`` does not. Each round runs both variants in turn, alternating which goes
 first; the ratio is stock's time over shipped's within a round (1.0: the extras cost nothing), and the
-table gives its median with the range over rounds.
+table gives its median with the range over rounds. ``--sections`` adds, on a quiet machine, one shipped
+fit per callback section with that section switched off (``--<section>=null``, as
+:mod:`benchmarks.fit_overhead` does for digits), per round: what each extra costs on real work.
 """
 
 import argparse
@@ -35,6 +38,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 import src.cli
 from benchmarks import report
+from benchmarks.fit_overhead import fit_sections, words_without
 from benchmarks.train_speed import isolated
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,6 +142,36 @@ def measure(
     return cells
 
 
+def measure_sections(experiments: list[str], rounds: int, threads: int) -> dict[str, dict[str, list[float]]]:
+    """Per experiment, the shipped fit's seconds and each section's switched off, interleaved per round."""
+    sections = fit_sections()
+    variants = {"shipped": [], **{f"no {s.name}": words_without([s], sections) for s in sections}}
+    seconds: dict[str, dict[str, list[float]]] = {e: {v: [] for v in variants} for e in experiments}
+    for experiment in experiments:
+        for index in range(rounds):
+            for variant, words in variants.items():
+                with tempfile.TemporaryDirectory() as folder, isolated(threads):
+                    took = fit_shipped([*EXPERIMENTS[experiment], *words], Path(folder))
+                seconds[experiment][variant].append(took)
+                print(f"{experiment} {index + 1}/{rounds}: {variant} {took:.2f} s", flush=True)
+    return seconds
+
+
+def sections_table(seconds: dict[str, dict[str, list[float]]]) -> str:
+    experiments = list(seconds)
+    lines = [
+        "| variant | " + " | ".join(f"{e} (s) | {e}: saved (s)" for e in experiments) + " |",
+        "|---|" + "---:|---:|" * len(experiments),
+    ]
+    for variant in seconds[experiments[0]]:
+        cells = []
+        for e in experiments:
+            took, shipped = statistics.median(seconds[e][variant]), statistics.median(seconds[e]["shipped"])
+            cells += [f"{took:.2f}", "" if variant == "shipped" else f"{shipped - took:+.2f}"]
+        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def table(cells: dict[tuple[str, str], Cell]) -> str:
     lines = [
         "| experiment | load | shipped (s, median) | stock Trainer (s, median) | stock / shipped (range) |",
@@ -158,13 +192,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds per cell (default 3)")
     parser.add_argument("--only", nargs="+", choices=list(EXPERIMENTS), default=list(EXPERIMENTS))
     parser.add_argument("--load", nargs="+", choices=LOADS, default=list(LOADS))
+    parser.add_argument("--sections", action="store_true", help="also each callback section off, quiet")
     parser.add_argument("--write", action="store_true", help="also save results/experiments.md")
     args = parser.parse_args()
     # the main process's threads as torch leaves them; the shipped cpu_threads section sets its own in fit
-    cells = measure(args.only, args.load, args.rounds, torch.get_num_threads())
-    text = "\n\n".join(
-        [report.header("The shipped images and text experiments against a stock Trainer"), table(cells)]
-    )
+    threads = torch.get_num_threads()
+    cells = measure(args.only, args.load, args.rounds, threads)
+    parts = [report.header("The shipped images and text experiments against a stock Trainer"), table(cells)]
+    if args.sections:
+        parts.append(sections_table(measure_sections(args.only, args.rounds, threads)))
+    text = "\n\n".join(parts)
     print(f"\n{text}")
     if args.write:
         print(f"\nwritten to {report.write('experiments', text)}")
