@@ -9,6 +9,7 @@ leaves each rank's process id for the test to watch.
 
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -134,6 +135,30 @@ def test_sigterm_saves_last_ckpt_on_every_rank_and_ends_every_process(tmp_path: 
         assert f"Stopped after step {STEP + 1} (rank {rank} of 2) by SIGTERM; saved " in output, output
     assert f"--ckpt_path {last.relative_to(tmp_path)}" in output
     assert_no_traceback_of_the_run(output)
+
+
+@pytest.mark.slow
+def test_the_ddp_sigterm_save_resumed_with_the_printed_command_equals_uninterrupted(tmp_path: Path) -> None:
+    """Dropout on, DistributedSampler shuffling: stopped by SIGTERM in the middle of epoch 1 and resumed
+    with the very command rank 0 printed, the run saves at step 20 what the uninterrupted run saves."""
+    short = ["--trainer.max_epochs=3", "--model.init_args.net.init_args.dropout=0.2"]  # 21 steps
+    (tmp_path / "stopped").mkdir()
+    (tmp_path / "uninterrupted").mkdir()
+    code, output, _ = launch(tmp_path / "stopped", [*cli(), *WORDS, *short, *fault(tmp_path / "stopped")])
+    assert code == 128 + signal.SIGTERM, output
+    (advice,) = [
+        line for line in output.splitlines() if line.startswith(f"Stopped after step {STEP + 1} (rank 0")
+    ]
+    resume = shlex.split(advice.split("Resume with: python -m src.cli ", 1)[1])
+    code, output, _ = launch(tmp_path / "stopped", [*cli(), *resume])
+    assert code == 0, output
+    code, output, _ = launch(tmp_path / "uninterrupted", [*cli(), *WORDS, *short])
+    assert code == 0, output
+    resumed = torch.load(last_checkpoint(tmp_path / "stopped"), weights_only=True)
+    uninterrupted = torch.load(last_checkpoint(tmp_path / "uninterrupted"), weights_only=True)
+    assert resumed["global_step"] == uninterrupted["global_step"] == 20  # last.ckpt every 4 steps
+    torch.testing.assert_close(resumed["state_dict"], uninterrupted["state_dict"], rtol=0, atol=0)
+    torch.testing.assert_close(resumed["optimizer_states"], uninterrupted["optimizer_states"], rtol=0, atol=0)
 
 
 @pytest.mark.slow
