@@ -11,7 +11,7 @@ What the extras cost on real work: ``shipped`` is the experiment as ``make train
 and so initial weights) are fitted by ``L.Trainer`` with Lightning's ``TensorBoardLogger``, one
 ``ModelCheckpoint(monitor="val/loss")`` (a checkpoint every epoch that improves), the same epochs,
 batches, clipping and validation, no progress bar or model summary, and the one torch thread the shipped
-``cpu_threads`` section sets while a fit runs (so that the ratio is the extras' cost, not a thread count's;
+``resume.cpu_threads`` sets while a fit runs (so that the ratio is the extras' cost, not a thread count's;
 with torch's default of one thread per core the stock fit is several times slower on a busy machine). The
 clock covers the ``fit`` call. ``busy`` keeps the other core spinning (one Python process in a loop)
 for the whole round; ``quiet`` does not. Each round runs both variants in turn, alternating which goes
@@ -51,7 +51,7 @@ EXPERIMENTS = {
     ],
 }  # fmt: skip
 LOADS = ("quiet", "busy")
-#: the torch threads of a shipped fit on the CPU (configs/defaults.yaml's cpu_threads)
+#: the torch threads of a shipped fit on the CPU (configs/defaults.yaml's resume.cpu_threads)
 SHIPPED_THREADS = 1
 
 
@@ -195,7 +195,7 @@ def main() -> None:
     parser.add_argument("--sections", action="store_true", help="also each callback section off, quiet")
     parser.add_argument("--write", action="store_true", help="also save results/experiments.md")
     args = parser.parse_args()
-    # the main process's threads as torch leaves them; the shipped cpu_threads section sets its own in fit
+    # the main process's threads as torch leaves them; the shipped resume.cpu_threads sets its own in fit
     threads = torch.get_num_threads()
     cells = measure(args.only, args.load, args.rounds, threads)
     parts = [report.header("The shipped images and text experiments against a stock Trainer"), table(cells)]

@@ -192,7 +192,6 @@ SHIPPED = [
     "ValidationFigures",
     "Resume",
     "NonFiniteGuard",
-    "CpuThreads",
     "SaveConfig",
     "ModelCheckpoint",
     "LatestCheckpoint",

@@ -12,7 +12,7 @@ files for every batch (``in_memory: false``; Pillow in the loader's processes). 
 the split and the statistics happen in setup, before it. What happens to a batch on the device (the
 augmentation and normalization of ``on_after_batch_transfer``) is not part of it. Each round runs every
 variant once, in turn, with ``--threads`` torch threads in the main process (1, as the shipped
-``cpu_threads`` callback sets while a fit runs; workers always have 1). The table gives the median
+``resume.cpu_threads`` sets while a fit runs; workers always have 1). The table gives the median
 images per second over rounds and each variant's ratio to the same way of loading with 0 workers (the
 median of the per-round ratios).
 

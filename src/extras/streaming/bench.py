@@ -96,7 +96,7 @@ def measure(kind: str, path: str) -> dict[str, Any]:
         if kind == "streaming"
         else ["--data=src.data.TabularDataModule", f"--data.path={path}", "--data.source=parquet"]
     )
-    torch.set_num_threads(1)  # as the shipped cpu_threads section sets it
+    torch.set_num_threads(1)  # as the shipped resume section's cpu_threads sets it
     start = time.perf_counter()
     run = main(
         [

@@ -6,7 +6,8 @@ from lightning.pytorch.callbacks import Callback
 
 from src.cli import main
 from src.errors import UserInputError
-from src.extras.threads import CpuThreads
+from src.extras.resume import Resume
+from src.extras.resume.threads import CpuThreads
 from tests.conftest import QUIET
 from tests.test_cli import SMALL, TINY
 
@@ -23,7 +24,7 @@ def test_cpu_threads_hold_for_the_run_and_are_restored(cli, threads: int) -> Non
     before = torch.get_num_threads()
     probe = ThreadsDuringFit()
     probe.seen = []
-    run = main([*SMALL, *TINY, *QUIET, f"--cpu_threads.threads={threads}"], run=False)
+    run = main([*SMALL, *TINY, *QUIET, f"--resume.cpu_threads={threads}"], run=False)
     run.trainer.callbacks.append(probe)
     run.trainer.fit(run.model, datamodule=run.datamodule)
     assert probe.seen
@@ -38,7 +39,7 @@ class Crash(Callback):
 
 def test_cpu_threads_are_restored_after_a_failed_run(cli) -> None:
     before = torch.get_num_threads()
-    run = main([*SMALL, *TINY, *QUIET, f"--cpu_threads.threads={before + 1}"], run=False)
+    run = main([*SMALL, *TINY, *QUIET, f"--resume.cpu_threads={before + 1}"], run=False)
     run.trainer.callbacks.append(Crash())
     with pytest.raises(RuntimeError, match="crash"):
         run.trainer.fit(run.model, datamodule=run.datamodule)
@@ -48,3 +49,5 @@ def test_cpu_threads_are_restored_after_a_failed_run(cli) -> None:
 def test_a_thread_count_below_one_is_one_sentence() -> None:
     with pytest.raises(UserInputError, match=r"cpu_threads threads=0 must be at least 1"):
         CpuThreads(threads=0)
+    with pytest.raises(UserInputError, match=r"cpu_threads threads=0 must be at least 1"):
+        Resume(cpu_threads=0)

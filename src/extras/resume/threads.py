@@ -1,4 +1,4 @@
-"""How many CPU threads torch uses within one operation."""
+"""How many CPU threads torch uses within one operation (the resume callback's ``cpu_threads``)."""
 
 import lightning as L
 import torch
