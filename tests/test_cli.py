@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, ModelSummary, ProgressBar
 
 from src.cli import DEFAULTS, callback_sections, main
 from src.models import Classifier, Regressor
@@ -390,4 +390,22 @@ def test_print_config_shows_the_switched_class_as_it_runs_and_a_line_says_what_w
         "model.init_args.optimizer: torch.optim.SGD replaces torch.optim.AdamW and starts from its own "
         "defaults (lr=0.001, weight_decay=0), not from what was given for AdamW (lr=0.002, "
         "weight_decay=0.0001); give them again to keep them."
+    ]
+
+
+def test_the_extras_make_train_turns_on_add_at_most_six_callbacks(workdir: Path) -> None:
+    """Beyond the bar and the model summary, which stand in for Lightning's own, every callback is one
+    more call at every hook of every step: sections that travel together are one callback."""
+    run = main(["--config", str(CONFIGS / "digits.yaml")], run=False)
+
+    extras = [c for c in run.trainer.callbacks if type(c).__module__.startswith("src.extras")]
+    added = [type(c).__name__ for c in extras if not isinstance(c, ProgressBar | ModelSummary)]
+    assert len(extras) - len(added) == 2
+    assert sorted(added) == [
+        "Baselines",
+        "Dashboard",
+        "NonFiniteGuard",
+        "Resume",
+        "RunSummary",
+        "ValidationFigures",
     ]
