@@ -89,6 +89,14 @@ class Preemption(Callback):
     ) -> None:
         if not isinstance(exception, SIGTERMException) or trainer.state.fn != TrainerFn.FITTING:
             return
+        if trainer.global_step == 0:
+            # SIGTERM during the sanity check (or before the first optimizer step): its generators' state is
+            # taken inside the check's own, later undone, draws, and a fresh start is this very run anyway
+            rank_zero_info(
+                "Stopped by SIGTERM before the first training step; nothing was saved: start the run again "
+                "with the same command."
+            )
+            return
         if not trainer.checkpoint_callbacks:  # trainer.enable_checkpointing=false: no checkpoint, as asked
             rank_zero_info(
                 f"Stopped by SIGTERM after step {trainer.global_step}; nothing was saved, since "
