@@ -326,6 +326,8 @@ class ResumableDataModule(L.LightningDataModule, ABC):
         self._shuffle = torch.Generator().manual_seed(seed)
         self._train_loader: ResumableLoader | None = None
         self._loader_state: dict[str, Any] | None = None  # restored, waiting for the loader
+        #: the checkpoint the fit resumes from was checked already (:meth:`check_resume`, by the CLI)
+        self.resume_checked = False
 
     @abstractmethod
     def dataset(self, stage: Stage) -> Dataset[Any]:
@@ -366,6 +368,11 @@ class ResumableDataModule(L.LightningDataModule, ABC):
         loader = self._train_loader
         position = loader.state_dict() if loader is not None and loader.position() else None
         return {"shuffle": self._shuffle.get_state(), "loader": position}
+
+    def check_resume(self, state_dict: dict[str, Any]) -> None:
+        """Refuses, in one sentence, to resume a fit from a checkpoint holding ``state_dict`` (this
+        DataModule's state in it) on data it cannot go on with exactly; nothing by default. Called on
+        restore, and by the CLI before the fit writes anything into the run folder."""
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
