@@ -29,7 +29,9 @@ from typing_extensions import override
 
 from src import runs, settings
 from src.callbacks import PredictionWriter
+from src.checkpoints import read_data
 from src.cli_errors import Parser, as_command, lost_process, quiet_dependencies, user_error
+from src.data.loading import ResumableDataModule
 from src.errors import UserInputError
 from src.settings import DEFAULTS, SUBCOMMANDS, TakesCommand, callback_sections
 
@@ -121,12 +123,32 @@ class CLI(LightningCLI):
                 callback.overwrite = bool(config.get("overwrite")) or callback.overwrite
 
     def before_fit(self) -> None:
-        # before the Trainer starts the fit, whose setup already writes into the run folder
+        # before the Trainer starts the fit, whose setup already writes into the run folder (config.yaml,
+        # a TensorBoard event file): a resume the data refuses, and a folder the run may not write into
+        self.check_resume()
         saver = next((c for c in self.trainer.callbacks if isinstance(c, runs.SaveConfig)), None)  # type: ignore[attr-defined]
         if saver is not None and self.trainer.logger is not None and self.trainer.log_dir is not None:
             refusal = saver.refusal(Path(self.trainer.log_dir))
             if refusal is not None:
                 raise UserInputError(refusal)
+
+    def check_resume(self) -> None:
+        """The DataModule's refusal (:meth:`ResumableDataModule.check_resume`) of the checkpoint the fit
+        resumes from (read as data, as Lightning reads it after)."""
+        resumed = self.config_init[self.subcommand].get("ckpt_path")
+        if resumed == "last" and self.trainer.log_dir is not None:  # the run folder's own (check_last)
+            resumed = str(Path(self.trainer.log_dir) / "checkpoints" / "last.ckpt")
+        if (
+            not isinstance(self.datamodule, ResumableDataModule)
+            or resumed is None
+            or not Path(resumed).is_file()
+        ):
+            return
+        checkpoint = read_data(resumed)
+        state = checkpoint.get(type(self.datamodule).__qualname__) if isinstance(checkpoint, dict) else None
+        if isinstance(state, dict):  # where Lightning keeps a DataModule's state_dict
+            self.datamodule.check_resume(state)
+            self.datamodule.resume_checked = True
 
     @override
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:

@@ -44,6 +44,8 @@ def test_a_resume_on_rows_added_since_is_refused_and_goes_on_only_when_told(
     last: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     before = last.read_bytes()
+    run = last.parent.parent
+    config, events = (run / "config.yaml").stat(), sorted(run.rglob("events.out.tfevents.*"))
     pd.concat([spiral_rows(600, 0), spiral_rows(201, 1)]).to_csv("rows.csv", index=False)
     sentence = refused(capsys, lambda: fit("--trainer.max_epochs=2", "--ckpt_path=last"))
     assert sentence == (
@@ -53,6 +55,10 @@ def test_a_resume_on_rows_added_since_is_refused_and_goes_on_only_when_told(
         "on with the new split."
     )
     assert last.read_bytes() == before
+    # refused before the fit writes into the run folder: its config.yaml as it was, no new event file
+    assert (run / "config.yaml").stat().st_mtime_ns == config.st_mtime_ns
+    assert "max_epochs: 1" in (run / "config.yaml").read_text()
+    assert sorted(run.rglob("events.out.tfevents.*")) == events
     # told to, it goes on, and says how many rows changed split
     with caplog.at_level(logging.INFO):
         resumed = fit("--trainer.max_epochs=2", "--ckpt_path=last", "--data.resplit_on_resume=true")

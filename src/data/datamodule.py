@@ -378,14 +378,21 @@ class TabularDataModule(ResumableDataModule):
         }
 
     @override
+    def check_resume(self, state_dict: dict[str, Any]) -> None:
+        """A resumed fit goes on with its run's split (:func:`check_split`)."""
+        check_split(
+            state_dict.get("split"), self.split_record, self.settings.resplit_on_resume, "row",
+            "data.resplit_on_resume",
+        )  # fmt: skip
+
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """A resumed fit goes on with its run's split (:func:`check_split`); a checkpoint's preprocessing
         wins over one fitted anew (say, for an evaluation on a file that changed since)."""
-        if self.trainer is not None and self.trainer.state.fn == TrainerFn.FITTING:
-            check_split(
-                state_dict.get("split"), self.split_record, self.settings.resplit_on_resume, "row",
-                "data.resplit_on_resume",
-            )  # fmt: skip
+        fitting = self.trainer is not None and self.trainer.state.fn == TrainerFn.FITTING
+        if fitting and not self.resume_checked:
+            self.check_resume(state_dict)
+        self.resume_checked = False
         restored = Preprocessor.from_state(state_dict["preprocessing"])
         if restored != self.preprocessor:
             self.__dict__["preprocessor"] = restored

@@ -3,6 +3,7 @@ loaders of the splits, and a training loader that resumes in the middle of an ep
 
 import itertools
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Iterator, Sized
 from typing import Any, Literal, cast
 
@@ -76,8 +77,11 @@ class ResumableLoader(DataLoader):
         self.processed = 0
         #: processes that share each epoch, each its own part (the DataModule sets the Trainer's world size)
         self.processes = 1
+        #: the Trainer that iterates it, once a batch reached a step (the DataModule sets it)
+        self.trainer: L.Trainer | None = None
         self._epoch_start: torch.Tensor | None = None
         self._skip = 0
+        self._closing = False  # the epoch to skip had all of its batches done
 
     def batching(self) -> dict[str, Any]:
         """What cuts an epoch into batches: the items per batch, whether the last short batch is dropped,
@@ -91,14 +95,23 @@ class ResumableLoader(DataLoader):
             "passes": passes,
         }
 
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # not a _BaseDataLoaderIter
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # typed as any iterator: StreamLoader's
+        closing = self._closing
         skip = self.start_epoch()
-        return itertools.islice(super().__iter__(), skip, None)
+        batches = super().__iter__()
+        if closing:
+            # an epoch whose batches were all done, re-entered by a resume from within its closing
+            # validation, is asked for none: passed over now, its order is still drawn, and the generator
+            # left where the interrupted epoch left it (the batches done of any other epoch are passed
+            # over when the first is asked for, once Lightning has set a DistributedSampler's epoch)
+            deque(batches, maxlen=0)
+            return batches
+        return itertools.islice(batches, skip, None)
 
     def start_epoch(self) -> int:
         """Sets the generator where this epoch's order is drawn from (where the interrupted epoch's was, on
         resume) and the count of batches processed; the batches of the interrupted epoch to skip."""
-        skip, self._skip = self._skip, 0
+        skip, self._skip, self._closing = self._skip, 0, False
         if self.generator is not None:
             if skip and self._epoch_start is not None:
                 self.generator.set_state(self._epoch_start)  # the interrupted epoch's order, again
@@ -107,28 +120,58 @@ class ResumableLoader(DataLoader):
         self.processed = skip
         return skip
 
+    def position(self) -> int:
+        """The batches of the current epoch a resume skips: those processed while the epoch lasts, none once
+        it is over (the next epoch then starts afresh from the generator).
+
+        Validation at an epoch's end runs before the epoch ends, and a resume from a checkpoint written
+        within it re-enters the epoch with all of its batches done; after the epoch's end (or from the
+        end of its last step, where Lightning counts the epoch as ended) a resume starts the next one.
+        """
+        trainer = self.trainer
+        batches = trainer.num_training_batches if trainer is not None else len(self)
+        if self.processed < batches or self.closing():
+            return self.processed
+        return 0
+
+    def closing(self) -> bool:
+        """Whether the epoch's batches are all done and its closing validation is under way."""
+        trainer = self.trainer
+        return trainer is not None and trainer.validating and self.processed >= trainer.num_training_batches
+
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch_start": self._epoch_start, "done": self.processed, "batching": self.batching()}
+        return {
+            "epoch_start": self._epoch_start,
+            "done": self.position(),
+            "batching": self.batching(),
+            "closing": self.closing(),
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """The interrupted epoch's position; one sentence if this loader cuts epochs otherwise (checked
         here, before Lightning starts the epoch: one it counts as done already never draws a batch)."""
         done = int(state_dict["done"])
-        if done:  # "batching" is absent from checkpoints of older versions
-            check_batching(state_dict.get("batching"), self.batching(), done, len(self))
+        if done:  # "batching" and "closing" are absent from checkpoints of older versions
+            check_batching(
+                state_dict.get("batching"), self.batching(), done, len(self), state_dict.get("closing", False)
+            )
         self._epoch_start = state_dict["epoch_start"]
         self._skip = done
+        self._closing = bool(done and state_dict.get("closing", False))
 
 
-def check_batching(saved: dict[str, Any] | None, now: dict[str, Any], done: int, batches: int) -> None:
+def check_batching(
+    saved: dict[str, Any] | None, now: dict[str, Any], done: int, batches: int, closing: bool = False
+) -> None:
     """Refuses, in one sentence, to go on with an epoch interrupted after ``done`` batches under batching
     other than the interrupted run's (``saved``; ``None`` from a checkpoint that did not record it, where
-    only a position past this epoch's ``batches`` shows the difference)."""
+    only a position past this epoch's ``batches`` shows the difference). All of them done is a position
+    only within the epoch's closing validation (``closing``)."""
     differs = [key for key in now if saved is not None and saved.get(key) != now[key]]
     if "batch_size" in differs and "passes" in differs:
         differs.remove("passes")  # data.min_batches_per_epoch gives small batches fewer passes
     changes = [_change(key, cast(dict, saved)[key], now[key]) for key in differs]
-    if not changes and done < batches:
+    if not changes and (done < batches or (done == batches and closing)):
         return
     if not changes:
         changes = [(f"{done} batches done of an epoch that now has {batches}", "with its batching")]
@@ -283,6 +326,8 @@ class ResumableDataModule(L.LightningDataModule, ABC):
         self._shuffle = torch.Generator().manual_seed(seed)
         self._train_loader: ResumableLoader | None = None
         self._loader_state: dict[str, Any] | None = None  # restored, waiting for the loader
+        #: the checkpoint the fit resumes from was checked already (:meth:`check_resume`, by the CLI)
+        self.resume_checked = False
 
     @abstractmethod
     def dataset(self, stage: Stage) -> Dataset[Any]:
@@ -321,14 +366,13 @@ class ResumableDataModule(L.LightningDataModule, ABC):
     def state_dict(self) -> dict[str, Any]:
         """The training order's generator and, in the middle of an epoch, the loader's position."""
         loader = self._train_loader
-        # at an epoch's end the next epoch starts afresh from the generator: nothing to skip
-        mid_epoch = (
-            loader is not None
-            and self.trainer is not None
-            and 0 < loader.processed < self.trainer.num_training_batches
-        )
-        position = loader.state_dict() if mid_epoch and loader is not None else None
+        position = loader.state_dict() if loader is not None and loader.position() else None
         return {"shuffle": self._shuffle.get_state(), "loader": position}
+
+    def check_resume(self, state_dict: dict[str, Any]) -> None:
+        """Refuses, in one sentence, to resume a fit from a checkpoint holding ``state_dict`` (this
+        DataModule's state in it) on data it cannot go on with exactly; nothing by default. Called on
+        restore, and by the CLI before the fit writes anything into the run folder."""
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -360,5 +404,6 @@ class ResumableDataModule(L.LightningDataModule, ABC):
                 # DistributedSampler: the one iterated, and the one whose state Lightning saves
                 self._train_loader = running
             if self._train_loader is not None:
+                self._train_loader.trainer = self.trainer
                 self._train_loader.processed += 1
         return batch

@@ -205,6 +205,14 @@ class Resume(Callback):
             return
         if self._stopped:  # several processes: saved and said at the batch's end
             return
+        if trainer.global_step == 0:
+            # SIGTERM during the sanity check (or before the first optimizer step): its generators' state is
+            # taken inside the check's own, later undone, draws, and a fresh start is this very run anyway
+            rank_zero_info(
+                "Stopped by SIGTERM before the first training step; nothing was saved: start the run again "
+                "with the same command."
+            )
+            return
         rank_zero_info(self._sentence(trainer, self._save(trainer)))
 
     def _save(self, trainer: L.Trainer) -> Path | None:
