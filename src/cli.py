@@ -137,7 +137,8 @@ class CLI(LightningCLI):
         resumes from (read as data, as Lightning reads it after)."""
         resumed = self.config_init[self.subcommand].get("ckpt_path")
         if resumed == "last" and self.trainer.log_dir is not None:  # the run folder's own (check_last)
-            resumed = str(Path(self.trainer.log_dir) / "checkpoints" / "last.ckpt")
+            # resolved, as Lightning's own search for it names it
+            resumed = str(Path(self.trainer.log_dir).resolve() / "checkpoints" / "last.ckpt")
         if (
             not isinstance(self.datamodule, ResumableDataModule)
             or resumed is None

@@ -29,29 +29,36 @@ class Pace:
         self.share = share
         self._cost = 0.0
         self._ended: float | None = None
+        self._running = False
 
     def due(self, trainer: L.Trainer) -> bool:
         if self.share is None:
             return True
         now = time.perf_counter()
-        due = self._ended is None or now - self._ended >= self._cost / self.share
+        due = not self._running and (self._ended is None or now - self._ended >= self._cost / self.share)
         return bool(trainer.strategy.broadcast(due)) if trainer.world_size > 1 else due
 
     @contextmanager
     def running(self) -> Iterator[None]:
         """Times one run of the work (what :meth:`due` weighs the next one by)."""
-        start = time.perf_counter()
+        start = self.start()
         try:
             yield
         finally:
             self.ran(start)
 
+    def start(self) -> float:
+        """A run of the work begins (asked of a thread or a worker process); none is due until it has
+        :meth:`ran`. Returns its start, ``time.perf_counter()``."""
+        self._running = True
+        return time.perf_counter()
+
     def ran(self, start: float) -> None:
-        """One run of the work, begun at ``start`` (``time.perf_counter()``), ended now: for work done
-        elsewhere (a worker process) and reported back."""
+        """The run begun at ``start`` ended now."""
         self._ended = time.perf_counter()
         self._cost = self._ended - start
+        self._running = False
 
     def reset(self) -> None:
         """A new fit: its first run is due."""
-        self._cost, self._ended = 0.0, None
+        self._cost, self._ended, self._running = 0.0, None, False

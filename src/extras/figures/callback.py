@@ -1,6 +1,5 @@
 """Pictures of the validation errors for TensorBoard's Images tab, drawn off the training thread."""
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -214,7 +213,7 @@ class ValidationFigures(Callback):
         if writer is None:
             return
         what = (group, title or f"validation, epoch {epoch.epoch}", epoch.counts, epoch.labels, epoch.preds)
-        start = time.perf_counter()
+        start = self._pace.start()
 
         def write(drawn: Drawn) -> None:  # on the painter's thread, once drawn: the drawing's time is known
             _write(writer, epoch.step, drawn)

@@ -213,11 +213,14 @@ class MisclassifiedImages(Callback):
         epoch.drawn = epoch.drawn or tag == TAG
         writer = tensorboard_writer(trainer)
         if writer is not None and len(epoch.images):
-            self._painter.submit(self._draw, writer, epoch, tag, title or f"epoch {epoch.epoch}")
+            start = self._pace.start()
+            self._painter.submit(self._draw, writer, epoch, tag, title or f"epoch {epoch.epoch}", start)
 
-    def _draw(self, writer: SummaryWriter, epoch: EpochImages, tag: str, title: str) -> None:
-        with self._pace.running():  # on the painter's thread, whose drawing shares the training's interpreter
+    def _draw(self, writer: SummaryWriter, epoch: EpochImages, tag: str, title: str, start: float) -> None:
+        try:  # on the painter's thread, whose drawing shares the training's interpreter
             writer.add_figure(tag, self.figure(epoch, title), epoch.step, close=False)
+        finally:
+            self._pace.ran(start)
 
     def figure(self, epoch: EpochImages, title: str = "") -> Figure:
         """The grid: one panel of ``panel_size`` pixels per image, titled "true → predicted" with the label

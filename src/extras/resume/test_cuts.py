@@ -22,7 +22,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from src.checkpoint_io import AtomicCheckpointIO
-from src.extras.resume import Preemption
+from src.extras.resume import Resume
 from src.extras.resume.test_resume import BATCHES, COSINE, EPOCHS, fitted
 from src.extras.resume.test_resume import build as build_constant
 
@@ -132,7 +132,7 @@ def stopped_and_resumed(extra: list[str], *callbacks: Callback, run: Callable[..
     first.trainer.callbacks.extend(callbacks)
     with pytest.raises(SIGTERMException):
         fitted(first)
-    saved = next(c for c in first.trainer.callbacks if isinstance(c, Preemption)).saved
+    saved = next(c for c in first.trainer.callbacks if isinstance(c, Resume)).saved
     return fitted(run(*extra), str(saved) if saved is not None else None)
 
 
@@ -292,7 +292,7 @@ def test_sigterms_at_random_moments_on_a_busy_machine_resume_exactly(
             first.trainer.callbacks.append(SignalAfter(step, delay, signal.SIGTERM))
             with contextlib.suppress(SIGTERMException):  # none: the signal came after the fit's end
                 fitted(first)
-            saved = next(c for c in first.trainer.callbacks if isinstance(c, Preemption)).saved
+            saved = next(c for c in first.trainer.callbacks if isinstance(c, Resume)).saved
             resumed = fitted(build(*EVERY_STEP), str(saved) if saved is not None else None)
             assert_exact(resumed, uninterrupted)
     finally:

@@ -7,7 +7,7 @@ import pytest
 import src.extras.resume.test_cuts as cuts
 import src.extras.resume.test_resume as resume
 from src.data.loading import ResumableDataModule, ResumableLoader
-from src.extras.resume import Preemption
+from src.extras.resume import Resume
 from tests.test_mutations import mutate
 
 pytestmark = cuts.pytestmark  # the checks below run test_cuts' proofs, under its warning filter
@@ -80,7 +80,7 @@ def test_cuts_catch_a_preemption_that_saves_inside_the_sanity_check(
     # the generators' state taken inside the sanity check, whose draws Lightning undoes after it: caught
     # by the comparison, or by the save itself, whose folder the stopped run removes (it took no step)
     # while the background writer still writes into it
-    mutate(monkeypatch, Preemption, "on_exception", "if trainer.global_step == 0:", "if False:")
+    mutate(monkeypatch, Resume, "on_exception", "if trainer.global_step == 0:", "if False:")
     with pytest.raises((AssertionError, FileNotFoundError)):
         cuts.test_a_sigterm_at_each_point_of_an_epoch_resumes_exactly(
             workdir, cuts.uninterrupted_in(workdir), "the-sanity-check"
