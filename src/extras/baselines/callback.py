@@ -307,6 +307,11 @@ class Baselines(Callback):
     # -- the hooks ------------------------------------------------------------------------------------
 
     @override
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "fit":  # once the DataModule has split and fitted its rows, before the net is set up
+            self._start(trainer)
+
+    @override
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._net_best = None
         self._logged = False
