@@ -643,19 +643,24 @@ def test_the_grid_titles_each_image_true_then_predicted() -> None:
     assert len(figure.axes) == 6  # a 2 x 3 grid
 
 
-def test_misclassified_images_reach_tensorboard_every_n_epochs_and_at_the_end(
-    folder: Path, tmp_path: Path
-) -> None:
+def grid_steps(folder: Path, tmp_path: Path, callback: MisclassifiedImages) -> list[int]:
+    """The steps of the grids a 5-epoch fit (4 steps an epoch) writes with ``callback``."""
     dm = ImageDataModule(folder=str(folder), batch_size=16)
     model = Classifier(in_features=1, out_features=3, net=lambda i, o: SmallCNN(i, o, widths=(4,)))
     logger = TensorBoardLogger(tmp_path / "logs", name="run")
     trainer = L.Trainer(accelerator="cpu", max_epochs=5, logger=logger, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False,
-                        callbacks=[MisclassifiedImages(3, max_images=5, max_share=None)])  # fmt: skip
+                        callbacks=[callback])  # fmt: skip
     trainer.fit(model, datamodule=dm)
     events = EventAccumulator(logger.log_dir, size_guidance={"images": 0}).Reload()
-    steps = [event.step for event in events.Images(TAG)]
-    # 4 steps per epoch, each validation's images at its last step: epochs 0 and 3 (every 3rd), and the last
+    return [event.step for event in events.Images(TAG)]
+
+
+def test_misclassified_images_reach_tensorboard_every_n_epochs_and_at_the_end(
+    folder: Path, tmp_path: Path
+) -> None:
+    steps = grid_steps(folder, tmp_path, MisclassifiedImages(3, max_images=5, max_share=None))
+    # each validation's images at its last step: epochs 0 and 3 (every 3rd), and the last
     assert steps == [3, 15, 19]
 
 
@@ -665,15 +670,7 @@ def test_misclassified_images_keep_to_their_share_of_the_fit(
 ) -> None:
     """Asked for every epoch: with no share all five are drawn; with a share no grid's drawing fits in, the
     first epoch's and the last's alone."""
-    dm = ImageDataModule(folder=str(folder), batch_size=16)
-    model = Classifier(in_features=1, out_features=3, net=lambda i, o: SmallCNN(i, o, widths=(4,)))
-    logger = TensorBoardLogger(tmp_path / "logs", name="run")
-    trainer = L.Trainer(accelerator="cpu", max_epochs=5, logger=logger, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False,
-                        callbacks=[MisclassifiedImages(1, max_images=5, max_share=share)])  # fmt: skip
-    trainer.fit(model, datamodule=dm)
-    events = EventAccumulator(logger.log_dir, size_guidance={"images": 0}).Reload()
-    assert [event.step for event in events.Images(TAG)] == drawn
+    assert grid_steps(folder, tmp_path, MisclassifiedImages(1, max_images=5, max_share=share)) == drawn
 
 
 def test_a_module_without_preds_gets_one_line_and_no_images(folder: Path, tmp_path: Path, caplog) -> None:
