@@ -150,6 +150,7 @@ class CLI(LightningCLI):
         if isinstance(state, dict):  # where Lightning keeps a DataModule's state_dict
             self.datamodule.check_resume(state)
             self.datamodule.resume_checked = True
+            self.datamodule.check_resumed_batching(state, self.trainer.num_devices * self.trainer.num_nodes)
 
     @override
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:

@@ -161,17 +161,18 @@ class ResumableLoader(DataLoader):
 
 
 def check_batching(
-    saved: dict[str, Any] | None, now: dict[str, Any], done: int, batches: int, closing: bool = False
+    saved: dict[str, Any] | None, now: dict[str, Any], done: int, batches: int | None, closing: bool = False
 ) -> None:
     """Refuses, in one sentence, to go on with an epoch interrupted after ``done`` batches under batching
     other than the interrupted run's (``saved``; ``None`` from a checkpoint that did not record it, where
-    only a position past this epoch's ``batches`` shows the difference). All of them done is a position
-    only within the epoch's closing validation (``closing``)."""
+    only a position past this epoch's ``batches`` shows the difference; ``batches`` is ``None`` before
+    the fit, when the recorded batching alone is compared). All of them done is a position only within
+    the epoch's closing validation (``closing``)."""
     differs = [key for key in now if saved is not None and saved.get(key) != now[key]]
     if "batch_size" in differs and "passes" in differs:
         differs.remove("passes")  # data.min_batches_per_epoch gives small batches fewer passes
     changes = [_change(key, cast(dict, saved)[key], now[key]) for key in differs]
-    if not changes and (done < batches or (done == batches and closing)):
+    if not changes and (batches is None or done < batches or (done == batches and closing)):
         return
     if not changes:
         changes = [(f"{done} batches done of an epoch that now has {batches}", "with its batching")]
@@ -344,9 +345,12 @@ class ResumableDataModule(L.LightningDataModule, ABC):
             "pin_memory": on_cuda,
         }
 
-    @override
-    def train_dataloader(self) -> DataLoader:
-        """Shuffled by this DataModule's generator, at its restored position."""
+    def batching(self, processes: int) -> dict[str, Any]:
+        """How the training loader cuts an epoch into batches on ``processes`` processes
+        (:meth:`ResumableLoader.batching`), known before the fit starts."""
+        return self._training_loader(processes).batching()
+
+    def _training_loader(self, processes: int) -> ResumableLoader:
         loader = ResumableLoader(
             self.dataset("train"),
             shuffle=True,
@@ -355,7 +359,13 @@ class ResumableDataModule(L.LightningDataModule, ABC):
             **self._loader_options(),
         )
         # kept by the copy with a DistributedSampler that Lightning makes of this loader under DDP
-        loader.processes = self.trainer.world_size if self.trainer is not None else 1
+        loader.processes = processes
+        return loader
+
+    @override
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled by this DataModule's generator, at its restored position."""
+        loader = self._training_loader(self.trainer.world_size if self.trainer is not None else 1)
         if self._loader_state is not None:
             loader.load_state_dict(self._loader_state)
             self._loader_state = None
@@ -373,6 +383,17 @@ class ResumableDataModule(L.LightningDataModule, ABC):
         """Refuses, in one sentence, to resume a fit from a checkpoint holding ``state_dict`` (this
         DataModule's state in it) on data it cannot go on with exactly; nothing by default. Called on
         restore, and by the CLI before the fit writes anything into the run folder."""
+
+    def check_resumed_batching(self, state_dict: dict[str, Any], processes: int) -> None:
+        """Refuses, in one sentence, to go on on ``processes`` processes with an epoch that the checkpoint
+        holding ``state_dict`` stopped in the middle of, under other batching (:func:`check_batching`);
+        asked by the CLI before the fit writes anything, and again by the loader on restore."""
+        position = state_dict.get("loader")
+        if position and position["done"]:
+            batching = self.batching(processes)
+            check_batching(
+                position.get("batching"), batching, position["done"], None, position.get("closing", False)
+            )
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -219,6 +219,12 @@ def stopped_in_epoch_1(words: list[str], step: int) -> Path:
     return last
 
 
+def run_files(last: Path) -> dict[str, int]:
+    """Each file of the run folder holding ``last``: its time of last change."""
+    run = last.parent.parent
+    return {str(path.relative_to(run)): path.stat().st_mtime_ns for path in run.rglob("*") if path.is_file()}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "batches", "other"),
@@ -240,11 +246,12 @@ def test_a_mid_epoch_resume_with_another_batch_size_is_one_sentence(
     stays as it was."""
     words, key, size = kind_words(kind, workdir)
     last = stopped_in_epoch_1(words, batches + 2)
-    before = last.read_bytes()
+    before, written = last.read_bytes(), run_files(last)
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_:
         main(["fit", *words, f"{key}={other}", "--ckpt_path", str(last)])
     assert exit_.value.code == 2
+    assert run_files(last) == written  # refused before the fit wrote config.yaml or an event file
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert (
@@ -260,9 +267,11 @@ def test_a_mid_epoch_resume_with_another_drop_last_is_one_sentence(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     last = stopped_in_epoch_1([*ARGS, *QUIET], BATCHES + 2)
+    written = run_files(last)
     with pytest.raises(SystemExit) as exit_:
         main(["fit", *ARGS, *QUIET, "--data.drop_last=true", "--ckpt_path", str(last)])
     assert exit_.value.code == 2
+    assert run_files(last) == written  # refused before the fit wrote config.yaml or an event file
     assert "(data.drop_last=true where the interrupted run had false); resume with data.drop_last=false" in (
         capsys.readouterr().err
     )

@@ -1057,6 +1057,10 @@ class StreamingTableDataModule(ResumableDataModule):
             return self._datasets[stage]
         trainer = self.trainer
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        return self.stream(stage, rank, world)
+
+    def stream(self, stage: Stage, rank: int, world: int) -> SplitStream:
+        """A split's :class:`SplitStream` for process ``rank`` of ``world``."""
         return SplitStream(
             self.groups,
             self.counts[:, CODE[stage]],
@@ -1068,6 +1072,10 @@ class StreamingTableDataModule(ResumableDataModule):
             world,
             self.settings.drop_last and stage == "train",
         )
+
+    @override
+    def batching(self, processes: int) -> dict[str, Any]:
+        return StreamLoader(self.stream("train", 0, processes), self._shuffle, False).batching()
 
     @override
     def train_dataloader(self) -> DataLoader:
