@@ -8,7 +8,6 @@ would import Lightning), so they start in the time their own imports take.
 """
 
 import importlib
-import os
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Future
 from typing import Any, TypeVar
@@ -39,11 +38,10 @@ def submit(purpose: str, function: Callable[..., T], *args: Any) -> "Future[T]":
     for _ in range(2):
         pool = _pools.get(purpose)
         if pool is None:
-            # at the lowest CPU priority: on a busy machine the training, not the work beside it, gets the
-            # cores first
-            pool = _pools[purpose] = ProcessPoolExecutor(
-                max_workers=1, timeout=IDLE_SECONDS, initializer=os.nice, initargs=(19,)
-            )
+            # at the training's own CPU priority: the fit waits for what its workers owe at its end, and a
+            # worker of a lower one gets next to no CPU on a machine busy with other work, so that the
+            # wait would last as long as the other work does
+            pool = _pools[purpose] = ProcessPoolExecutor(max_workers=1, timeout=IDLE_SECONDS)
         try:
             return pool.submit(function, *args)
         except (BrokenExecutor, RuntimeError):  # its worker died, or it was shut down: a new one
