@@ -27,6 +27,10 @@ class LatestCheckpoint(ModelCheckpoint):
     An exception inside a training step saves nothing: the step's batch is drawn and its update may be
     half made, so no state of that moment resumes exactly; the file from the last save stays as it was.
 
+    A save due at an epoch's last step waits for a later step (the next one, when saving by time): the
+    epoch's validation runs after that step, and a resume from a state saved before it would count the
+    validation as run without its score ever reaching the best checkpoint or early stopping.
+
     Args:
         dirpath: The folder; left out, ``checkpoints/`` in the logger's run folder.
         every_seconds: Training time between two saves; 0 saves at every step.
@@ -64,7 +68,8 @@ class LatestCheckpoint(ModelCheckpoint):
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         self.between_steps = True
-        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if batch_idx + 1 < trainer.num_training_batches:  # (the same on every rank: the decision is shared)
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
     @override
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
