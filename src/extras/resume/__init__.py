@@ -40,13 +40,17 @@ class Resume(Callback):
     file. With ``trainer.enable_checkpointing=false`` it writes nothing, and says so. On SLURM,
     Lightning's own SIGUSR1 handling saves and requeues instead.
 
-    In one process Lightning notices SIGTERM and stops; this callback saves. In several, Lightning's
-    handler broadcasts inside the signal handler, in the middle of whatever collective the process was
-    in, and the ranks hang; so during training this callback's own handler only notes the signal, and
-    at the end of each training batch the ranks agree (one all-reduce of that note) whether to stop:
-    all save together, say so and end; so do torchrun's workers whose torchrun was killed outright. A
-    rank that loses the others (a killed process, a taken port) leaves its error a note naming the last
-    checkpoint, and a launcher whose processes never met stops the ones it started.
+    During the fit this callback's own SIGTERM handler only notes the signal, and the fit stops at the end
+    of the next training batch, never inside a validation or an epoch's end: Lightning's own handling
+    stops within a validation, whose metrics then never reach the checkpoint, the best model's tracking
+    or early stopping's patience, and a resume counts that validation as run. A signal noted during the
+    last epoch's closing validation stops the fit at its end, before a test after it. In several
+    processes, the ranks agree at the end of each training batch (one all-reduce of the note) whether to
+    stop: all save together, say so and end; so do torchrun's workers whose torchrun was killed outright
+    (Lightning's handler broadcasts inside the signal handler, in the middle of whatever collective the
+    process was in, and the ranks hang). A rank that loses the others (a killed process, a taken port)
+    leaves its error a note naming the last checkpoint, and a launcher whose processes never met stops
+    the ones it started.
 
     ``cpu_threads``: torch's threads within one operation while the fit runs on the CPU
     (:class:`~src.extras.resume.threads.CpuThreads`): the shipped small nets train fastest with 1, and a
@@ -135,10 +139,10 @@ class Resume(Callback):
             torch.cuda.set_rng_state_all(state["cuda"])
 
     def _take_sigterm(self, trainer: L.Trainer) -> None:
-        """Several processes: SIGTERM is noted by this callback's handler instead of Lightning's (which
-        Lightning installs before the sanity check and restores when the fit ends)."""
-        if not self.preemption or trainer.world_size < 2 or self._noting:
-            return
+        """SIGTERM is noted by this callback's handler instead of Lightning's (which Lightning installs
+        before the sanity check and restores when the fit ends)."""
+        if not self.preemption or self._noting or trainer.received_sigterm:
+            return  # (Lightning's handler heard it first: Lightning stops at its next check)
         if threading.current_thread() is not threading.main_thread():  # only the main thread may
             return
         strategy = trainer.strategy
@@ -171,8 +175,11 @@ class Resume(Callback):
         orphaned = self._launcher_pid is not None and os.getppid() != self._launcher_pid
         # every rank ends every training batch here, so this all-reduce pairs up across ranks; any rank's
         # note stops them all at the same step
-        if not trainer.strategy.reduce_boolean_decision(self._signalled or orphaned, all=False):
-            return
+        if trainer.strategy.reduce_boolean_decision(self._signalled or orphaned, all=False):
+            self._stop(trainer, orphaned)
+
+    def _stop(self, trainer: L.Trainer, orphaned: bool = False) -> None:
+        """Every rank saves, says so and ends the fit."""
         saved = self._save(trainer)
         if saved is not None:
             # the run ends here: the file is whole before any rank leaves (Lightning's launcher kills
@@ -180,14 +187,22 @@ class Resume(Callback):
             trainer.strategy.checkpoint_io.teardown()
         trainer.strategy.barrier()
         self._stopped = True
-        who = f"rank {trainer.global_rank} of {trainer.world_size}"
-        why = "because its launcher is gone" if orphaned and not self._signalled else "by SIGTERM"
-        print(self._sentence(trainer, saved, who, why), flush=True)
+        if trainer.world_size == 1:
+            rank_zero_info(self._sentence(trainer, saved))
+        else:
+            who = f"rank {trainer.global_rank} of {trainer.world_size}"
+            why = "because its launcher is gone" if orphaned and not self._signalled else "by SIGTERM"
+            print(self._sentence(trainer, saved, who, why), flush=True)
         raise SIGTERMException
 
     @override
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        noted = self._noting and trainer.strategy.reduce_boolean_decision(self._signalled, all=False)
         self._give_back_sigterm()
+        if noted:
+            # noted after the last training batch (in the closing validation, at the epoch's end): the fit
+            # is over, and the stop goes before anything after it (a test)
+            self._stop(trainer)
 
     @override
     def on_exception(
@@ -203,11 +218,12 @@ class Resume(Callback):
             return
         if not isinstance(exception, SIGTERMException) or trainer.state.fn != TrainerFn.FITTING:
             return
-        if self._stopped:  # several processes: saved and said at the batch's end
+        if self._stopped:  # saved and said where the stop was decided
             return
         if trainer.global_step == 0:
-            # SIGTERM during the sanity check (or before the first optimizer step): its generators' state is
-            # taken inside the check's own, later undone, draws, and a fresh start is this very run anyway
+            # SIGTERM heard by Lightning's handler, before this callback's took over (the fit's setup): a
+            # state taken now holds the generators inside the sanity check's own, later undone, draws, and
+            # a fresh start is this very run anyway
             rank_zero_info(
                 "Stopped by SIGTERM before the first training step; nothing was saved: start the run again "
                 "with the same command."

@@ -1,6 +1,7 @@
 """A stop at any moment resumes bit for bit: SIGTERM at each point of an epoch where Lightning can stop
 (a step, the last step, the closing validation, the epoch's end hooks, a checkpoint write, the sanity
-check), the checkpoint a kill leaves after any step, and both at random moments on a busy machine."""
+check), the checkpoint a kill leaves after any step, and both at random moments on a busy machine. A
+SIGTERM lets a validation under way finish, so that no epoch's score is lost across the stop."""
 
 import contextlib
 import multiprocessing
@@ -26,9 +27,9 @@ from src.extras.resume import Resume
 from src.extras.resume.test_resume import BATCHES, COSINE, EPOCHS, fitted
 from src.extras.resume.test_resume import build as build_constant
 
-# A checkpoint written between an epoch's last step and its end (a kill or SIGTERM during the closing
-# validation) resumes with that epoch's validation counted as run, as Lightning resumes its own step
-# checkpoints: weights, optimizer and order go on exactly, the monitored value of that epoch is missing
+# A checkpoint written between an epoch's last step and its end (a best checkpoint written at the
+# validation's end) resumes with that epoch's validation counted as run, as Lightning resumes its own step
+# checkpoints: weights, optimizer and order go on exactly, the monitored value of that epoch is not logged
 pytestmark = pytest.mark.filterwarnings("ignore:`ModelCheckpoint\\(monitor='val/loss'\\)` could not find")
 
 
@@ -84,6 +85,9 @@ class SigtermAtHook(Callback):
         if not self.sent and name == self.hook and self.moment(trainer, args):
             self.sent = True
             os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_sanity_check_start(self, trainer: L.Trainer, *args: Any) -> None:
+        self._call("on_sanity_check_start", trainer, args)
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
         self._call("on_train_batch_start", trainer, args)
@@ -157,10 +161,27 @@ def test_a_sigterm_in_the_closing_validation_resumes_exactly_with_a_constant_lea
     assert_exact(stopped_and_resumed([], SigtermAtHook(hook, moment), run=build_constant), uninterrupted)
 
 
-def test_a_sigterm_before_the_first_step_saves_nothing_and_says_so(workdir: Path, caplog) -> None:
-    """The generators' state taken inside the sanity check is one that the check undoes: no checkpoint."""
+def test_a_sigterm_in_the_sanity_check_stops_after_the_first_step(workdir: Path, caplog) -> None:
+    """The signal is noted; the fit stops at the end of the first training batch, with its state saved."""
     first = build()
     first.trainer.callbacks.append(SigtermAtHook(*SIGTERM_POINTS["the-sanity-check"]))
+    with pytest.raises(SIGTERMException):
+        fitted(first)
+    (last,) = workdir.rglob("*.ckpt")
+    assert torch.load(last, weights_only=True)["global_step"] == 1
+    assert f"Stopped by SIGTERM after step 1; saved {last.relative_to(workdir)}. Resume with:" in caplog.text
+
+
+def heard_by_lightning() -> SigtermAtHook:
+    """SIGTERM sent just before the fit's own handler takes over, where Lightning's hears it (callbacks
+    run in their order: this one goes first)."""
+    return SigtermAtHook("on_sanity_check_start", lambda trainer, args: True)
+
+
+def test_a_sigterm_heard_before_the_first_step_saves_nothing_and_says_so(workdir: Path, caplog) -> None:
+    """Lightning stops inside the sanity check, whose generators' state it undoes after: no checkpoint."""
+    first = build()
+    first.trainer.callbacks.insert(0, heard_by_lightning())
     with pytest.raises(SIGTERMException):
         fitted(first)
     assert list(workdir.rglob("*.ckpt")) == []
@@ -168,6 +189,121 @@ def test_a_sigterm_before_the_first_step_saves_nothing_and_says_so(workdir: Path
         "Stopped by SIGTERM before the first training step; nothing was saved: start the run again with "
         "the same command." in caplog.text
     )
+
+
+def resumed_after_a_sigterm_heard_by_lightning() -> Any:
+    first = build()
+    first.trainer.callbacks.insert(0, heard_by_lightning())
+    with pytest.raises(SIGTERMException):
+        fitted(first)
+    saved = next(c for c in first.trainer.callbacks if isinstance(c, Resume)).saved
+    return fitted(build(), str(saved) if saved is not None else None)
+
+
+class CopyBestAt(Callback):
+    """Copies the best checkpoint written in epoch ``epoch``'s closing validation (its last step done,
+    the epoch not yet ended) once it is whole."""
+
+    def __init__(self, epoch: int, to: Path) -> None:
+        self.epoch, self.to = epoch, to
+
+    def on_train_epoch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.current_epoch == self.epoch:
+            trainer.strategy.checkpoint_io.wait()  # type: ignore[union-attr]  # BackgroundCheckpointIO
+            (best,) = [c for c in trainer.checkpoint_callbacks if c.monitor is not None]
+            assert f"epoch{self.epoch:03d}" in best.best_model_path  # written in this epoch's validation
+            self.to.write_bytes(Path(best.best_model_path).read_bytes())
+
+
+#: the best checkpoint written at the validation's end, inside the epoch (Lightning's own choice, with one
+#: validation an epoch, is the epoch's end)
+IN_VALIDATION = ["--best_checkpoint.init_args.save_on_train_epoch_end=false"]
+
+
+def resumed_from_the_best_of_epoch_1(workdir: Path) -> Any:
+    first = build(*IN_VALIDATION)
+    first.trainer.callbacks.append(CopyBestAt(1, workdir / "best.ckpt"))
+    fitted(first)
+    return fitted(build(*IN_VALIDATION), str(workdir / "best.ckpt"))
+
+
+def test_a_resume_from_a_checkpoint_written_in_the_closing_validation_is_exact(
+    workdir: Path, uninterrupted: dict[str, torch.Tensor]
+) -> None:
+    """A best checkpoint written within the epoch's closing validation: a resume from it re-enters that
+    epoch with all of its batches done, draws its order, and goes on exactly."""
+    assert_exact(resumed_from_the_best_of_epoch_1(workdir), uninterrupted)
+
+
+def tracked(run: Any) -> dict[str, Any]:
+    """What the fit tracks from each epoch's validation: the best checkpoint's score and file, and early
+    stopping's best and patience used."""
+    (best,) = [c for c in run.trainer.checkpoint_callbacks if c.monitor is not None]
+    stopping = run.trainer.early_stopping_callback
+    return {
+        "best score": best.best_model_score,
+        "best file": Path(best.best_model_path).name,
+        "stopping best": stopping.best_score,
+        "epochs without improvement": stopping.wait_count,
+    }
+
+
+@pytest.mark.parametrize(
+    "point", ["its-validation", pytest.param("its-last-validation-batch", marks=pytest.mark.slow)]
+)
+def test_a_sigterm_in_the_closing_validation_lets_it_finish_and_loses_no_epochs_score(
+    workdir: Path, point: str
+) -> None:
+    """The validation under way when SIGTERM comes is run to its end and counted (the best checkpoint
+    and early stopping see its score), and the fit stops at the next epoch's first step: the resumed
+    run tracks the same best and patience as the uninterrupted one."""
+    whole, before, after = Scores(), Scores(), Scores()
+    with pytest.MonkeyPatch.context() as patch:
+        (workdir / "whole").mkdir()
+        patch.chdir(workdir / "whole")
+        uninterrupted = build()
+        uninterrupted.trainer.callbacks.append(whole)
+        fitted(uninterrupted)
+    hook, moment = SIGTERM_POINTS[point]
+    first = build()
+    first.trainer.callbacks.extend([SigtermAtHook(hook, moment), before])
+    with pytest.raises(SIGTERMException):
+        fitted(first)
+    saved = next(c for c in first.trainer.callbacks if isinstance(c, Resume)).saved
+    assert torch.load(saved, weights_only=True)["global_step"] == 2 * BATCHES + 1
+    resumed = build()
+    resumed.trainer.callbacks.append(after)
+    fitted(resumed, str(saved))
+    assert before.seen + after.seen == whole.seen  # every epoch's validation, each counted once
+    assert [epoch for epoch, _ in whole.seen] == list(range(EPOCHS))
+    assert tracked(resumed) == tracked(uninterrupted)
+
+
+def test_a_sigterm_in_the_last_validation_stops_at_the_fits_end(
+    workdir: Path, uninterrupted: dict[str, torch.Tensor], caplog: pytest.LogCaptureFixture
+) -> None:
+    """No training batch follows: the fit stops once it is over (before a test would start), saved."""
+    first = build()
+    last_epoch = lambda trainer, args: trainer.current_epoch == EPOCHS - 1 and not trainer.sanity_checking  # noqa: E731
+    first.trainer.callbacks.append(SigtermAtHook("on_validation_batch_start", last_epoch))
+    with pytest.raises(SIGTERMException):
+        fitted(first)
+    saved = next(c for c in first.trainer.callbacks if isinstance(c, Resume)).saved
+    assert saved is not None
+    assert torch.load(saved, weights_only=True)["global_step"] == EPOCHS * BATCHES
+    assert f"Stopped by SIGTERM after step {EPOCHS * BATCHES}; saved " in caplog.text
+    assert_exact(fitted(build(), str(saved)), uninterrupted)
+
+
+class Scores(Callback):
+    """Each validation that ran to its end: the epoch and its val/loss."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, float]] = []
+
+    def on_validation_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if not trainer.sanity_checking:
+            self.seen.append((trainer.current_epoch, float(trainer.callback_metrics["val/loss"])))
 
 
 class SigtermWhileWriting(AtomicCheckpointIO):
@@ -187,7 +323,7 @@ class SigtermWhileWriting(AtomicCheckpointIO):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("step", [BATCHES + 2, 2 * BATCHES - 1, 2 * BATCHES])
+@pytest.mark.parametrize("step", [BATCHES + 2, 2 * BATCHES - 1, 2 * BATCHES + 1])
 def test_a_sigterm_during_a_background_checkpoint_write_resumes_exactly(
     workdir: Path, uninterrupted: dict[str, torch.Tensor], step: int
 ) -> None:
@@ -205,19 +341,24 @@ def test_a_sigterm_during_a_background_checkpoint_write_resumes_exactly(
     "step",
     [
         pytest.param(BATCHES + 3, marks=pytest.mark.slow),
-        2 * BATCHES,  # the epoch's last step: a kill during its closing validation leaves this one
+        2 * BATCHES,  # the epoch's last step, whose save waits: a kill in its closing validation
         pytest.param(2 * BATCHES + 1, marks=pytest.mark.slow),
     ],
 )
 def test_the_checkpoint_a_kill_leaves_after_any_step_resumes_exactly(
     workdir: Path, uninterrupted: dict[str, torch.Tensor], step: int
 ) -> None:
-    """What a kill after ``step`` leaves: last.ckpt as written at that step's end (whole: atomic writes)."""
+    """What a kill after ``step`` leaves: last.ckpt as written at that step's end (whole: atomic writes),
+    or, after an epoch's last step, the step before's, so that the resume runs that epoch's validation."""
     first = build(*EVERY_STEP)
     first.trainer.callbacks.append(CopyLastAt(step, workdir / "killed.ckpt"))
     fitted(first)
-    assert torch.load(workdir / "killed.ckpt", weights_only=True)["global_step"] == step
-    assert_exact(fitted(build(*EVERY_STEP), str(workdir / "killed.ckpt")), uninterrupted)
+    written = step - 1 if step % BATCHES == 0 else step
+    assert torch.load(workdir / "killed.ckpt", weights_only=True)["global_step"] == written
+    resumed, scores = build(*EVERY_STEP), Scores()
+    resumed.trainer.callbacks.append(scores)
+    assert_exact(fitted(resumed, str(workdir / "killed.ckpt")), uninterrupted)
+    assert [epoch for epoch, _ in scores.seen] == list(range(written // BATCHES, EPOCHS))
 
 
 class CopyLastAt(Callback):

@@ -51,9 +51,7 @@ def test_cuts_catch_a_loader_that_forgets_an_epoch_closing_its_validation(
     # epoch: without its position the resume draws the epoch's order again, and the next epoch's is off
     mutate(monkeypatch, ResumableLoader, "position", " or self.closing()", "")
     with pytest.raises(AssertionError):
-        cuts.test_a_sigterm_at_each_point_of_an_epoch_resumes_exactly(
-            workdir, cuts.uninterrupted_in(workdir), "its-validation"
-        )
+        cuts.assert_exact(cuts.resumed_from_the_best_of_epoch_1(workdir), cuts.uninterrupted_in(workdir))
 
 
 def test_cuts_catch_a_loader_that_skips_the_batches_done_only_when_asked_for_one(
@@ -69,9 +67,7 @@ def test_cuts_catch_a_loader_that_skips_the_batches_done_only_when_asked_for_one
         "batches = itertools.islice(batches, skip, None)",
     )
     with pytest.raises(AssertionError):
-        cuts.test_a_sigterm_at_each_point_of_an_epoch_resumes_exactly(
-            workdir, cuts.uninterrupted_in(workdir), "its-validation"
-        )
+        cuts.assert_exact(cuts.resumed_from_the_best_of_epoch_1(workdir), cuts.uninterrupted_in(workdir))
 
 
 def test_cuts_catch_a_preemption_that_saves_inside_the_sanity_check(
@@ -82,6 +78,4 @@ def test_cuts_catch_a_preemption_that_saves_inside_the_sanity_check(
     # while the background writer still writes into it
     mutate(monkeypatch, Resume, "on_exception", "if trainer.global_step == 0:", "if False:")
     with pytest.raises((AssertionError, FileNotFoundError)):
-        cuts.test_a_sigterm_at_each_point_of_an_epoch_resumes_exactly(
-            workdir, cuts.uninterrupted_in(workdir), "the-sanity-check"
-        )
+        cuts.assert_exact(cuts.resumed_after_a_sigterm_heard_by_lightning(), cuts.uninterrupted_in(workdir))
