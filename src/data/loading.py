@@ -11,6 +11,7 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.accelerators import CUDAAccelerator
+from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader, Dataset
 from typing_extensions import override
 
@@ -397,6 +398,12 @@ class ResumableDataModule(L.LightningDataModule, ABC):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """The training order's state; in a resumed fit, first :meth:`check_resume`, unless the CLI did
+        already (evaluations of a checkpoint take any data)."""
+        fitting = self.trainer is not None and self.trainer.state.fn == TrainerFn.FITTING
+        if fitting and not self.resume_checked:
+            self.check_resume(state_dict)
+        self.resume_checked = False
         if "shuffle" in state_dict:
             self._shuffle.set_state(state_dict["shuffle"])
         self._loader_state = state_dict.get("loader")

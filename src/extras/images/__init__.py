@@ -27,7 +27,17 @@ from torch.utils.data import Dataset
 from typing_extensions import override
 
 from src.checkpoints import load_checkpoint
-from src.data.loading import ResumableDataModule, Stage, TensorBatches, check_fractions
+from src.data.loading import (
+    TESTED,
+    TRAINED,
+    VALIDATED,
+    ResumableDataModule,
+    Stage,
+    TensorBatches,
+    check_fractions,
+    check_split,
+    split_record,
+)
 from src.errors import UserInputError, notice
 from src.files import TEMPORARY, alive, special_file, temporary_name
 
@@ -136,6 +146,14 @@ class Source:
     where: str
     paths: list[Path]
     labels: np.ndarray  # (N,) str, as the class folders or the CSV name them
+    root: Path  # the folder, or the CSV's folder (which its relative paths are read from)
+
+    def names(self) -> list[str]:
+        """Each image's path as the data names it: inside the folder, or as its CSV row writes it."""
+        return [
+            (path.relative_to(self.root) if path.is_relative_to(self.root) else path).as_posix()
+            for path in self.paths
+        ]
 
 
 def folder_source(folder: Path, where: str) -> Source:
@@ -160,7 +178,7 @@ def folder_source(folder: Path, where: str) -> Source:
             )
         paths += found
         labels += [class_folder.name] * len(found)
-    return Source(where, paths, np.array(labels, dtype=object))
+    return Source(where, paths, np.array(labels, dtype=object), folder)
 
 
 def csv_source(csv: Path, where: str) -> Source:
@@ -195,7 +213,7 @@ def csv_source(csv: Path, where: str) -> Source:
                 f"{where} row {row + 1} names {str(path)!r}, which does not exist (relative paths are read "
                 "from the CSV's folder)."
             )
-    return Source(where, paths, frame["label"].to_numpy(dtype=object))
+    return Source(where, paths, frame["label"].to_numpy(dtype=object), csv.parent)
 
 
 @dataclass(frozen=True)
@@ -471,6 +489,9 @@ class ImageDataModule(ResumableDataModule):
         num_workers: Loader worker processes; 0 loads in the main process (best for images in memory,
             see ``src/extras/images/bench.py``).
         drop_last: Drop the last, smaller training batch of each epoch.
+        resplit_on_resume: Let a resumed fit go on with other images or split settings than its
+            checkpoint's run split them with (images it held out may then be trained on); left false,
+            such a resume is refused.
     """
 
     @classmethod
@@ -497,6 +518,7 @@ class ImageDataModule(ResumableDataModule):
         in_memory: bool = True,
         num_workers: int = 0,
         drop_last: bool = False,
+        resplit_on_resume: bool = False,
     ) -> None:
         super().__init__(seed, batch_size, num_workers, drop_last)
         if folder is not None and csv is not None:
@@ -583,6 +605,26 @@ class ImageDataModule(ResumableDataModule):
                 f"{counts.min()} image(s): add images or remove that class."
             ) from err
         return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
+
+    @cached_property
+    def split_record(self) -> dict[str, Any]:
+        """What the split was made from, saved in every checkpoint for a resumed fit to compare
+        (:func:`check_split`): a hash of each image's path (:meth:`Source.names`), label and file size,
+        the split it went to, and the settings that split them."""
+        source, hp = self.source, self.settings
+        # the size from a stat, not the bytes: hashing the pixels would read every image once more at
+        # each setup, a pass over a large data set (a file rewritten to the same size goes unseen)
+        sizes = [path.stat().st_size for path in source.paths]
+        frame = pd.DataFrame({"path": source.names(), "label": source.labels.astype(str), "bytes": sizes})
+        splits = np.full(len(frame), TRAINED, np.uint8)
+        splits[self.split_items["val"]] = VALIDATED
+        splits[self.split_items["test"]] = TESTED
+        settings = {
+            "data.seed": hp.seed,
+            "data.val_fraction": hp.val_fraction,
+            "data.test_fraction": hp.test_fraction,
+        }
+        return split_record(pd.util.hash_pandas_object(frame, index=False).to_numpy(), splits, settings)
 
     # -- what is fitted (or read from preprocessing_from's checkpoint) -------------------------------
 
@@ -752,7 +794,8 @@ class ImageDataModule(ResumableDataModule):
     @override
     def state_dict(self) -> dict[str, Any]:
         """Saved in every checkpoint: what was fitted (label names, mode, size, statistics) as tensors and
-        plain data, and the shuffle and augmentation generators' states, for an exact resume."""
+        plain data, what the split was made from, and the shuffle and augmentation generators' states,
+        for an exact resume."""
         mean, std = self.stats
         return {
             "label_names": list(self.label_names),
@@ -760,13 +803,24 @@ class ImageDataModule(ResumableDataModule):
             "size": list(self.size),
             "mean": mean.clone(),
             "std": std.clone(),
+            "split": self.split_record,
             "augment": self._augment.get_state(),
             **super().state_dict(),
         }
 
     @override
+    def check_resume(self, state_dict: dict[str, Any]) -> None:
+        """A resumed fit goes on with its run's split (:func:`check_split`)."""
+        check_split(
+            state_dict.get("split"), self.split_record, self.settings.resplit_on_resume, "image",
+            "data.resplit_on_resume",
+        )  # fmt: skip
+
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """A checkpoint's fitted state wins over one fitted anew (say, on a folder that changed since)."""
+        """A resumed fit goes on with its run's split (:meth:`check_resume`, first); a checkpoint's fitted
+        state wins over one fitted anew (say, for an evaluation on a folder that changed since)."""
+        super().load_state_dict(state_dict)
         if list(state_dict["label_names"]) != self.__dict__.get("label_names"):
             self._datasets.clear()
             self.__dict__.pop("targets", None)
@@ -777,7 +831,6 @@ class ImageDataModule(ResumableDataModule):
             stats=(state_dict["mean"].float().clone(), state_dict["std"].float().clone()),
         )
         self._augment.set_state(state_dict["augment"])
-        super().load_state_dict(state_dict)
 
     # -- batches --------------------------------------------------------------------------------------
 

@@ -19,7 +19,17 @@ import torch
 from typing_extensions import override
 
 from src.checkpoints import load_checkpoint
-from src.data.loading import ResumableDataModule, Stage, TensorBatches, check_fractions
+from src.data.loading import (
+    TESTED,
+    TRAINED,
+    VALIDATED,
+    ResumableDataModule,
+    Stage,
+    TensorBatches,
+    check_fractions,
+    check_split,
+    split_record,
+)
 from src.errors import UserInputError, notice
 from src.files import special_file
 
@@ -164,6 +174,9 @@ class TextDataModule(ResumableDataModule):
         batch_size: Windows per batch, per process.
         num_workers: Loader worker processes; 0 loads in the main process (best for in-memory data).
         drop_last: Drop the last, smaller training batch of each epoch.
+        resplit_on_resume: Let a resumed fit go on with another text or other split settings than its
+            checkpoint's run split it with (text it held out may then be trained on); left false, such a
+            resume is refused.
     """
 
     def __init__(
@@ -180,6 +193,7 @@ class TextDataModule(ResumableDataModule):
         batch_size: int = 64,
         num_workers: int = 0,
         drop_last: bool = False,
+        resplit_on_resume: bool = False,
     ) -> None:
         super().__init__(seed, batch_size, num_workers, drop_last)
         check_fractions(val_fraction, test_fraction, "text")
@@ -199,6 +213,7 @@ class TextDataModule(ResumableDataModule):
         self.min_count = min_count
         self.predict_path = predict_path
         self.preprocessing_from = preprocessing_from
+        self.resplit_on_resume = resplit_on_resume
         self._datasets: dict[Stage, TensorBatches] = {}
 
     # -- the text -------------------------------------------------------------------------------------
@@ -234,6 +249,24 @@ class TextDataModule(ResumableDataModule):
         """The text of one split."""
         start, end = self.stretches[stage]
         return self.text[start:end]
+
+    @cached_property
+    def split_record(self) -> dict[str, Any]:
+        """What the split was made from, saved in every checkpoint for a resumed fit to compare
+        (:func:`check_split`): a hash of each line of the text, the split of the stretch it ends in (a
+        line that runs across two stretches counts as the later, held-out one's), and the fractions
+        that set the stretches. Lines rather than the stretches' ends: text added, removed or edited
+        anywhere is named by the lines it touches, an edit that keeps the text's length too."""
+        lines = pd.Series(self.text.splitlines(keepends=True), dtype=object)
+        # a line by its text and how many equal lines come before it, so that repeated lines (blank
+        # ones) are items of their own, each with its own split
+        frame = pd.DataFrame({"line": lines, "repeat": lines.groupby(lines).cumcount()})
+        last = np.cumsum(lines.str.len().to_numpy()) - 1  # (L,) offset of each line's last character
+        ends = [self.stretches["train"][1], self.stretches["val"][1]]
+        splits = np.array([TRAINED, VALIDATED, TESTED])[np.searchsorted(ends, last, side="right")]
+        # block_size and stride cut each stretch into windows but move no character into another
+        settings = {"data.val_fraction": self.val_fraction, "data.test_fraction": self.test_fraction}
+        return split_record(pd.util.hash_pandas_object(frame, index=False).to_numpy(), splits, settings)
 
     # -- what is fitted on the training stretch -------------------------------------------------------
 
@@ -324,19 +357,32 @@ class TextDataModule(ResumableDataModule):
 
     # -- checkpoints ----------------------------------------------------------------------------------
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         """Saved in every checkpoint (Lightning calls it): the vocabulary and the window length, as plain
-        data, and the training shuffle's generator, so that a resumed run draws the same orders."""
+        data, what the split was made from, and the training shuffle's generator, so that a resumed run
+        draws the same orders."""
         return {
             "vocabulary": list(self.vocabulary.characters),
             "block_size": self.block_size,
+            "split": self.split_record,
             **super().state_dict(),
         }
 
+    @override
+    def check_resume(self, state_dict: dict[str, Any]) -> None:
+        """A resumed fit goes on with its run's split (:func:`check_split`)."""
+        check_split(
+            state_dict.get("split"), self.split_record, self.resplit_on_resume, "line",
+            "data.resplit_on_resume",
+        )  # fmt: skip
+
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """A checkpoint's vocabulary wins over one fitted anew (say, on a text that changed since)."""
+        """A resumed fit goes on with its run's split (:meth:`check_resume`, first); a checkpoint's
+        vocabulary wins over one fitted anew (say, for an evaluation on a text that changed since)."""
+        super().load_state_dict(state_dict)
         restored = Vocabulary(tuple(state_dict["vocabulary"]))
         if restored != self.vocabulary:
             self.__dict__["vocabulary"] = restored
             self._datasets.clear()
-        super().load_state_dict(state_dict)
