@@ -3,6 +3,7 @@ added, removed or edited since, or another split setting, would move held-out ro
 Evaluations of a checkpoint take any data."""
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -40,37 +41,53 @@ def last(workdir: Path) -> Path:
     return Path(first.trainer.log_dir) / "checkpoints" / "last.ckpt"
 
 
-def test_a_resume_on_rows_added_since_is_refused_and_goes_on_only_when_told(
-    last: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
-) -> None:
+def assert_refused_then_resplit(
+    last: Path,
+    fit: Callable[..., CLI],
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    item: str,
+    change: str,
+) -> str:
+    """A resume from ``last`` (one epoch; ``fit`` runs the words of the run) on changed data: refused in one
+    sentence naming the ``change`` to the ``item``s, before the fit writes into the run folder; with
+    ``--data.resplit_on_resume=true`` it goes on, saying how many changed split, and the option is not
+    carried on. The notice's counts, after the change."""
     before = last.read_bytes()
     run = last.parent.parent
     config, events = (run / "config.yaml").stat(), sorted(run.rglob("events.out.tfevents.*"))
-    pd.concat([spiral_rows(600, 0), spiral_rows(201, 1)]).to_csv("rows.csv", index=False)
     sentence = refused(capsys, lambda: fit("--trainer.max_epochs=2", "--ckpt_path=last"))
     assert sentence == (
-        "error: the checkpoint's run split other rows into training, validation and test (201 rows "
-        "added), and a resumed fit goes on with that split only, so that rows it held out are never "
-        "trained on; start a new run (leave out --ckpt_path), or pass --data.resplit_on_resume=true to go "
-        "on with the new split."
+        f"error: the checkpoint's run split other {item}s into training, validation and test ({change}), "
+        f"and a resumed fit goes on with that split only, so that {item}s it held out are never trained "
+        "on; start a new run (leave out --ckpt_path), or pass --data.resplit_on_resume=true to go on with "
+        "the new split."
     )
     assert last.read_bytes() == before
     # refused before the fit writes into the run folder: its config.yaml as it was, no new event file
     assert (run / "config.yaml").stat().st_mtime_ns == config.st_mtime_ns
     assert "max_epochs: 1" in (run / "config.yaml").read_text()
     assert sorted(run.rglob("events.out.tfevents.*")) == events
-    # told to, it goes on, and says how many rows changed split
+    # told to, it goes on, and says how many items changed split
     with caplog.at_level(logging.INFO):
         resumed = fit("--trainer.max_epochs=2", "--ckpt_path=last", "--data.resplit_on_resume=true")
     assert resumed.trainer.current_epoch == 2
     (said,) = [r.getMessage() for r in caplog.records if "resplit_on_resume" in r.getMessage()]
     moved = said.split(": ", 1)[1]
-    assert moved.startswith("the fit goes on with a new split (201 rows added): ")
-    assert " rows changed split, " in moved
-    assert " of them held out before and trained on now." in moved
+    assert moved.startswith(f"the fit goes on with a new split ({change}): ")
+    assert f" {item}s changed split, " in moved or f" {item} changed split, " in moved
+    assert moved.endswith(" of them held out before and trained on now.")
     # the checkpoints of the resplit run record its new split, and the option is not carried on
     assert "resplit_on_resume" not in str(torch.load(last, weights_only=True)["config"])
     assert fit("--trainer.max_epochs=3", "--ckpt_path=last").trainer.current_epoch == 3
+    return moved
+
+
+def test_a_resume_on_rows_added_since_is_refused_and_goes_on_only_when_told(
+    last: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    pd.concat([spiral_rows(600, 0), spiral_rows(201, 1)]).to_csv("rows.csv", index=False)
+    assert_refused_then_resplit(last, fit, capsys, caplog, "row", "201 rows added")
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,6 @@
 not: images added, removed or edited since (a path, a label, a file size), or another seed or fraction,
 would move held-out images into training. Evaluations of the checkpoint take any images."""
 
-import logging
 import shutil
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from PIL import Image
 from src.cli import CLI, main
 from src.errors import UserInputError
 from tests.conftest import BARE, CONFIGS, QUIET
+from tests.test_resumed_data import assert_refused_then_resplit
 from tests.test_run_folders import refused
 
 CLASSES = ("cat", "dog", "owl")
@@ -63,30 +63,8 @@ def last(workdir: Path) -> Path:
 def test_a_resume_on_images_added_since_is_refused_and_goes_on_only_when_told(
     last: Path, workdir: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    before = last.read_bytes()
-    run = last.parent.parent
-    config, events = (run / "config.yaml").stat(), sorted(run.rglob("events.out.tfevents.*"))
     add(workdir / "images", 2, 30)
-    assert refused(capsys, resumed) == (
-        "error: the checkpoint's run split other images into training, validation and test (6 images "
-        "added), and a resumed fit goes on with that split only, so that images it held out are never "
-        "trained on; start a new run (leave out --ckpt_path), or pass --data.resplit_on_resume=true to go "
-        "on with the new split."
-    )
-    assert last.read_bytes() == before
-    # refused before the fit writes into the run folder: its config.yaml as it was, no new event file
-    assert (run / "config.yaml").stat().st_mtime_ns == config.st_mtime_ns
-    assert sorted(run.rglob("events.out.tfevents.*")) == events
-    # told to, it goes on, and says how many images changed split
-    with caplog.at_level(logging.INFO):
-        assert resumed("--data.resplit_on_resume=true").trainer.current_epoch == 2
-    (said,) = [r.getMessage() for r in caplog.records if "resplit_on_resume" in r.getMessage()]
-    moved = said.split(": ", 1)[1]
-    assert moved.startswith("the fit goes on with a new split (6 images added): ")
-    assert moved.endswith(" of them held out before and trained on now.")
-    # the checkpoints of the resplit run record its new split, and the option is not carried on
-    assert "resplit_on_resume" not in str(torch.load(last, weights_only=True)["config"])
-    assert fit("--trainer.max_epochs=3", "--ckpt_path=last").trainer.current_epoch == 3
+    assert_refused_then_resplit(last, fit, capsys, caplog, "image", "6 images added")
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from src.data.loading import check_split
 from src.errors import UserInputError
 from src.extras.text import TextDataModule
 from tests.conftest import BARE, QUIET, tiny
+from tests.test_resumed_data import assert_refused_then_resplit
 from tests.test_run_folders import refused
 
 
@@ -58,31 +59,10 @@ def last(workdir: Path) -> Path:
 def test_a_resume_on_lines_added_since_is_refused_and_goes_on_only_when_told(
     last: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    before = last.read_bytes()
-    run = last.parent.parent
-    config, events = (run / "config.yaml").stat(), sorted(run.rglob("events.out.tfevents.*"))
     write(lines(400, 0) + lines(20, 1))
-    assert refused(capsys, resumed) == (
-        "error: the checkpoint's run split other lines into training, validation and test (20 lines "
-        "added), and a resumed fit goes on with that split only, so that lines it held out are never "
-        "trained on; start a new run (leave out --ckpt_path), or pass --data.resplit_on_resume=true to go "
-        "on with the new split."
-    )
-    assert last.read_bytes() == before
-    # refused before the fit writes into the run folder: its config.yaml as it was, no new event file
-    assert (run / "config.yaml").stat().st_mtime_ns == config.st_mtime_ns
-    assert sorted(run.rglob("events.out.tfevents.*")) == events
-    # told to, it goes on, and says how many lines changed split: the stretches' ends moved on
-    with caplog.at_level(logging.INFO):
-        assert resumed("--data.resplit_on_resume=true").trainer.current_epoch == 2
-    (said,) = [r.getMessage() for r in caplog.records if "resplit_on_resume" in r.getMessage()]
-    moved = said.split(": ", 1)[1]
-    assert moved.startswith("the fit goes on with a new split (20 lines added): ")
-    assert moved.endswith(" of them held out before and trained on now.")
+    # the stretches' ends moved on: some lines changed split
+    moved = assert_refused_then_resplit(last, fit, capsys, caplog, "line", "20 lines added")
     assert " 0 lines changed split" not in moved
-    # the checkpoints of the resplit run record its new split, and the option is not carried on
-    assert "resplit_on_resume" not in str(torch.load(last, weights_only=True)["config"])
-    assert fit("--trainer.max_epochs=3", "--ckpt_path=last").trainer.current_epoch == 3
 
 
 @pytest.mark.parametrize(
