@@ -11,7 +11,6 @@ from typing import Any, Literal, cast, get_args
 import numpy as np
 import pandas as pd
 import torch
-from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import AttributeDict
 from sklearn.model_selection import KFold, StratifiedKFold, train_test_split
 from sklearn.utils.class_weight import compute_class_weight
@@ -387,17 +386,13 @@ class TabularDataModule(ResumableDataModule):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """A resumed fit goes on with its run's split (:func:`check_split`); a checkpoint's preprocessing
-        wins over one fitted anew (say, for an evaluation on a file that changed since)."""
-        fitting = self.trainer is not None and self.trainer.state.fn == TrainerFn.FITTING
-        if fitting and not self.resume_checked:
-            self.check_resume(state_dict)
-        self.resume_checked = False
+        """A resumed fit goes on with its run's split (:meth:`check_resume`, first); a checkpoint's
+        preprocessing wins over one fitted anew (say, for an evaluation on a file that changed since)."""
+        super().load_state_dict(state_dict)
         restored = Preprocessor.from_state(state_dict["preprocessing"])
         if restored != self.preprocessor:
             self.__dict__["preprocessor"] = restored
             self._datasets.clear()
-        super().load_state_dict(state_dict)
 
 
 assert set(sources.BUNDLED) < set(get_args(Source))
