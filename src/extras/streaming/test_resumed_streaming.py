@@ -164,8 +164,10 @@ def test_a_resume_outside_the_cli_is_checked_when_the_datamodule_is_restored(
 
 
 def test_the_same_rows_resume_and_evaluations_take_any_rows(last: Path, workdir: Path) -> None:
-    """Unchanged files go on (in the middle of an epoch too: test_streaming.py's resume tests); test and
-    predict from the checkpoint use its fitted preprocessing on whatever files they are given."""
+    """Unchanged files go on, written again as they were too (copied elsewhere: a new time of change), in
+    the middle of an epoch too (test_streaming.py's resume tests); test and predict from the checkpoint
+    use its fitted preprocessing on whatever files they are given."""
+    write_folder(ROWS, rows())
     assert resume().trainer.current_epoch == 2
     frame_of(130, seed=1).to_parquet(ROWS / "part-3.parquet", row_group_size=60)
     edit_rows(ROWS / "part-1.parquet")
