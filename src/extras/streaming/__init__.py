@@ -29,8 +29,8 @@ time, read by pyarrow (src/extras/streaming/README.md):
   done) is saved as :class:`~src.data.loading.ResumableDataModule` saves it; the resumed loader
   finds the window of its next batch from the row counts alone, without reading what it skips. A
   resumed fit goes on only with the rows its run split: each checkpoint records a hash of what each row
-  group's footer says of it (:func:`footer_digest`) and its rows in each split, compared from the
-  footers alone.
+  group's footer says of it (:func:`footer_digest`) and its rows in each split, compared without a
+  pass over the rows.
 """
 
 import hashlib
@@ -985,7 +985,7 @@ class StreamingTableDataModule(ResumableDataModule):
     @cached_property
     def split_record(self) -> dict[str, Any]:
         """What the split was made from, saved in every checkpoint for a resumed fit to compare
-        (:func:`check_split`) without reading a row: per row group a hash of its footer's record
+        (:func:`check_split`) without a pass over the rows: per row group a hash of its footer's record
         (:func:`footer_digest`, of the columns read) and its rows with a target in each split, and the
         settings that split them."""
         hp, split = self.settings, self.split
