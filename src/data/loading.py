@@ -243,8 +243,8 @@ def check_split(
     says how many of the data's items (each an ``item``) changed split.
 
     Where each of the record's items holds many ``item``s (``part``: a row group of rows; its ``splits``
-    the counts in each split), ``moved`` counts the ``item``s that changed split and those of them held
-    out before and trained on now."""
+    the counts in each split), ``moved`` (needed then) counts the ``item``s that changed split and those
+    of them held out before and trained on now."""
     if saved is None:
         return
     old, new = saved["items"].numpy(), now["items"].numpy()
