@@ -4,7 +4,7 @@ loaders of the splits, and a training loader that resumes in the middle of an ep
 import itertools
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Iterator, Sized
+from collections.abc import Callable, Iterator, Sized
 from typing import Any, Literal, cast
 
 import lightning as L
@@ -218,26 +218,38 @@ TRAINED, VALIDATED, TESTED = 0, 1, 2
 
 def split_record(items: np.ndarray, splits: np.ndarray, settings: dict[str, Any]) -> dict[str, Any]:
     """What a split was made from, as a checkpoint keeps it (tensors and plain data): ``items``, a 64-bit
-    hash of each item in the data's order; ``splits``, the split each went to (:data:`TRAINED` ...); and
+    hash of each item in the data's order; ``splits``, the split each went to (:data:`TRAINED` ...), or
+    ``(items, 3)`` the count of each one's rows in each split where an item holds many (a row group); and
     the settings that split them, by their config keys (``data.seed``)."""
+    counts = np.ndim(splits) == 2
     return {
         "items": torch.from_numpy(np.array(items, np.uint64).view(np.int64)),  # a copy: pandas' is read-only
-        "splits": torch.from_numpy(np.array(splits, np.uint8)),
+        "splits": torch.from_numpy(np.array(splits, np.int64 if counts else np.uint8)),
         "settings": dict(settings),
     }
 
 
 def check_split(
-    saved: dict[str, Any] | None, now: dict[str, Any], resplit: bool, item: str, option: str
+    saved: dict[str, Any] | None,
+    now: dict[str, Any],
+    resplit: bool,
+    item: str,
+    option: str,
+    part: str | None = None,
+    moved: Callable[[], tuple[int, int]] | None = None,
 ) -> None:
     """Refuses, in one sentence, a resumed fit given other data or split settings than its checkpoint's
     run split (``saved`` and ``now``: :func:`split_record`'s; ``None`` from a checkpoint that did not
     record it), unless ``resplit`` (the DataModule's ``option``) accepts the new split: then one line
-    says how many of the data's items (each an ``item``) changed split."""
+    says how many of the data's items (each an ``item``) changed split.
+
+    Where each of the record's items holds many ``item``s (``part``: a row group of rows; its ``splits``
+    the counts in each split), ``moved`` (needed then) counts the ``item``s that changed split and those
+    of them held out before and trained on now."""
     if saved is None:
         return
     old, new = saved["items"].numpy(), now["items"].numpy()
-    changes = _item_changes(old, new, item) + [
+    changes = _item_changes(old, new, part or item) + [
         f"{key}={_shown(value)} where it had {_shown(saved['settings'][key])}"
         for key, value in now["settings"].items()
         if key in saved["settings"] and saved["settings"][key] != value
@@ -245,23 +257,30 @@ def check_split(
     was, is_now = saved["splits"].numpy(), now["splits"].numpy()
     if not changes and np.array_equal(was, is_now):
         return
-    said = "; ".join(changes or [f"the same {item}s, split otherwise"])
+    said = "; ".join(changes or [f"the same {part or item}s, split otherwise"])
     if not resplit:
         raise UserInputError(
             f"the checkpoint's run split other {item}s into training, validation and test ({said}), and a "
             f"resumed fit goes on with that split only, so that {item}s it held out are never trained on; "
             f"start a new run (leave out --ckpt_path), or pass --{option}=true to go on with the new split."
         )
-    # each item found in both by its hash: the split it was in, and the one it is in now
+    changed, into_training = moved() if moved is not None else _moved(saved, now)
+    notice(
+        f"{option}: the fit goes on with a new split ({said}): {_count(changed, item)} changed split, "
+        f"{into_training} of them held out before and trained on now."
+    )
+
+
+def _moved(saved: dict[str, Any], now: dict[str, Any]) -> tuple[int, int]:
+    """Of the items both records hold, found by their hashes: those whose split changed, and those of them
+    held out before and trained on now (one split per item)."""
+    old, new = saved["items"].numpy(), now["items"].numpy()
     keys, first = np.unique(old, return_index=True)
     at = np.searchsorted(keys, new).clip(max=len(keys) - 1)
-    before = was[first[at]]
+    before, is_now = saved["splits"].numpy()[first[at]], now["splits"].numpy()
     moved = (keys[at] == new) & (before != is_now)
     into_training = moved & (before != TRAINED) & (is_now == TRAINED)
-    notice(
-        f"{option}: the fit goes on with a new split ({said}): {_count(int(moved.sum()), item)} changed "
-        f"split, {int(into_training.sum())} of them held out before and trained on now."
-    )
+    return int(moved.sum()), int(into_training.sum())
 
 
 def _item_changes(old: np.ndarray, new: np.ndarray, item: str) -> list[str]:

@@ -27,9 +27,13 @@ time, read by pyarrow (src/extras/streaming/README.md):
   with types that do not mix, or that lack one, are refused before the run, naming two files.
 - **Resume** in mid-epoch: the loader's position (the order's generator before the epoch, the batches
   done) is saved as :class:`~src.data.loading.ResumableDataModule` saves it; the resumed loader
-  finds the window of its next batch from the row counts alone, without reading what it skips.
+  finds the window of its next batch from the row counts alone, without reading what it skips. A
+  resumed fit goes on only with the rows its run split: each checkpoint records a hash of what each row
+  group's footer says of it (:func:`footer_digest`) and its rows in each split, compared without a
+  pass over the rows.
 """
 
+import hashlib
 import itertools
 import logging
 import math
@@ -61,12 +65,17 @@ from src.data.datamodule import (
     preprocessing_of,
 )
 from src.data.loading import (
+    TESTED,
+    TRAINED,
+    VALIDATED,
     ResumableDataModule,
     ResumableLoader,
     Stage,
     TensorBatches,
     check_fractions,
+    check_split,
     keep_batch,
+    split_record,
 )
 from src.data.preprocessing import (
     CategoricalColumn,
@@ -84,8 +93,8 @@ from src.errors import UserInputError
 log = logging.getLogger(__name__)
 
 SPLITS: tuple[Stage, ...] = ("train", "val", "test")
-#: a split's code in :func:`split_codes`' result
-CODE = {stage: code for code, stage in enumerate(SPLITS)}
+#: a split's code in :func:`split_codes`' result, as a split record counts them
+CODE = {"train": TRAINED, "val": VALIDATED, "test": TESTED}
 
 
 # -- the files ----------------------------------------------------------------------------------------
@@ -148,6 +157,23 @@ def split_codes(group: RowGroup, seed: int, val_fraction: float, test_fraction: 
     codes[share < test_fraction + val_fraction] = CODE["val"]
     codes[share < test_fraction] = CODE["test"]
     return codes
+
+
+def footer_digest(group: RowGroup, metadata: pq.FileMetaData, columns: Sequence[str]) -> int:
+    """A 64-bit hash of what a row group's footer records of it: the file's relative name, the group's
+    number, first row and row count, and for each of ``columns`` (as written) its bytes, compressed and
+    not, and its statistics (range, empty cells, values). No row is read, so an edit that leaves all of
+    them as they were (a label changed for another of the same length) goes unseen."""
+    chunks = metadata.row_group(group.index)
+    recorded: list[Any] = [group.name, group.index, group.first, group.rows]
+    for j in range(chunks.num_columns):
+        chunk = chunks.column(j)
+        if chunk.path_in_schema in columns:
+            statistics = chunk.statistics.to_dict() if chunk.statistics is not None else None
+            recorded.append(
+                (chunk.path_in_schema, chunk.total_compressed_size, chunk.total_uncompressed_size, statistics)
+            )
+    return int.from_bytes(hashlib.blake2b(repr(recorded).encode(), digest_size=8).digest(), "little")
 
 
 def column_types(
@@ -760,6 +786,9 @@ class StreamingTableDataModule(ResumableDataModule):
         predict_path: A CSV or Parquet file to predict (``predict``), read whole.
         preprocessing_from: A checkpoint whose fitted preprocessing to use instead of fitting one;
             the CLI sets it to ``--ckpt_path``.
+        resplit_on_resume: Let a resumed fit go on with other row groups or split settings than its
+            checkpoint's run split them with (rows it held out may then be trained on); left false, such a
+            resume is refused.
         seed: Seeds the split and the training order.
         batch_size: Rows per batch, per process.
         shuffle_row_groups: Row groups whose training rows are shuffled together: more mixes better and
@@ -779,6 +808,7 @@ class StreamingTableDataModule(ResumableDataModule):
         max_distinct_values: int = 100_000,
         predict_path: str | None = None,
         preprocessing_from: str | None = None,
+        resplit_on_resume: bool = False,
         seed: int = 42,
         batch_size: int = 64,
         shuffle_row_groups: int = 4,
@@ -952,6 +982,49 @@ class StreamingTableDataModule(ResumableDataModule):
             )
         return counts
 
+    @cached_property
+    def split_record(self) -> dict[str, Any]:
+        """What the split was made from, saved in every checkpoint for a resumed fit to compare
+        (:func:`check_split`) without a pass over the rows: per row group a hash of its footer's record
+        (:func:`footer_digest`, of the columns read) and its rows with a target in each split, and the
+        settings that split them."""
+        hp, split = self.settings, self.split
+        read = [*self.features, hp.target_column]
+        items = np.zeros(len(self.groups), np.uint64)
+        for i, row_group in enumerate(self.groups):
+            metadata, schema = self.footers[row_group.file]
+            written = data_columns(schema)
+            items[i] = footer_digest(row_group, metadata, [written[c] for c in read if c in written])
+        settings = {
+            "data.seed": hp.seed,
+            "data.split.val_fraction": split.val_fraction,
+            "data.split.test_fraction": split.test_fraction,
+        }
+        return split_record(items, self.counts, settings)
+
+    def moved_rows(self, saved: dict[str, Any]) -> tuple[int, int]:
+        """Of the rows with a target in the row groups that ``saved`` (a checkpoint's split record) holds
+        too: those its settings put in another split than these do, and those of them held out then and
+        trained on now (their codes drawn again from the row numbers; a target read where some lack it)."""
+        was = saved["settings"]
+        found = np.isin(self.split_record["items"].numpy(), saved["items"].numpy())
+        changed = into_training = 0
+        for number in np.flatnonzero(found):
+            group = self.groups[number]
+            before = split_codes(
+                group, was["data.seed"], was["data.split.val_fraction"], was["data.split.test_fraction"]
+            )
+            now = self._codes(group)
+            if self.counts[number].sum() < group.rows:  # rows without a target are in no split
+                with open_parquet(group.file) as file:
+                    kept = self._has_target(group, file)
+                if kept is not None:
+                    before, now = before[kept], now[kept]
+            moved = before != now
+            changed += int(moved.sum())
+            into_training += int((moved & (now == TRAINED)).sum())
+        return changed, into_training
+
     def rows_of(self, number: int, stage: Stage, columns: Sequence[str]) -> pa.Table:
         """The columns of one row group's rows of ``stage`` with a target, in file order."""
         group = self.groups[number]
@@ -1114,14 +1187,29 @@ class StreamingTableDataModule(ResumableDataModule):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        """The fitted preprocessing, as plain data, and the training order's state."""
-        return {"preprocessing": self.preprocessor.state_dict(), **super().state_dict()}
+        """The fitted preprocessing, as plain data, what the split was made from, and the training order's
+        state."""
+        return {
+            "preprocessing": self.preprocessor.state_dict(),
+            "split": self.split_record,
+            **super().state_dict(),
+        }
+
+    @override
+    def check_resume(self, state_dict: dict[str, Any]) -> None:
+        """A resumed fit goes on with its run's split (:func:`check_split`), row group by row group."""
+        saved = state_dict.get("split")
+        check_split(
+            saved, self.split_record, self.settings.resplit_on_resume, "row", "data.resplit_on_resume",
+            part="row group", moved=lambda: self.moved_rows(cast(dict, saved)),
+        )  # fmt: skip
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """A checkpoint's preprocessing wins over one fitted anew."""
+        """A resumed fit goes on with its run's split (:meth:`check_resume`, first); a checkpoint's
+        preprocessing wins over one fitted anew."""
+        super().load_state_dict(state_dict)
         restored = Preprocessor.from_state(state_dict["preprocessing"])
         if "preprocessor" not in self.__dict__ or restored != self.preprocessor:
             self.__dict__["preprocessor"] = restored
-        super().load_state_dict(state_dict)
         self._resume = state_dict.get("loader")
