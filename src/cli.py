@@ -30,7 +30,7 @@ from typing_extensions import override
 from src import runs, settings
 from src.callbacks import PredictionWriter
 from src.checkpoints import read_data
-from src.cli_errors import Parser, as_command, lost_process, quiet_dependencies, user_error
+from src.cli_errors import Parser, as_command, check_fits, lost_process, quiet_dependencies, user_error
 from src.data.loading import ResumableDataModule
 from src.errors import UserInputError
 from src.settings import DEFAULTS, SUBCOMMANDS, TakesCommand, callback_sections
@@ -139,13 +139,13 @@ class CLI(LightningCLI):
         if resumed == "last" and self.trainer.log_dir is not None:  # the run folder's own (check_last)
             # resolved, as Lightning's own search for it names it
             resumed = str(Path(self.trainer.log_dir).resolve() / "checkpoints" / "last.ckpt")
-        if (
-            not isinstance(self.datamodule, ResumableDataModule)
-            or resumed is None
-            or not Path(resumed).is_file()
-        ):
+        if resumed is None or not Path(resumed).is_file():
             return
         checkpoint = read_data(resumed)
+        if isinstance(checkpoint, dict) and isinstance(checkpoint.get("state_dict"), dict):
+            check_fits(checkpoint["state_dict"], self.model)  # the data's shapes, linked into the model
+        if not isinstance(self.datamodule, ResumableDataModule):
+            return
         state = checkpoint.get(type(self.datamodule).__qualname__) if isinstance(checkpoint, dict) else None
         if isinstance(state, dict):  # where Lightning keeps a DataModule's state_dict
             self.datamodule.check_resume(state)

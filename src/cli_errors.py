@@ -17,10 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+import torch
 import torch.distributed as dist
 import yaml
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser
+from torch.nn.parameter import UninitializedParameter
 from typing_extensions import override
 
 from src.errors import UserInputError, process_group_error
@@ -241,6 +243,32 @@ def check_log_folder(save_dir: Any) -> None:
         )
 
 
+def does_not_fit(detail: str) -> str:
+    """The sentence for a checkpoint whose weights do not fit the configured model (``detail``: the first
+    difference, as torch words it)."""
+    return (
+        f"the checkpoint does not fit the configured model ({detail}), which is built from the config and "
+        "the data's shapes (its columns, classes or characters); give the config and data the checkpoint "
+        "was trained with, leave --config out to use the one it carries, or start a new run."
+    )
+
+
+def check_fits(weights: dict[str, Any], model: torch.nn.Module) -> None:
+    """Refuses, in :func:`does_not_fit`'s sentence, checkpoint ``weights`` (its ``state_dict``) of another
+    shape than ``model``'s tensors of the same name (those not built yet have none to compare)."""
+    for name, tensor in model.state_dict().items():
+        saved = weights.get(name)
+        if isinstance(tensor, UninitializedParameter) or not isinstance(saved, torch.Tensor):
+            continue
+        if saved.shape != tensor.shape:
+            raise UserInputError(
+                does_not_fit(
+                    f"size mismatch for {name}: copying a param with shape {saved.shape} from checkpoint, "
+                    f"the shape in current model is {tensor.shape}"
+                )
+            )
+
+
 def user_error(err: BaseException) -> str | None:
     """The one sentence for an error that bad input caused, or ``None`` for a bug (keep the traceback)."""
     cause: BaseException | None = err
@@ -249,10 +277,7 @@ def user_error(err: BaseException) -> str | None:
             return str(cause).strip().splitlines()[0]
         if isinstance(cause, RuntimeError) and "Error(s) in loading state_dict" in str(cause):
             first = str(cause).splitlines()[1].strip() if len(str(cause).splitlines()) > 1 else ""
-            return (
-                f"the checkpoint does not fit the configured model ({first.rstrip('.')}); give the "
-                "config the checkpoint was trained with, or leave --config out to use the one it carries."
-            )
+            return does_not_fit(first.rstrip("."))
         cause = cause.__cause__ or cause.__context__
     room = out_of_room(err)
     if room is not None:  # a writer that is not the project's own (TensorBoard's event files, say)

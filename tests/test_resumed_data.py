@@ -14,7 +14,7 @@ import torch
 from src.cli import CLI, main
 from src.data import sources
 from tests.conftest import CONFIGS, ONE_PASS, QUIET
-from tests.test_run_folders import refused
+from tests.test_run_folders import contents, refused
 
 #: the spiral's net and optimizer on a CSV file of spiral rows, in a named run (--ckpt_path last finds it)
 WORDS = [
@@ -133,3 +133,23 @@ def test_the_same_rows_resume_and_evaluations_take_any_rows(last: Path, workdir:
     main(["predict", f"--ckpt_path={last}", "--data.predict_path=new.csv", f"--output={out}", *QUIET])
     assert len(pd.read_csv(out)) == 30
     assert np.isfinite(pd.read_csv(out).select_dtypes("number").to_numpy()).all()
+
+
+def test_a_resplit_onto_data_of_other_shapes_is_one_sentence(
+    last: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fourth class in the rows the fit goes on with: the net built for them has another output width
+    than the checkpoint's, which no resplit can go on from."""
+    written = contents(last.parent.parent)
+    more = spiral_rows(60, 3).assign(arm=3)
+    pd.concat([spiral_rows(600, 0), more]).to_csv("rows.csv", index=False)
+    sentence = refused(
+        capsys, lambda: fit("--trainer.max_epochs=2", "--ckpt_path=last", "--data.resplit_on_resume=true")
+    )
+    assert sentence.startswith("error: the checkpoint does not fit the configured model (size mismatch for ")
+    assert sentence.endswith(
+        "), which is built from the config and the data's shapes (its columns, classes or characters); give "
+        "the config and data the checkpoint was trained with, leave --config out to use the one it carries, "
+        "or start a new run."
+    )
+    assert contents(last.parent.parent) == written  # refused before the fit wrote into its folder
