@@ -76,7 +76,7 @@ def test_fit_test_predict_round_trip(cli, workdir: Path) -> None:
     # last.ckpt holds the final state, not a copy of the best epoch, so --ckpt_path last resumes there
     last = torch.load(Path(fit.trainer.log_dir) / "checkpoints" / "last.ckpt", weights_only=True)
     assert last["global_step"] == fit.trainer.global_step
-    assert last["epoch"] == fit.trainer.max_epochs - 1
+    assert last["epoch"] == fit.trainer.max_epochs  # written at the fit's end: the epochs done
     fit_config = (Path(fit.trainer.log_dir) / "config.yaml").read_bytes()
 
     test = cli("test", "--config", "spiral.yaml", "--data.num_samples=600", "--ckpt_path", best)
