@@ -1,0 +1,36 @@
+"""How many times one command opens each config file (Python's audit events for ``open``): a fit of one
+epoch on digits, then ``test`` of its checkpoint.
+
+    python -m benchmarks.config_reads
+"""
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+opened: Counter[str] = Counter()
+
+
+def audit(event: str, args: tuple) -> None:
+    if event == "open" and isinstance(args[0], str | Path) and str(args[0]).endswith((".yaml", ".yml")):
+        opened[Path(args[0]).name] += 1
+
+
+def main() -> None:
+    sys.addaudithook(audit)
+    from src.cli import main as cli
+
+    quiet = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
+    fit = cli(["fit", "--config", "configs/digits.yaml", "--config", "configs/trainer/bare.yaml",
+               "--trainer.max_epochs=1", "--trainer.logger.init_args.save_dir=/tmp/config_reads", *quiet])
+    print("fit:", dict(opened))
+    opened.clear()
+    last = Path(fit.trainer.log_dir) / "checkpoints"
+    ckpt = sorted(last.glob("*.ckpt"))[-1]
+    cli(["test", f"--ckpt_path={ckpt}", *quiet])
+    print("test --ckpt_path:", dict(opened))
+
+
+if __name__ == "__main__":
+    main()
