@@ -5,6 +5,7 @@ epoch on digits, then ``test`` of its checkpoint.
 """
 
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -12,9 +13,9 @@ ROOT = Path(__file__).resolve().parent.parent
 opened: Counter[str] = Counter()
 
 
-def audit(event: str, args: tuple) -> None:
+def audit(event: str, args: tuple[object, ...]) -> None:
     if event == "open" and isinstance(args[0], str | Path) and str(args[0]).endswith((".yaml", ".yml")):
-        opened[Path(args[0]).name] += 1
+        opened[Path(str(args[0])).name] += 1
 
 
 def main() -> None:
@@ -22,8 +23,9 @@ def main() -> None:
     from src.cli import main as cli
 
     quiet = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
-    fit = cli(["fit", "--config", "configs/digits.yaml", "--config", "configs/trainer/bare.yaml",
-               "--trainer.max_epochs=1", "--trainer.logger.init_args.save_dir=/tmp/config_reads", *quiet])
+    configs = ["--config", "configs/digits.yaml", "--config", "configs/trainer/bare.yaml"]
+    logs = f"--trainer.logger.init_args.save_dir={tempfile.mkdtemp()}"
+    fit = cli(["fit", *configs, "--trainer.max_epochs=1", logs, *quiet])
     print("fit:", dict(opened))
     opened.clear()
     last = Path(fit.trainer.log_dir) / "checkpoints"
