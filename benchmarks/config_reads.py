@@ -28,7 +28,7 @@ def main() -> None:
     fit = cli(["fit", *configs, "--trainer.max_epochs=1", logs, *quiet])
     print("fit:", dict(opened))
     opened.clear()
-    last = Path(fit.trainer.log_dir) / "checkpoints"
+    last = Path(str(fit.trainer.log_dir)) / "checkpoints"
     ckpt = sorted(last.glob("*.ckpt"))[-1]
     cli(["test", f"--ckpt_path={ckpt}", *quiet])
     print("test --ckpt_path:", dict(opened))
