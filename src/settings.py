@@ -9,7 +9,7 @@ import copy
 import functools
 import inspect
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +19,7 @@ import yaml
 from jsonargparse import Namespace
 from lightning.pytorch.callbacks import BasePredictionWriter, ModelCheckpoint, ModelSummary, ProgressBar
 
-from src.checkpoints import DOTTED, check_names, load_checkpoint, resolve
+from src.checkpoints import DOTTED, TRUSTED_PREFIXES, check_names, in_project, load_checkpoint, resolve
 from src.cli_errors import check_config_files, check_log_folder
 from src.errors import UserInputError, notice
 from src.files import check_output
@@ -142,17 +142,27 @@ def is_checkpoint_file(ckpt_path: str) -> bool:
     return ckpt_path not in ("last", "best", "hpc") and not ckpt_path.startswith("registry")
 
 
-def carried_settings(config: Any, ckpt_path: str) -> dict[str, Any]:
+def carried_settings(config: Any, ckpt_path: str, named: Container[str] = ()) -> dict[str, Any]:
     """What of a checkpoint's carried config a later run takes: what :class:`SaveConfig` writes there (the
-    model, the data, the seed) and the logger's run name, and nothing else a file from elsewhere could add
-    (callbacks, an output path, a logger writing to a folder of its choosing); the data reads the
-    checkpoint's fitted preprocessing when its DataModule takes one (``preprocessing_from``)."""
+    model, the data, the seed, the logger and the callback sections the run had on or off), and nothing
+    else a file from elsewhere could add (an output path, a checkpoint folder of its choosing); the data
+    reads the checkpoint's fitted preprocessing when its DataModule takes one (``preprocessing_from``).
+
+    The logger and each section whose class is neither trusted nor named (``named``), or is no longer
+    here (an extra taken off), are left off, in one line each.
+    """
     config = config if isinstance(config, dict) else {}
     taken = {key: copy.deepcopy(config[key]) for key in CARRIED if key in config}
-    logger = (config.get("trainer") or {}).get("logger") if isinstance(config.get("trainer"), dict) else None
-    name = (logger.get("init_args") or {}).get("name") if isinstance(logger, dict) else None
-    if isinstance(name, str):
-        taken["trainer"] = {"logger": {"init_args": {"name": name}}}
+    trainer = config.get("trainer") if isinstance(config.get("trainer"), dict) else {}
+    if "logger" in trainer:
+        logger = choice_of("trainer.logger", trainer["logger"], ckpt_path, named)
+        if logger is not LEFT_OFF:
+            taken["trainer"] = {"logger": logger}
+    for section in callback_sections():
+        if section in config:
+            kept = choice_of(section, config[section], ckpt_path, named)
+            if kept is not LEFT_OFF:
+                taken[section] = kept
     data = taken.setdefault("data", {})
     for key in PER_INVOCATION:
         (data.get("init_args") or {}).pop(key, None)
@@ -162,6 +172,46 @@ def carried_settings(config: Any, ckpt_path: str) -> dict[str, Any]:
     if isinstance(found, type) and "preprocessing_from" in inspect.signature(found).parameters:
         data.setdefault("init_args", {})["preprocessing_from"] = ckpt_path
     return taken
+
+
+#: a carried choice that is not taken
+LEFT_OFF = object()
+#: arguments of a carried callback that name where it writes: the run decides that, not the checkpoint
+WHERE = ("dirpath",)
+
+
+def choice_of(key: str, value: Any, ckpt_path: str, named: Container[str]) -> Any:
+    """A carried logger or callback section as a later run takes it: off (``null``/``false``) as it is; a
+    class this project trusts (or the user named) and has, without the arguments in :data:`WHERE`; any
+    other is :data:`LEFT_OFF`, in one line."""
+    name = value.get("class_path") if isinstance(value, dict) else None
+    if not isinstance(name, str):
+        return copy.deepcopy(value)
+    trusted = name in named or name.startswith(TRUSTED_PREFIXES) or in_project(name)
+    if not trusted or not isinstance(resolve(name), type):
+        why = (
+            "code outside this project that a checkpoint does not name by itself"
+            if not trusted
+            else ("not in this project (an extra taken off?)")
+        )
+        notice(f"--ckpt_path {ckpt_path}: its run's {key} {name} is {why}; it is left off.")
+        return LEFT_OFF
+    kept = copy.deepcopy(value)
+    for argument in WHERE:
+        (kept.get("init_args") or {}).pop(argument, None)
+    return kept
+
+
+def core_settings(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """``checkpoint`` without the logger and callback sections its config carries, which
+    :func:`carried_settings` takes or leaves one by one."""
+    config = checkpoint.get("config")
+    if not isinstance(config, dict):
+        return checkpoint
+    kept = {key: value for key, value in config.items() if key not in callback_sections()}
+    if isinstance(kept.get("trainer"), dict):
+        kept["trainer"] = {key: value for key, value in kept["trainer"].items() if key != "logger"}
+    return {**checkpoint, "config": kept}
 
 
 def config_files(words: list[str]) -> list[str]:
@@ -293,7 +343,8 @@ def checkpoint_layer(words: list[str]) -> Iterator[Layer]:
     resumed = checkpoint.get("config") if subcommand == "fit" else None
     with tempfile.TemporaryDirectory(prefix="checkpoint-settings-") as folder:
         carried = Path(folder) / "carried.yaml"
-        carried.write_text(yaml.safe_dump(carried_settings(checkpoint.get("config"), typed)))
+        layer = carried_settings(checkpoint.get("config"), typed, NamedByUser(words))
+        carried.write_text(yaml.safe_dump(layer))
         yield Layer([str(DEFAULTS), str(carried)], typed, resumed)
 
 
@@ -301,7 +352,7 @@ def read_checked(ckpt_path: str, words: list[str]) -> dict[str, Any]:
     """The checkpoint at ``ckpt_path``, read as data, refused if it names code neither trusted nor named in
     ``words`` (:class:`NamedByUser`)."""
     checkpoint = load_checkpoint(ckpt_path)
-    check_names(checkpoint, ckpt_path, NamedByUser(words))
+    check_names(core_settings(checkpoint), ckpt_path, NamedByUser(words))
     return checkpoint
 
 
