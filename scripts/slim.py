@@ -214,7 +214,7 @@ class Gone:
     @property
     def pattern(self) -> re.Pattern[str]:
         """Paths and modules of what went (``src/extras/<name>``, ``src.extras.<name>``, a config's file
-        name), its make targets and its sections' CLI words (``--dashboard``)."""
+        name), its make targets and its sections' CLI words (``--<section>``)."""
         if self._pattern is None:
             words = []
             for path in sorted(self.paths):
@@ -386,7 +386,7 @@ def edit_config(text: str, gone: Gone, defaults: dict[str, object], whole: bool 
     if whole:
         for key in ("model", "data"):
             value = loaded.get(key)
-            relies = not (isinstance(value, dict) and "class_path" in value) or isinstance(value, str)
+            relies = isinstance(value, dict) and "class_path" not in value  # on defaults.yaml's class
             if value is not None and (names(value) or (relies and names(defaults.get(key)))):
                 return None
     top = entries(lines, tree)
@@ -452,16 +452,21 @@ def stand_in(edit: Edit, tree: yaml.Node, gone: Gone) -> set[int]:
             ):
                 continue
             replacement = gone.stand_ins[value.value]
-            line = edit.lines[value.start_mark.line]
-            edit.replaced[value.start_mark.line] = (
-                line[: value.start_mark.column] + replacement.class_path + "\n"
-            )
+            start, end = value.start_mark, value.end_mark
+            line = edit.lines[start.line]
+            rest = line[end.column :]
+            if not rest.strip() or is_comment(rest):
+                rest = "\n"  # a comment after the class spoke of the class that went
+            edit.replaced[start.line] = line[: start.column] + replacement.class_path + rest
             rewritten.add(id(value))
             for other, args in node.value:
                 if other.value == "init_args" and isinstance(args, yaml.MappingNode):
-                    inner = entries(edit.lines, args)
                     dropped = {i for i, (arg, _) in enumerate(args.value) if arg.value in replacement.drop}
-                    edit.remove(inner, dropped)
+                    if dropped and args.flow_style:
+                        raise SlimError(
+                            f"{', '.join(replacement.drop)} of {value.value} share a line with what stays"
+                        )
+                    edit.remove(entries(edit.lines, args), dropped)
     return rewritten
 
 
@@ -715,13 +720,18 @@ def edit_markdown(page: str, text: str, gone: Gone, defaults: dict[str, object])
 # -- the whole tree --------------------------------------------------------------------------------------
 
 
+def is_checkout(root: Path) -> bool:
+    """Whether ``root`` is the top of a git checkout (a copy inside another one is not)."""
+    top = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True, text=True
+    )
+    return top.returncode == 0 and Path(top.stdout.strip()).resolve() == root.resolve()
+
+
 def files(root: Path) -> list[str]:
     """The repository's files, root-relative: git's list where ``root`` is a checkout, else a walk that
     leaves out hidden folders, environments, caches, runs and data."""
-    listed = subprocess.run(
-        ["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True, text=True
-    )
-    if listed.returncode == 0 and Path(listed.stdout.strip()).resolve() == root.resolve():
+    if is_checkout(root):
         out = subprocess.run(
             ["git", "-C", str(root), "ls-files", "-z"], capture_output=True, text=True, check=True
         )
@@ -953,26 +963,12 @@ def code_of(path: Path) -> str:
 def remove_folder(root: Path, folder: str) -> list[str]:
     """Delete ``folder``'s files but those git ignores and Python did not make (the user's, which git could
     not bring back), then the folders left empty; those left in place are returned."""
-    ignored = subprocess.run(
-        [
-            "git",
-            "-C",
-            str(root),
-            "ls-files",
-            "-z",
-            "--others",
-            "--ignored",
-            "--exclude-standard",
-            "--",
-            folder,
-        ],
-        capture_output=True,
-        text=True,
-    )
+    words = ["ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--", folder]
+    ignored = subprocess.run(["git", "-C", str(root), *words], capture_output=True, text=True)
+    listed = ignored.stdout.split("\0") if ignored.returncode == 0 and is_checkout(root) else []
+    made = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
     theirs = {
-        name
-        for name in (ignored.stdout.split("\0") if ignored.returncode == 0 else [])
-        if name and "__pycache__" not in name and not name.endswith((".pyc", "_cache"))
+        name for name in listed if name and not set(Path(name).parts) & made and not name.endswith(".pyc")
     }
     for path in sorted((root / folder).rglob("*"), reverse=True):
         name = path.relative_to(root).as_posix()
