@@ -47,8 +47,7 @@ def test_every_extra_and_app_says_what_it_needs() -> None:
     """``plugins`` reads each folder's ``plugin.toml`` and refuses a folder without one, a name it does not
     know, or two folders of one name (KEEP names folders)."""
     folders = sorted(path.parent.name for kind in slim.KINDS for path in (SRC / kind).glob("*/__init__.py"))
-    assert sorted(FOUND) == folders
-    assert len(FOUND) >= 10
+    assert sorted(FOUND) == folders  # none, once make slim has run
 
 
 def test_the_core_imports_and_names_no_extra_or_app() -> None:
