@@ -15,11 +15,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scripts import links, slim
+from scripts import links, plugins, slim
+from scripts.gone import Gone, module_words
+from scripts.slim_configs import edit_config
+from scripts.slim_pages import edit_markdown
 from tests.conftest import ROOT
 
 SRC = ROOT / "src"
-FOUND = slim.plugins(ROOT)
+FOUND = plugins.plugins(ROOT)
 #: what a copy of the repository leaves out: environments, caches, runs, generated data and results
 NOT_COPIED = {".git", ".venv", "logs", "lightning_logs", "data", "benchmarks/results", ".hypothesis"}
 
@@ -39,14 +42,16 @@ def core_files() -> list[Path]:
     return [
         path
         for path in SRC.rglob("*.py")
-        if not slim.module_of(path, ROOT).startswith(("src.apps", "src.extras"))
+        if not plugins.module_of(path, ROOT).startswith(("src.apps", "src.extras"))
     ]
 
 
 def test_every_extra_and_app_says_what_it_needs() -> None:
     """``plugins`` reads each folder's ``plugin.toml`` and refuses a folder without one, a name it does not
     know, or two folders of one name (KEEP names folders)."""
-    folders = sorted(path.parent.name for kind in slim.KINDS for path in (SRC / kind).glob("*/__init__.py"))
+    folders = sorted(
+        path.parent.name for kind in plugins.KINDS for path in (SRC / kind).glob("*/__init__.py")
+    )
     assert sorted(FOUND) == folders  # none, once make slim has run
 
 
@@ -68,7 +73,7 @@ def test_each_extra_and_app_imports_only_the_core_and_what_it_declares() -> None
         for path in (ROOT / plugin.folder).rglob("*.py"):
             if is_test(path):
                 continue
-            others = {folder_of(module) for module in slim.imported(path, ROOT)} - {None, plugin.name}
+            others = {folder_of(module) for module in plugins.imported(path, ROOT)} - {None, plugin.name}
             undeclared = others - plugin.needs - plugin.uses
             assert not undeclared, (
                 f"{path.relative_to(ROOT)} imports {sorted(undeclared)}, which its plugin.toml does not name"
@@ -77,14 +82,14 @@ def test_each_extra_and_app_imports_only_the_core_and_what_it_declares() -> None
         assert plugin.needs <= used, (
             f"{plugin.folder}/plugin.toml needs {sorted(plugin.needs - used)}, which it never imports"
         )
-    for path in slim.shared_modules(ROOT).values():
-        folders = {folder_of(module) for module in slim.imported(path, ROOT)} - {None}
+    for path in plugins.shared_modules(ROOT).values():
+        folders = {folder_of(module) for module in plugins.imported(path, ROOT)} - {None}
         assert not folders, f"{path.relative_to(ROOT)}, shared, imports {sorted(folders)}"
 
 
-def trimmed(name: str) -> tuple[slim.Gone, dict[str, str | None]]:
+def trimmed(name: str) -> tuple[Gone, dict[str, str | None]]:
     """What make slim would write to ``configs/`` with ``name`` (and what needs it) taken off."""
-    kept = [FOUND[other] for other in sorted(slim.all_but(name, FOUND))]
+    kept = [FOUND[other] for other in sorted(plugins.all_but(name, FOUND))]
     removed = [plugin for plugin in FOUND.values() if plugin not in kept]
     gone = slim.gone_with(ROOT, removed, kept)
     tree = [file for file in slim.files(ROOT) if not gone.has(file)]
@@ -98,11 +103,11 @@ def test_every_config_entry_that_names_one_comes_off(name: str) -> None:
     list item; a class with a stand-in becomes Lightning's), or it is that one's experiment and goes whole;
     the README's table has its row."""
     gone, written = trimmed(name)  # raises for an entry that cannot come off
-    names = slim.module_words(gone)
+    names = module_words(gone)
     for config, text in written.items():
         assert text is None or not names(yaml.safe_load(text)), config
     for plugin in FOUND.values():
-        if plugin.name not in slim.all_but(name, FOUND):
+        if plugin.name not in plugins.all_but(name, FOUND):
             for source, stand_in in plugin.stand_ins:
                 for config, text in written.items():
                     if text is not None and source in (ROOT / config).read_text():
@@ -129,12 +134,12 @@ def test_a_config_loses_whole_entries_and_keeps_the_comments_of_what_stays() -> 
         "  class_path: src.extras.board.Board\n"
         "figures: null               # off\n"
     )
-    gone = slim.Gone(ROOT, sections={"board"})
+    gone = Gone(ROOT, sections={"board"})
     gone.add("src/extras/board")
-    gone.stand_ins["src.extras.board.Logger"] = slim.StandIn(
+    gone.stand_ins["src.extras.board.Logger"] = plugins.StandIn(
         "lightning.pytorch.loggers.TensorBoardLogger", ()
     )
-    kept = slim.edit_config(text, gone, {}, whole=True)
+    kept = edit_config(text, gone, {}, whole=True)
     assert kept == (
         "# python -m src.cli fit --config configs/x.yaml\n"
         "trainer:\n"
@@ -148,13 +153,10 @@ def test_a_config_loses_whole_entries_and_keeps_the_comments_of_what_stays() -> 
         "figures: null               # off\n"
     )
     experiment = "data:\n  class_path: src.extras.board.Data\n"
-    assert slim.edit_config(experiment, gone, {}, whole=True) is None  # its data went: it goes whole
-    assert (
-        slim.edit_config("data: {path: x.csv}\n", gone, {"data": {"class_path": "src.extras.board.D"}})
-        is None
-    )
-    with pytest.raises(slim.SlimError):  # on a line shared with what stays: not one make slim takes off
-        slim.edit_config("trainer: {max_epochs: 3, strategy: src.extras.board.S}\n", gone, {})
+    assert edit_config(experiment, gone, {}, whole=True) is None  # its data went: it goes whole
+    assert edit_config("data: {path: x.csv}\n", gone, {"data": {"class_path": "src.extras.board.D"}}) is None
+    with pytest.raises(plugins.SlimError):  # on a line shared with what stays: not one make slim takes off
+        edit_config("trainer: {max_epochs: 3, strategy: src.extras.board.S}\n", gone, {})
 
 
 def test_a_page_loses_rows_sentences_commands_and_sections_that_name_what_went() -> None:
@@ -177,12 +179,12 @@ def test_a_page_loses_rows_sentences_commands_and_sections_that_name_what_went()
         "|---|---|\n"
         "| board | [src/extras/board/README.md](src/extras/board/README.md) |\n"
     )
-    gone = slim.Gone(ROOT, targets={"board"})
+    gone = Gone(ROOT, targets={"board"})
     gone.add("src/extras/board")
-    text, lost = slim.edit_markdown("README.md", page, gone, {})
+    text, lost = edit_markdown("README.md", page, gone, {})
     assert lost == {"gone"}
     gone.anchors["README.md"] = lost  # a second pass, as make slim makes: the links to what went go
-    text, _ = slim.edit_markdown("README.md", text, gone, {})
+    text, _ = edit_markdown("README.md", text, gone, {})
     assert text == (
         "# Title\n\n"
         "- [Kept](#kept)\n\n"
@@ -202,7 +204,7 @@ def test_make_slim_refuses_a_tree_with_uncommitted_changes(tmp_path: Path) -> No
     subprocess.run([*git, "commit", "-q", "-m", "a"], check=True)
     slim.refuse_unless_committed(tmp_path)  # clean: goes ahead
     (tmp_path / "b.txt").write_text("b\n")  # new, not ignored: git clean would delete it
-    with pytest.raises(slim.SlimError, match=r"uncommitted change.*git checkout -- \."):
+    with pytest.raises(plugins.SlimError, match=r"uncommitted change.*git checkout -- \."):
         slim.refuse_unless_committed(tmp_path)
 
 
@@ -276,7 +278,7 @@ def test_the_core_stands_without_each_extra_and_app(name: str, tmp_path: Path) -
     the README, the docs, the configs and the Makefile name none of it, its make targets are gone, every
     remaining config fits and the core's quick suite passes."""
     copy = copy_of(tmp_path)
-    done = slim.slim(copy, slim.all_but(name, FOUND))
+    done = slim.slim(copy, plugins.all_but(name, FOUND))
     assert name in {plugin.name for plugin in done.removed}
     assert not (copy / FOUND[name].folder).exists()
     assert not named_in_what_make_slim_edits(copy, done), done.naming
@@ -301,7 +303,7 @@ def test_make_slim_leaves_a_core_that_lints_passes_its_suite_and_links(tmp_path:
     assert done.returncode == 0, done.stdout + done.stderr
     print(done.stdout)
     assert "src/ now holds" in done.stdout
-    assert not [path for kind in slim.KINDS for path in (copy / "src" / kind).glob("*/__init__.py")]
+    assert not [path for kind in plugins.KINDS for path in (copy / "src" / kind).glob("*/__init__.py")]
     tools = Path(sys.executable).parent
     for words in (
         ["ruff", "check", "."],
