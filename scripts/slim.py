@@ -1,7 +1,7 @@
 """``make slim``: the starter stripped to its core; every extra, app and data kind removed but those kept.
 
     python -m scripts.slim                     # make slim: the core alone
-    python -m scripts.slim tables dashboard    # make slim KEEP="tables dashboard": those and what they need
+    python -m scripts.slim dashboard images    # make slim KEEP="dashboard images": those and what they need
 
 The core is ``src/`` outside ``src/extras/`` and ``src/apps/``; each folder of those two says in its
 ``plugin.toml`` what it needs (:mod:`scripts.plugins`).

@@ -94,8 +94,6 @@ def edit_prose(block: Block, names: Callable[[str], bool], drop_colon: bool = Fa
     item = ITEM.match(first)
     prefix = item.group(0) if item else first[: indent(first)]
     text = " ".join(line.strip() for line in block.lines)[len(prefix.strip()) :].strip()
-    if item:
-        text = text.lstrip()
     if not names(text) and not (drop_colon and text.endswith(":")):
         return block.lines
     parts = sentences(text)
