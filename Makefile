@@ -12,10 +12,12 @@ PORT ?= 6006
 # test processes: one per core (WORKERS=0 runs the tests in this process)
 WORKERS ?= auto
 PYTEST_ARGS ?=
-# more words for the command a target runs: make train CONFIG=configs/images.yaml ARGS="--data.folder=my_images"
+# more words for the command a target runs: make train ARGS="--trainer.max_epochs=5 --seed_everything=1"
 ARGS ?=
+# the extras and apps make slim keeps, with what they need: make slim KEEP="dashboard images"
+KEEP ?=
 
-.PHONY: help install train test gpu-check test-full lint format tensorboard bench lock clean clean-all
+.PHONY: help install train test gpu-check test-full lint format tensorboard bench lock slim clean clean-all
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -40,10 +42,10 @@ gpu-check: $(STAMP) ## on a machine with a GPU: the CUDA tests, then a timed fit
 test-full: $(STAMP) ## run every test, the slow ones too
 	$(PY) -m pytest --nbmake tests examples src/extras src/apps notebooks $(PYTEST_ARGS)
 
-lint: $(STAMP) ## ruff lint and format check, mypy type check of src/, examples/ and benchmarks/
+lint: $(STAMP) ## ruff lint and format check, mypy type check of src/, examples/, benchmarks/ and scripts/
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy src examples benchmarks
+	$(VENV)/bin/mypy src examples benchmarks scripts
 
 format: $(STAMP) ## ruff fix and format in place
 	$(VENV)/bin/ruff check --fix .
@@ -68,6 +70,9 @@ bench: $(STAMP) ## training speed side by side, make train's time, epoch time an
 lock: $(STAMP) ## rewrite requirements.lock from what .venv holds
 	@{ sed -n '/^#/p' requirements.lock; $(PY) -m pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/'; } > requirements.lock.tmp
 	@mv requirements.lock.tmp requirements.lock
+
+slim: $(STAMP) ## strip the starter to its core: every extra, app and data kind goes but KEEP="..." and what they need (undo: git checkout -- .)
+	$(PY) -m scripts.slim $(KEEP)
 
 clean: ## remove caches and .venv; keeps logs/ (your runs and checkpoints)
 	rm -rf lightning_logs .pytest_cache .ruff_cache .mypy_cache $(VENV)

@@ -1,9 +1,10 @@
-"""Core, extras and apps apart: the core imports no extra and no app; each extra needs only the core, and
-comes off by deleting its folder, its entries in ``configs/`` and its README row; each app needs only the
-core and the apps it names, and comes off by deleting its folder (its code, tests, page, make targets and
-benchmark) and its row in the README's table of apps."""
+"""Core, extras and apps apart. The core (``src/`` outside ``src/extras/`` and ``src/apps/``) imports and
+names no extra or app. Each folder of those two says in its ``plugin.toml`` what it needs, and imports only
+the core, what it declares and the modules beside the folders; every config entry that names one is one
+that ``make slim`` (``scripts/slim.py``) takes off. The slow proofs take each one off in a copy of the
+repository with the code of ``make slim`` and run the core's suite and every remaining config there, and
+run ``make slim`` itself in a scratch repository, which then lints, passes its suite and links."""
 
-import ast
 import os
 import re
 import shutil
@@ -14,71 +15,218 @@ from pathlib import Path
 import pytest
 import yaml
 
+from scripts import links, plugins, slim
+from scripts.gone import Gone, module_words
+from scripts.slim_configs import edit_config
+from scripts.slim_pages import edit_markdown
 from tests.conftest import ROOT
 
 SRC = ROOT / "src"
-#: the apps each app builds on: a sweep cross-validates its trials through cv
-NEEDS = {"sweep": {"cv"}}
-
-
-def module_of(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imported(path: Path) -> set[str]:
-    """Every module ``path`` imports, relative imports resolved."""
-    package = module_of(path) if path.name == "__init__.py" else module_of(path).rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            parts = package.split(".")
-            base = ".".join(parts[: len(parts) - node.level + 1]) if node.level else ""
-            module = ".".join(part for part in (base, node.module or "") if part)
-            found.add(module)
-            found.update(f"{module}.{alias.name}" for alias in node.names)  # `from src.apps import cv`
-    return found
-
-
-def app_of(module: str) -> str | None:
-    parts = module.split(".")
-    return parts[2] if parts[:2] == ["src", "apps"] and len(parts) > 2 else None
-
-
-def test_the_core_imports_no_app() -> None:
-    core = [path for path in SRC.rglob("*.py") if not module_of(path).startswith("src.apps")]
-    assert len(core) > 20
-    for path in core:
-        apps = {module for module in imported(path) if module.startswith("src.apps")}
-        assert not apps, f"{path.relative_to(ROOT)} imports {sorted(apps)}: the core must not know the apps"
-
-
-def test_each_app_needs_only_the_core_and_the_apps_it_names() -> None:
-    assert {app_of(module_of(path)) for path in (SRC / "apps").rglob("*.py")} - {None} == set(apps())
-    for path in (SRC / "apps").rglob("*.py"):
-        app = app_of(module_of(path))
-        if app is None:
-            continue
-        others = {app_of(module) for module in imported(path)} - {None, app}
-        assert others <= NEEDS.get(app, set()), f"{path.relative_to(ROOT)} uses the apps {sorted(others)}"
-
-
-def apps() -> list[str]:
-    return sorted(path.parent.name for path in (SRC / "apps").glob("*/__init__.py"))
-
-
-def gone_with(app: str) -> set[str]:
-    """``app`` and the apps that build on it, which go with it."""
-    gone = {app}
-    while more := {other for other, needs in NEEDS.items() if needs & gone} - gone:
-        gone |= more
-    return gone
-
-
+FOUND = plugins.plugins(ROOT)
 #: what a copy of the repository leaves out: environments, caches, runs, generated data and results
 NOT_COPIED = {".git", ".venv", "logs", "lightning_logs", "data", "benchmarks/results", ".hypothesis"}
+
+
+def folder_of(module: str) -> str | None:
+    """The extra or app a module belongs to; ``None`` for the core and the modules beside the folders."""
+    parts = module.split(".")
+    inside = parts[:2] in (["src", "extras"], ["src", "apps"]) and len(parts) > 2
+    return parts[2] if inside and parts[2] in FOUND else None
+
+
+def is_test(path: Path) -> bool:
+    return path.name.startswith("test_") or path.name == "conftest.py"
+
+
+def core_files() -> list[Path]:
+    return [
+        path
+        for path in SRC.rglob("*.py")
+        if not plugins.module_of(path, ROOT).startswith(("src.apps", "src.extras"))
+    ]
+
+
+def test_every_extra_and_app_says_what_it_needs() -> None:
+    """``plugins`` reads each folder's ``plugin.toml`` and refuses a folder without one, a name it does not
+    know, or two folders of one name (KEEP names folders)."""
+    folders = sorted(
+        path.parent.name for kind in plugins.KINDS for path in (SRC / kind).glob("*/__init__.py")
+    )
+    assert sorted(FOUND) == folders  # none, once make slim has run
+
+
+def test_the_core_imports_and_names_no_extra_or_app() -> None:
+    core = core_files()
+    assert len(core) > 15
+    naming = re.compile(r"src[./](extras|apps)\b")
+    for path in core:
+        found = naming.search(path.read_text())
+        assert found is None, f"{path.relative_to(ROOT)} names {found.group(0)}: the core must not know them"
+
+
+def test_each_extra_and_app_imports_only_the_core_and_what_it_declares() -> None:
+    """Its code (its tests aside: one that needs another skips without it) imports no other folder but
+    those its ``plugin.toml`` names; each folder it ``needs`` it does import, so that KEEP keeps no more
+    than it must; and the modules beside the folders import none of them."""
+    for plugin in FOUND.values():
+        used: set[str] = set()
+        for path in (ROOT / plugin.folder).rglob("*.py"):
+            if is_test(path):
+                continue
+            others = {folder_of(module) for module in plugins.imported(path, ROOT)} - {None, plugin.name}
+            undeclared = others - plugin.needs - plugin.uses
+            assert not undeclared, (
+                f"{path.relative_to(ROOT)} imports {sorted(undeclared)}, which its plugin.toml does not name"
+            )
+            used |= {name for name in others if name is not None}
+        assert plugin.needs <= used, (
+            f"{plugin.folder}/plugin.toml needs {sorted(plugin.needs - used)}, which it never imports"
+        )
+    for path in plugins.shared_modules(ROOT).values():
+        folders = {folder_of(module) for module in plugins.imported(path, ROOT)} - {None}
+        assert not folders, f"{path.relative_to(ROOT)}, shared, imports {sorted(folders)}"
+
+
+def trimmed(name: str) -> tuple[Gone, dict[str, str | None]]:
+    """What make slim would write to ``configs/`` with ``name`` (and what needs it) taken off."""
+    kept = [FOUND[other] for other in sorted(plugins.all_but(name, FOUND))]
+    removed = [plugin for plugin in FOUND.values() if plugin not in kept]
+    gone = slim.gone_with(ROOT, removed, kept)
+    tree = [file for file in slim.files(ROOT) if not gone.has(file)]
+    defaults = yaml.safe_load((ROOT / slim.DEFAULTS).read_text())
+    return gone, slim.trim_configs(ROOT, tree, gone, defaults)
+
+
+@pytest.mark.parametrize("name", sorted(FOUND))
+def test_every_config_entry_that_names_one_comes_off(name: str) -> None:
+    """Each config names an extra or app only in entries make slim takes off (a section, a trainer entry or
+    list item; a class with a stand-in becomes Lightning's), or it is that one's experiment and goes whole;
+    the README's table has its row."""
+    gone, written = trimmed(name)  # raises for an entry that cannot come off
+    names = module_words(gone)
+    for config, text in written.items():
+        assert text is None or not names(yaml.safe_load(text)), config
+    for plugin in FOUND.values():
+        if plugin.name not in plugins.all_but(name, FOUND):
+            for source, stand_in in plugin.stand_ins:
+                for config, text in written.items():
+                    if text is not None and source in (ROOT / config).read_text():
+                        assert stand_in.class_path in text, f"{config}: {source} has no stand-in"
+    plugin = FOUND[name]
+    assert f"({plugin.folder}/README.md)" in (ROOT / "README.md").read_text()  # its row
+
+
+def test_a_config_loses_whole_entries_and_keeps_the_comments_of_what_stays() -> None:
+    text = (
+        "# python -m src.cli fit --config configs/x.yaml\n"
+        "trainer:\n"
+        "  logger:                   # where the runs go\n"
+        "    class_path: src.extras.board.Logger   # a run per stage\n"
+        "    init_args: {save_dir: logs, every_s: 1}\n"
+        "  callbacks:                # yours, after the sections\n"
+        "    - class_path: src.extras.board.Samples   # in TensorBoard\n"
+        "      init_args:\n"
+        "        every_n_epochs: 1\n"
+        "early_stopping:             # by val/loss\n"
+        "  class_path: lightning.pytorch.callbacks.EarlyStopping\n"
+        "# The extras\n"
+        "board:\n"
+        "  class_path: src.extras.board.Board\n"
+        "figures: null               # off\n"
+    )
+    gone = Gone(ROOT, sections={"board"})
+    gone.add("src/extras/board")
+    gone.stand_ins["src.extras.board.Logger"] = plugins.StandIn(
+        "lightning.pytorch.loggers.TensorBoardLogger", ()
+    )
+    kept = edit_config(text, gone, {}, whole=True)
+    assert kept == (
+        "# python -m src.cli fit --config configs/x.yaml\n"
+        "trainer:\n"
+        "  logger:                   # where the runs go\n"
+        "    class_path: lightning.pytorch.loggers.TensorBoardLogger\n"
+        "    init_args: {save_dir: logs, every_s: 1}\n"
+        "  callbacks: []             # yours, after the sections\n"
+        "early_stopping:             # by val/loss\n"
+        "  class_path: lightning.pytorch.callbacks.EarlyStopping\n"
+        "# The extras\n"  # it speaks of figures too, which stays
+        "figures: null               # off\n"
+    )
+    experiment = "data:\n  class_path: src.extras.board.Data\n"
+    assert edit_config(experiment, gone, {}, whole=True) is None  # its data went: it goes whole
+    assert edit_config("data: {path: x.csv}\n", gone, {"data": {"class_path": "src.extras.board.D"}}) is None
+    with pytest.raises(plugins.SlimError):  # on a line shared with what stays: not one make slim takes off
+        edit_config("trainer: {max_epochs: 3, strategy: src.extras.board.S}\n", gone, {})
+
+
+def test_a_page_loses_rows_sentences_commands_and_sections_that_name_what_went() -> None:
+    page = (
+        "# Title\n\n"
+        "- [Kept](#kept)\n"
+        "- [Gone](#gone): a section\n\n"
+        "## Kept\n\n"
+        "First sentence stays. The board draws ([its page](src/extras/board/README.md)). Last stays.\n\n"
+        "**Boards.** [The board](src/extras/board/README.md) draws charts; a second clause:\n\n"
+        "```bash\n"
+        "make train\n"
+        "```\n\n"
+        "```bash\n"
+        "make train   # stays\n"
+        "make board CKPT=x   # goes\n"
+        "```\n\n"
+        "## Gone\n\n"
+        "| extra | page |\n"
+        "|---|---|\n"
+        "| board | [src/extras/board/README.md](src/extras/board/README.md) |\n"
+    )
+    gone = Gone(ROOT, targets={"board"})
+    gone.add("src/extras/board")
+    text, lost = edit_markdown("README.md", page, gone, {})
+    assert lost == {"gone"}
+    gone.anchors["README.md"] = lost  # a second pass, as make slim makes: the links to what went go
+    text, _ = edit_markdown("README.md", text, gone, {})
+    assert text == (
+        "# Title\n\n"
+        "- [Kept](#kept)\n\n"
+        "## Kept\n\n"
+        "First sentence stays. Last stays.\n\n"
+        "```bash\n"
+        "make train   # stays\n"
+        "```\n"
+    )
+
+
+def test_make_slim_refuses_a_tree_with_uncommitted_changes(tmp_path: Path) -> None:
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "a.txt").write_text("a\n")
+    subprocess.run([*git, "add", "a.txt"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "a"], check=True)
+    slim.refuse_unless_committed(tmp_path)  # clean: goes ahead
+    (tmp_path / "b.txt").write_text("b\n")  # new, not ignored: git clean would delete it
+    with pytest.raises(plugins.SlimError, match=r"uncommitted change.*git checkout -- \."):
+        slim.refuse_unless_committed(tmp_path)
+
+
+def test_every_link_of_the_readme_and_the_docs_leads_to_a_file_and_a_heading() -> None:
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    problems = [problem for page in pages for problem in links.broken(page)]
+    assert not problems, problems
+
+
+def test_the_link_check_finds_a_missing_file_and_a_missing_heading(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("# A page\n\n## Two words\n\n```bash\n# not a heading\n```\n")
+    (tmp_path / "b.md").write_text(
+        "[ok](a.md#two-words) [ok](#b) [no file](c.md) [no heading](a.md#not-a-heading)\n"
+        "[web](https://example.com)\n\n# B\n"
+    )
+    assert [problem.split(": ")[1] for problem in links.broken(tmp_path / "b.md")] == [
+        "the link c.md leads to no file",
+        "the link a.md#not-a-heading leads to no heading of a.md",
+    ]
+
+
+# -- the proofs: each one off, then the core's suite and every config in a copy ---------------------------
 
 
 def not_copied(folder: str, names: list[str]) -> set[str]:
@@ -90,187 +238,19 @@ def not_copied(folder: str, names: list[str]) -> set[str]:
     }
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("app", apps())
-def test_an_app_comes_off_by_deleting_its_folder_and_its_row_in_the_readme(app: str, tmp_path: Path) -> None:
-    """In a copy of the repository: the app's folder (and those of the apps that build on it) and their
-    rows in the README's table deleted, nothing left names them, the rest of the suite collects and the
-    README's checks pass."""
+def copy_of(tmp_path: Path) -> Path:
     copy = tmp_path / "repository"
     shutil.copytree(ROOT, copy, ignore=not_copied)
-    gone = gone_with(app)
-    targets = set()
-    for name in gone:
-        folder = copy / "src" / "apps" / name
-        targets |= set(re.findall(r"^([\w-]+):", (folder / "app.mk").read_text(), re.MULTILINE))
-        shutil.rmtree(folder)
-    readme = copy / "README.md"
-    lines = readme.read_text().splitlines(keepends=True)
-    rows = [line for line in lines if any(f"(src/apps/{name}/README.md)" in line for name in gone)]
-    assert len(rows) == len(gone)  # each app has its row
-    readme.write_text("".join(line for line in lines if line not in rows))
+    return copy
 
-    names = "|".join(sorted(gone))
-    naming = re.compile(rf"src[./]apps[./]({names})\b|\bmake ({'|'.join(sorted(targets))})\b")
-    for path in copy.rglob("*"):
-        if path.is_file() and path.suffix in {".py", ".md", ".yaml", ".mk", ".sh", ".toml", ".ipynb", ""}:
-            if path.is_relative_to(copy / "tests"):
-                continue  # the tests run below; a rule held on every path skips a deleted app's
-            found = naming.search(path.read_text(errors="replace"))
-            assert found is None, f"{path.relative_to(copy)} still names {found.group(0)!r}"
 
-    # one run: the whole remaining suite collected (an import that fails stops it), the README's checks run
+def run(words: list[str], where: Path) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    checks = "test_readme and (linked or link_to or args_adds)"
-    words = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-m", "not slow", "-k", checks]
-    done = subprocess.run([*words, "tests", "src/apps"], cwd=copy, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    counts = re.search(r"(\d+) passed, (\d+) deselected", done.stdout)
-    assert counts is not None, done.stdout[-3000:]
-    passed, deselected = counts.groups()
-    assert int(passed) >= 3  # the two checks of links, make train's words, and the apps' left
-    assert int(deselected) > 500
-    for target in targets:  # make knows the deleted app's targets no more
-        made = subprocess.run(["make", "-s", "-n", "-C", str(copy), target], capture_output=True, text=True)
-        assert made.returncode != 0
-        assert f"No rule to make target '{target}'" in made.stderr
+    return subprocess.run(words, cwd=where, env=env, capture_output=True, text=True)
 
 
-# -- the extras: what a config switches on, one folder each, which the core never names -----------------
-
-EXTRAS = SRC / "extras"
-#: the apps built on an extra, which go with it
-EXTRA_APPS = {"text": {"generate"}}
-#: the class Lightning ships that stands in for an extra's logger once the extra is gone
-STOCK_LOGGER = "lightning.pytorch.loggers.TensorBoardLogger"
-
-
-def extras() -> list[str]:
-    return sorted(path.parent.name for path in EXTRAS.glob("*/__init__.py"))
-
-
-def extra_of(module: str) -> str | None:
-    """The extra a module belongs to; ``None`` for the core and for what the extras share
-    (``src/extras/*.py``: the painter, the worker processes, the loggers' helpers)."""
-    parts = module.split(".")
-    inside = parts[:2] == ["src", "extras"] and len(parts) > 2 and (EXTRAS / parts[2]).is_dir()
-    return parts[2] if inside else None
-
-
-def is_test(path: Path) -> bool:
-    return path.name.startswith("test_") or path.name == "conftest.py"
-
-
-def core_files() -> list[Path]:
-    return [
-        path
-        for path in SRC.rglob("*.py")
-        if not module_of(path).startswith(("src.apps", "src.extras")) and not is_test(path)
-    ]
-
-
-def test_the_core_imports_no_extra_and_names_none() -> None:
-    core = core_files()
-    assert len(core) > 15
-    naming = re.compile(r"src[./]extras\b")
-    for path in core:
-        found = naming.search(path.read_text())
-        assert found is None, f"{path.relative_to(ROOT)} names the extras: the core must not know them"
-
-
-def test_each_extra_needs_only_the_core() -> None:
-    assert len(extras()) >= 8
-    for path in EXTRAS.rglob("*.py"):
-        own = extra_of(module_of(path))
-        if own is None or is_test(path):
-            continue
-        others = {extra_of(module) for module in imported(path)} - {None, own}
-        apps = {module for module in imported(path) if module.startswith("src.apps")}
-        assert not others, f"{path.relative_to(ROOT)} uses the extras {sorted(others)}"
-        assert not apps, f"{path.relative_to(ROOT)} uses the apps {sorted(apps)}"
-
-
-def names(value: object, extra: str) -> bool:
-    """Whether a config value names a class of ``src/extras/<extra>/`` anywhere inside it."""
-    if isinstance(value, dict):
-        return any(names(item, extra) for item in value.values())
-    if isinstance(value, list):
-        return any(names(item, extra) for item in value)
-    return isinstance(value, str) and re.match(rf"src\.extras\.{extra}\b", value) is not None
-
-
-def take_off(config: dict, extra: str, sections: set[str]) -> dict | None:
-    """``config`` without the entries of ``extra`` (its sections, its callbacks, its logger: Lightning's own
-    stands in), or ``None`` for a config whose model or data is the extra's (it goes with the extra)."""
-    if names(config.get("model"), extra) or names(config.get("data"), extra):
-        return None
-    kept = {key: value for key, value in config.items() if key not in sections}
-    trainer = kept.get("trainer")
-    if isinstance(trainer, dict):
-        callbacks = trainer.get("callbacks")
-        if isinstance(callbacks, list):
-            trainer["callbacks"] = [c for c in callbacks if not names(c, extra)]
-        logger = trainer.get("logger")
-        if isinstance(logger, dict) and names(logger.get("class_path"), extra):
-            logger["class_path"] = STOCK_LOGGER
-            logger["init_args"] = {
-                key: value for key, value in (logger.get("init_args") or {}).items() if key != "save_every_s"
-            }
-    assert not names(kept, extra), f"an entry of {extra} that cannot come off: {kept}"
-    return kept
-
-
-def sections_of(extra: str, configs: Path) -> set[str]:
-    defaults = yaml.safe_load((configs / "defaults.yaml").read_text())
-    return {key for key, value in defaults.items() if names(value, extra)}
-
-
-@pytest.mark.parametrize("extra", extras())
-def test_every_entry_of_an_extra_in_the_configs_comes_off(extra: str) -> None:
-    """Each config names an extra only in entries that come off with it: a section of its own, an item of
-    ``trainer.callbacks``, the logger; or it is the extra's own experiment (its model or data)."""
-    sections = sections_of(extra, ROOT / "configs")
-    for path in sorted((ROOT / "configs").rglob("*.yaml")):
-        config = yaml.safe_load(path.read_text()) or {}
-        take_off(config, extra, sections)  # raises for an entry that cannot come off
-    readme = (ROOT / "README.md").read_text()
-    assert f"(src/extras/{extra}/README.md)" in readme  # its row in the table of extras
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("extra", extras())
-def test_an_extra_comes_off_by_deleting_its_folder_and_its_entries(extra: str, tmp_path: Path) -> None:
-    """In a copy of the repository: the extra's folder, its entries in ``configs/`` and its README row
-    deleted, nothing of the core or the configs names it, every remaining shipped config fits (one step
-    of each) and the rest of the suite collects."""
-    copy = tmp_path / "repository"
-    shutil.copytree(ROOT, copy, ignore=not_copied)
-    shutil.rmtree(copy / "src" / "extras" / extra)
-    rows = [f"(src/extras/{extra}/README.md)"]
-    for app in EXTRA_APPS.get(extra, set()):
-        shutil.rmtree(copy / "src" / "apps" / app)
-        rows.append(f"(src/apps/{app}/README.md)")
-    readme = copy / "README.md"
-    lines = readme.read_text().splitlines(keepends=True)
-    readme.write_text("".join(line for line in lines if not any(row in line for row in rows)))
-    sections = sections_of(extra, copy / "configs")
-    for path in sorted((copy / "configs").rglob("*.yaml")):
-        kept = take_off(yaml.safe_load(path.read_text()) or {}, extra, sections)
-        if kept is None:
-            path.unlink()
-        else:
-            path.write_text(yaml.safe_dump(kept, sort_keys=False))
-
-    naming = re.compile(rf"src[./]extras[./]{extra}\b")
-    for path in [*(copy / "src").rglob("*.py"), *(copy / "configs").rglob("*.yaml"), copy / "Makefile"]:
-        if path.is_relative_to(copy / "src" / "apps") or is_test(path):
-            # an app may read an extra's checkpoints, which cannot exist without it; a test that needs
-            # another extra skips without it
-            continue
-        found = naming.search(path.read_text())
-        assert found is None, f"{path.relative_to(copy)} still names {found.group(0)!r}"
-
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+def the_core_passes(copy: Path) -> None:
+    """Every config of ``configs/`` fits (one step) and the core's quick suite passes, in ``copy``."""
     configs = sorted(str(path) for path in (copy / "configs").glob("*.yaml") if path.name != "defaults.yaml")
     assert configs
     fits = (
@@ -279,12 +259,64 @@ def test_an_extra_comes_off_by_deleting_its_folder_and_its_entries(extra: str, t
         "    main(['fit', '--config', config, '--trainer.fast_dev_run=1',\n"
         "          '--trainer.enable_progress_bar=false'])\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", fits, *configs], cwd=copy, env=env, capture_output=True, text=True
-    )
+    done = run([sys.executable, "-c", fits, *configs], copy)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    words = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--collect-only"]
-    collected = subprocess.run(
-        [*words, "tests", "examples", "src"], cwd=copy, env=env, capture_output=True, text=True
-    )
-    assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
+    words = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-m", "not slow", "-n", "auto"]
+    done = run([*words, "--dist", "loadfile", "tests"], copy)
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-3000:]
+
+
+def named_in_what_make_slim_edits(copy: Path, done: slim.Slimmed) -> list[str]:
+    edited = ("README.md", "Makefile", "configs/", "docs/")
+    return [line for line in done.naming if line.startswith(edited)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(FOUND))
+def test_the_core_stands_without_each_extra_and_app(name: str, tmp_path: Path) -> None:
+    """In a copy: ``name`` (and what needs it) taken off by make slim's code, everything else kept; then
+    the README, the docs, the configs and the Makefile name none of it, its make targets are gone, every
+    remaining config fits and the core's quick suite passes."""
+    copy = copy_of(tmp_path)
+    done = slim.slim(copy, plugins.all_but(name, FOUND))
+    assert name in {plugin.name for plugin in done.removed}
+    assert not (copy / FOUND[name].folder).exists()
+    assert not named_in_what_make_slim_edits(copy, done), done.naming
+    app_mk = ROOT / FOUND[name].folder / "app.mk"
+    for target in re.findall(r"^([\w-]+):", app_mk.read_text(), re.MULTILINE) if app_mk.is_file() else []:
+        made = run(["make", "-s", "-n", target], copy)
+        assert f"No rule to make target '{target}'" in made.stderr
+    the_core_passes(copy)
+
+
+@pytest.mark.slow
+def test_make_slim_leaves_a_core_that_lints_passes_its_suite_and_links(tmp_path: Path) -> None:
+    """``make slim`` in a scratch repository (the working tree, committed): what is left lints as ``make
+    lint`` does, its every config fits, the core's suite passes, the README's and the docs' links lead
+    somewhere; ``git checkout -- .`` brings back the whole tree."""
+    copy = copy_of(tmp_path)
+    git = ["git", "-c", "user.name=slim", "-c", "user.email=slim@example.com"]
+    for words in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "scratch"]):
+        assert run([*git, *words], copy).returncode == 0
+    # the environment is this one (-o: make trusts it as installed)
+    done = run(["make", "-o", ".venv/.installed", "slim", f"PY={sys.executable}"], copy)
+    assert done.returncode == 0, done.stdout + done.stderr
+    print(done.stdout)
+    assert "src/ now holds" in done.stdout
+    assert not [path for kind in plugins.KINDS for path in (copy / "src" / kind).glob("*/__init__.py")]
+    tools = Path(sys.executable).parent
+    for words in (
+        ["ruff", "check", "."],
+        ["ruff", "format", "--check", "."],
+        ["mypy", "src", "examples", "benchmarks", "scripts"],
+    ):
+        linted = run([str(tools / words[0]), *words[1:]], copy)
+        assert linted.returncode == 0, f"{' '.join(words)}:\n{linted.stdout[-3000:]}{linted.stderr[-2000:]}"
+    pages = [copy / "README.md", *sorted((copy / "docs").glob("*.md"))]
+    assert not [problem for page in pages for problem in links.broken(page)]
+    the_core_passes(copy)
+    status = run(["git", "status", "--porcelain"], copy).stdout.splitlines()
+    assert status
+    assert all(line[:2] in {" D", " M"} for line in status), status  # nothing new written
+    assert run(["git", "checkout", "--", "."], copy).returncode == 0
+    assert run(["git", "status", "--porcelain"], copy).stdout == ""
