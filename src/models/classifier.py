@@ -79,6 +79,11 @@ class Classifier(BaseTask):
         weight = self.class_weight if self.hparams["class_weights"] else None
         smoothing = self.hparams["label_smoothing"]
         if self.multilabel:
+            if target.is_floating_point():  # values, not 0/1: shapes alone cannot tell them apart
+                raise UserInputError(
+                    "model Classifier reads several targets as labels, but the data's are values "
+                    "(data.task: regression); use src.models.Regressor."
+                )
             # (B, K) raw logits, one per label, never sigmoided: the loss applies log-sigmoid itself;
             # (B, K) 0/1 targets, smoothed as cross-entropy smooths two classes: 1 - s/2 and s/2
             soft = target.to(output.dtype) * (1 - smoothing) + smoothing / 2

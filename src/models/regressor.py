@@ -134,6 +134,11 @@ class Regressor(BaseTask):
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         # output: (B, 1) in the learnt units, (B, K) with several targets; target: (B,) or (B, K) in
         # original units (squeezing (B, K) leaves it as it is)
+        if not target.is_floating_point():  # class ids: several labels have the shape of several values
+            raise UserInputError(
+                "model Regressor reads the targets as values, but the data's are labels "
+                "(data.task: classification); use src.models.Classifier."
+            )
         scaled = self.learnt_units(target)
         if self.hparams["loss_fn"] == "huber":
             return F.huber_loss(output.squeeze(-1), scaled, delta=self.hparams["huber_delta"])
