@@ -89,7 +89,7 @@ class TabularDataModule(ResumableDataModule):
     ) -> None:
         super().__init__(seed, batch_size, num_workers, drop_last)
         if isinstance(target_column, list) and len(target_column) == 1:
-            target_column = target_column[0]  # saved as the one column it is: the same run, checkpoint
+            target_column = target_column[0]  # the one column it is: the same run, the same checkpoint
         if isinstance(target_column, list) and len(set(target_column)) < max(len(target_column), 2):
             raise UserInputError(
                 f"data.target_column={target_column} must name a column, or several different ones."
@@ -118,11 +118,13 @@ class TabularDataModule(ResumableDataModule):
         if predict_path is not None:
             sources.check_predict_path(predict_path)
         self.source: Source = source
-        # plain data in checkpoints (weights_only=True reads them): the groups as mappings
+        # plain data in checkpoints (weights_only=True reads them): the groups as mappings; the target as
+        # read above (LightningCLI hands save_hyperparameters the arguments as they were typed)
         self.save_hyperparameters(ignore=["columns", "encoding", "split"])
         self.hparams.update(
-            columns=asdict(self.columns), encoding=asdict(self.encoding), split=asdict(self.split)
-        )
+            columns=asdict(self.columns), encoding=asdict(self.encoding), split=asdict(self.split),
+            target_column=target_column,
+        )  # fmt: skip
         self._datasets: dict[Stage, TensorBatches] = {}
         self._stat: os.stat_result | None = None  # the data file's, when it was first read
 
