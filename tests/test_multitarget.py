@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from lightning import LightningModule
 from sklearn.metrics import f1_score, mean_squared_error, r2_score
 
 from src.cli import main
@@ -141,6 +142,35 @@ def test_what_several_targets_cannot_be_is_one_sentence(
     assert sentence in line
     assert ". " not in line
     assert line.endswith(".")
+
+
+class AsksForTargets(LightningModule):
+    """A module of the user's own that asks for the data's target columns."""
+
+    def __init__(self, in_features: int, out_features: int, target_names: list[str] | None = None) -> None:
+        super().__init__()
+        self.shapes = (in_features, out_features, target_names)
+
+
+class TakesShapesOnly(LightningModule):
+    """One that does not: the link leaves it alone, as it leaves a module without in_features."""
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.shapes = (in_features, out_features)
+
+
+@pytest.mark.parametrize("module", [AsksForTargets, TakesShapesOnly], ids=lambda m: m.__name__)
+def test_a_module_of_ones_own_gets_the_target_names_by_asking_for_them(workdir: Path, module: type) -> None:
+    table().to_csv("t.csv", index=False)
+    run = main(
+        ["--config", str(CONFIGS / "spiral.yaml"), f"--model={__name__}.{module.__name__}",
+         "--data.source=csv", "--data.path=t.csv", "--data.task=classification",
+         f"--data.target_column=[{', '.join(LABELS)}]"],
+        run=False,
+    )  # fmt: skip
+    asked = (LABELS,) if module is AsksForTargets else ()
+    assert run.model.shapes == (run.datamodule.in_features, 3, *asked)
 
 
 # -- the tasks: BCE per label, metrics at 0.5, values per target -------------------------------------------
