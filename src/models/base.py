@@ -198,9 +198,20 @@ class BaseTask(L.LightningModule, ABC):
         self._log_epoch(self.test_loss, self.test_metrics)
 
     def _log_epoch(self, loss_mean: MeanMetric, metrics: MetricCollection) -> None:
-        if loss_mean.update_called:  # an epoch with steps (a resumed fit may start at an epoch's end)
-            self.log(f"{metrics.prefix}loss", loss_mean)
+        if not loss_mean.update_called:  # an epoch without steps (a resumed fit may start at an epoch's end)
+            return
+        self.log(f"{metrics.prefix}loss", loss_mean)
+        targets = self.hparams.get("target_names")
+        if targets is None:
             self.log_dict(metrics)
+            return
+        # several targets: a metric of one value per target, (K,), is logged per target, `val/r2(<target>)`,
+        # and as their mean, `val/r2`; computed here (gathered from every process), reset as an epoch starts
+        for name, value in metrics.compute().items():
+            self.log(name, value.mean())  # a scalar, as it is
+            if value.ndim:
+                for target, each in zip(targets, value, strict=True):
+                    self.log(f"{name}({target})", each)
 
     def _shared_step(
         self, batch: tuple[torch.Tensor, torch.Tensor], loss_mean: MeanMetric, metrics: MetricCollection

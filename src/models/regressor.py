@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from torchmetrics import MeanAbsoluteError, MeanMetric, MeanSquaredError, MetricCollection, R2Score
+from torchmetrics import MeanAbsoluteError, MeanSquaredError, MetricCollection, R2Score
 from typing_extensions import override
 
 from src.errors import UserInputError
@@ -81,7 +81,7 @@ class Regressor(BaseTask):
             return MetricCollection(
                 {"mae": MeanAbsoluteError(), "rmse": MeanSquaredError(squared=False), "r2": R2Score()}
             )
-        k = len(targets)  # each metric (K,), one value per target
+        k = len(targets)  # each metric (K,), one value per target: logged per target and as their mean
         return MetricCollection(
             {
                 "mae": MeanAbsoluteError(num_outputs=k),
@@ -89,20 +89,6 @@ class Regressor(BaseTask):
                 "r2": R2Score(multioutput="raw_values"),
             }
         )
-
-    @override
-    def _log_epoch(self, loss_mean: MeanMetric, metrics: MetricCollection) -> None:
-        targets = self.hparams.get("target_names")
-        if targets is None or not loss_mean.update_called:
-            super()._log_epoch(loss_mean, metrics)
-            return
-        # several targets: each (K,) metric logged per target, `val/r2(<target>)`, and as their mean,
-        # `val/r2`; computed here (gathered from every process), reset when the next epoch starts
-        self.log(f"{metrics.prefix}loss", loss_mean)
-        for name, values in metrics.compute().items():
-            self.log(name, values.mean())
-            for target, value in zip(targets, values, strict=True):
-                self.log(f"{name}({target})", value)
 
     @override
     def setup(self, stage: str) -> None:
