@@ -18,6 +18,7 @@ from src.cli import main
 from src.data import TabularDataModule
 from src.data.options import Split, strata
 from src.data.preprocessing import Location, label_pair
+from src.data.sources import select
 from src.errors import UserInputError
 from src.models import Classifier, Regressor
 from src.nets import MLP
@@ -72,6 +73,19 @@ def test_a_labels_positive_value_is_one_true_or_yes_else_the_second_in_sorted_or
     assert pair("malignant", "benign") == ["benign", "malignant"]
     with pytest.raises(UserInputError, match=r"holds only \['no'\] in the training rows"):
         pair("no", "no")
+
+
+def test_rows_missing_any_target_are_left_out_with_a_notice(caplog: pytest.LogCaptureFixture) -> None:
+    frame = table()
+    frame.loc[5, "wide"] = None
+    picked = select(frame, LABELS, "classification", Location("the rows"))
+    assert list(picked.target.columns) == picked.target_name == LABELS
+    assert len(picked.target) == len(picked.features) == 159
+    assert (
+        "the rows: 1 of 160 rows have no value in one of ['high', 'wide', 'flag'] and are left out."
+        in caplog.text
+    )
+    assert list(picked.features.columns) == ["a", "b", "c", "kind", *VALUES]  # the targets are not features
 
 
 def test_the_split_is_stratified_by_the_combination_of_labels_when_each_has_rows_enough() -> None:

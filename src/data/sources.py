@@ -400,8 +400,9 @@ def select(
             else f"{location.what}: every row misses a value in one of the target columns {names}."
         )
     if missing.any():
+        lacking = repr(named) if len(names) == 1 else f"value in one of {names}"
         notice(
-            f"{location.what}: {int(missing.sum())} of {len(targets)} rows have no {named!r} and are "
+            f"{location.what}: {int(missing.sum())} of {len(targets)} rows have no {lacking} and are "
             "left out."
         )
         frame, targets = frame[~missing], targets[~missing]
