@@ -44,6 +44,10 @@ class CLI(LightningCLI):
         # shapes known only to the data reach the model where its constructor asks for them
         parser.link_arguments("data.in_features", "model.init_args.in_features", apply_on="instantiate")
         parser.link_arguments("data.out_features", "model.init_args.out_features", apply_on="instantiate")
+        # several targets (None for one): whether out_features counts labels or classes, and their names;
+        # jsonargparse leaves the link out for a DataModule without the attribute or a model without the
+        # argument, as it does the two above
+        parser.link_arguments("data.target_names", "model.init_args.target_names", apply_on="instantiate")
         for section in callback_sections():
             # not add_lightning_class_args: its callback keys would hand the Trainer a None for a section
             # set to null; instantiate_trainer gives it the sections that are on instead

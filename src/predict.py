@@ -79,7 +79,10 @@ def beside_the_run(ckpt_path: str | Path) -> Path:
 
 
 def prediction_frame(
-    outputs: dict[str, torch.Tensor], labels: Sequence[Any] | None, index: Sequence[Any] | pd.Index
+    outputs: dict[str, torch.Tensor],
+    labels: Sequence[Any] | None,
+    index: Sequence[Any] | pd.Index,
+    targets: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """``predict_step`` outputs of all items → one line per item.
 
@@ -88,10 +91,14 @@ def prediction_frame(
     target's units), and for classification (the outputs hold ``probs``) one ``probability(<label>)``
     column per class; classes are named by ``labels``, or numbered from 0 when there are none. The choice
     of class is ``predict_step``'s alone (a threshold of yours there is the one that answers); outputs
-    with ``probs`` and no ``preds`` get the probability columns only.
+    with ``probs`` and no ``preds`` get the probability columns only. With several ``targets`` (``(N, K)``
+    outputs), a ``prediction(<target>)`` column per target, then a ``probability(<target>)`` per target
+    (:func:`per_target`).
     """
     name = index.name if isinstance(index, pd.Index) and index.name is not None else "row"
     frame = pd.DataFrame({name: np.asarray(index)})
+    if targets is not None:
+        return pd.concat([frame, per_target(outputs, labels, targets)], axis=1)
     if "probs" not in outputs:
         frame["prediction"] = outputs["preds"].float().cpu().numpy()
         return frame
@@ -102,6 +109,28 @@ def prediction_frame(
     # one block of columns, not one insert per class: a vocabulary has a hundred
     columns = pd.DataFrame(probs, columns=[f"probability({label})" for label in names])
     return pd.concat([frame, columns], axis=1)
+
+
+def per_target(
+    outputs: dict[str, torch.Tensor], labels: Sequence[Any] | None, targets: Sequence[str]
+) -> pd.DataFrame:
+    """``(N, K)`` outputs of several targets → ``prediction(<target>)`` columns (``preds``: a label's value
+    as the data wrote it, ``labels[k]`` holding target ``k``'s two values, negative first; or the value in
+    the target's units), then ``probability(<target>)`` columns (``probs``: of the positive value)."""
+    columns: dict[str, np.ndarray] = {}
+    if "preds" in outputs:
+        preds = outputs["preds"].cpu()  # (N, K): 0/1 per label, or values
+        for k, target in enumerate(targets):
+            column = preds[:, k]
+            columns[f"prediction({target})"] = (
+                np.asarray(labels[k], dtype=object)[column.numpy().astype(np.int64)]
+                if labels is not None
+                else column.float().numpy()
+            )
+    if "probs" in outputs:
+        probs = outputs["probs"].float().cpu().numpy()  # (N, K): each label's positive value
+        columns.update({f"probability({target})": probs[:, k] for k, target in enumerate(targets)})
+    return pd.DataFrame(columns)
 
 
 def accelerator(device: str | torch.device) -> str | torch.device:
@@ -174,8 +203,14 @@ class Predictor:
 
     @property
     def labels(self) -> list[Any] | None:
-        """The class labels in class-id order; ``None`` for regression."""
+        """The class labels in class-id order (with several targets, each one's two values); ``None`` for
+        regression."""
         return self.reading.labels
+
+    @property
+    def target_names(self) -> list[str] | None:
+        """A table's target columns when it has several, one prediction each; ``None`` for one."""
+        return self.reading.target_names if isinstance(self.reading, Preprocessor) else None
 
     def encode(
         self, frame: pd.DataFrame, source: str | Location = "the rows", report: CellReport | None = None
@@ -222,7 +257,7 @@ class Predictor:
         """
         if isinstance(items, pd.DataFrame):
             outputs = self.outputs(self.encode(items, source, report))
-            return prediction_frame(outputs, self.labels, items.index.to_numpy())
+            return prediction_frame(outputs, self.labels, items.index.to_numpy(), self.target_names)
         files = all(isinstance(item, str | Path) for item in items)
         index = pd.Index(
             [str(i) for i in items] if files else range(len(items)), name="path" if files else "row"

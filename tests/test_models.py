@@ -218,7 +218,12 @@ def test_regressor_trains_on_standardized_targets_and_reports_original_units(los
 
 # -- hyperparameters: primitives, so that checkpoints load with torch.load(weights_only=True) ----------
 
-BASE_HPARAMS = {"scheduler_interval": "epoch", "scheduler_monitor": "val/loss", "compile_net": False}
+BASE_HPARAMS = {
+    "scheduler_interval": "epoch",
+    "scheduler_monitor": "val/loss",
+    "compile_net": False,
+    "target_names": None,  # one target
+}
 
 
 def test_hyperparameters_are_primitives_and_a_python_net_factory_is_left_out() -> None:
@@ -315,6 +320,7 @@ def non_default_base_arguments(out_features: int) -> dict[str, Any]:
         "scheduler_interval": "step",
         "scheduler_monitor": "val/acc",
         "compile_net": True,
+        "target_names": [f"target{k}" for k in range(out_features)],  # several targets, one output each
     }
 
 
@@ -325,7 +331,7 @@ def test_subclass_hands_every_base_task_argument_on(task: type[BaseTask], monkey
     Checked at BaseTask's door: the saved hyperparameters would not notice a dropped argument, since
     save_hyperparameters also reads the subclass's own frame.
     """
-    arguments = non_default_base_arguments(out_features=1 if task is Regressor else 3)
+    arguments = non_default_base_arguments(out_features=2 if task is Regressor else 3)
     defaults = {name: p.default for name, p in inspect.signature(BaseTask).parameters.items()}
     assert arguments.keys() == defaults.keys()
     assert all(arguments[name] != defaults[name] for name in arguments)
@@ -398,8 +404,10 @@ REQUIRED_HOOKS = ["build_metrics", "loss", "metric_inputs", "predict_step"]
 
 
 def task_without(hook: str) -> type[BaseTask]:
-    """A BaseTask subclass that defines every required hook except ``hook`` (borrowed from Classifier)."""
+    """A BaseTask subclass that defines every required hook except ``hook`` (borrowed from Classifier, with
+    the property they read)."""
     body = {name: getattr(Classifier, name) for name in REQUIRED_HOOKS if name != hook}
+    body["multilabel"] = Classifier.multilabel
     return type(f"No_{hook}", (BaseTask,), body)
 
 

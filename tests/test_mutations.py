@@ -22,16 +22,18 @@ import examples.test_parity as parity
 import src.checkpoints
 import src.files
 import src.models.base
+import src.predict
 import tests.test_accumulation_clipping as accumulation_clipping
 import tests.test_best_checkpoint as best_checkpoint
 import tests.test_checkpointing as checkpointing
 import tests.test_models as models
+import tests.test_multitarget as multitarget
 import tests.test_predict as predict
 import tests.test_trust as trust
 from examples.manual import ManualClassifier
 from src.callbacks import PredictionWriter
 from src.cli import CLI
-from src.models import BaseTask
+from src.models import BaseTask, Classifier
 from src.predict import Predictor
 
 NORM_CASE = parity.CASES["accumulate3-clip-norm-step-scheduler"]
@@ -384,3 +386,44 @@ def test_the_ensemble_test_catches_a_task_that_trains_the_members_mean(
     )
     with pytest.raises(AssertionError, match="not close"):
         models.test_an_ensemble_trains_each_member_on_every_row_and_predicts_their_mean()
+
+
+# -- several targets ----------------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings(
+    "ignore:You are trying to `self.log\\(\\)`:UserWarning"
+)  # a step without a Trainer
+def test_the_multilabel_loss_test_catches_cross_entropy_in_place_of_bce(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mutate(
+        monkeypatch,
+        Classifier,
+        "loss",
+        "return F.binary_cross_entropy_with_logits(output, soft, pos_weight=weight)",
+        "return F.cross_entropy(output, soft, weight=weight)",
+    )
+    with pytest.raises(AssertionError, match="not close"):
+        multitarget.test_the_multilabel_loss_is_bce_per_label_smoothed_as_cross_entropy_smooths_two_classes()
+
+
+@pytest.mark.filterwarnings(
+    "ignore:You are trying to `self.log\\(\\)`:UserWarning"
+)  # a step without a Trainer
+def test_the_multilabel_prediction_test_catches_a_softmax_across_labels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mutate(
+        monkeypatch, Classifier, "predict_step", "probs = logits.sigmoid()", "probs = logits.softmax(dim=-1)"
+    )
+    with pytest.raises(AssertionError, match="not close"):
+        multitarget.test_multilabel_metrics_and_predictions_threshold_each_label_at_half()
+
+
+def test_the_per_target_columns_test_catches_every_target_predicted_from_the_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mutate(monkeypatch, src.predict, "per_target", "column = preds[:, k]", "column = preds[:, 0]")
+    with pytest.raises(AssertionError):
+        multitarget.test_a_prediction_per_target_named_by_its_column()

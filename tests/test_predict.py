@@ -116,6 +116,22 @@ def test_test_needs_only_the_checkpoint(trained, monkeypatch) -> None:
         torch.testing.assert_close(alone[key], configured[key], rtol=0, atol=0)
 
 
+def test_a_checkpoint_from_before_several_targets_predicts_as_it_did(trained, tmp_path: Path) -> None:
+    """One target, as every checkpoint was before ``target_names``: the model's hyperparameters lack it,
+    and the preprocessing names one target column with its classes."""
+    run, _, frame = trained
+    last = Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(last, weights_only=True)
+    assert checkpoint["hyper_parameters"].pop("target_names") is None
+    preprocessing = checkpoint["TabularDataModule"]["preprocessing"]
+    assert (preprocessing["target"], preprocessing["labels"]) == ("label", ["high", "low", "mid"])
+    torch.save(checkpoint, tmp_path / "before.ckpt")
+    rows = frame.iloc[run.datamodule.split_rows["val"]].drop(columns="label")
+    before = Predictor.from_checkpoint(tmp_path / "before.ckpt")
+    assert before.model.hparams["target_names"] is None
+    pd.testing.assert_frame_equal(before.predict(rows), Predictor.from_checkpoint(last).predict(rows))
+
+
 def test_unseen_categories_and_empty_cells_predict(trained) -> None:
     run, _, _ = trained
     predictor = Predictor.from_checkpoint(run.trainer.checkpoint_callback.best_model_path)

@@ -21,7 +21,9 @@ class PredictionWriter(BasePredictionWriter):
     a table's file, 0-based, header not counted; ``path`` of an image; the position when the DataModule
     has no such method), ``prediction`` (the label as the data wrote it, or the value in the target's
     units) and, for classification, one ``probability(<label>)`` column per class, named by the
-    DataModule's ``label_names`` (:func:`src.predict.prediction_frame`). Works with any DataModule.
+    DataModule's ``label_names``; with several targets (its ``target_names``) a ``prediction(<target>)``
+    and ``probability(<target>)`` column per target (:func:`src.predict.prediction_frame`). Works with
+    any DataModule.
     The path is checked before anything is predicted (:func:`src.files.check_output`: never an input of
     the run, never an existing file unless ``overwrite``), and the file is written whole or not at all.
 
@@ -82,7 +84,8 @@ class PredictionWriter(BasePredictionWriter):
         index = getattr(datamodule, "predict_index", None)
         every = index() if callable(index) else pd.Index(np.arange(count), name="row")
         rows = every[positions] if len(positions) else every[:count]
-        frame = prediction_frame(outputs, getattr(datamodule, "label_names", None), rows)
+        labels, targets = getattr(datamodule, "label_names", None), getattr(datamodule, "target_names", None)
+        frame = prediction_frame(outputs, labels, rows, targets)
         path = self._checked_path(trainer)
         with written(path) as (partial,):
             frame.to_csv(partial, index=False)

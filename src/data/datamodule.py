@@ -19,14 +19,12 @@ from typing_extensions import override
 from src.checkpoints import load_checkpoint
 from src.data import sources
 from src.data.loading import ResumableDataModule, Stage, TensorBatches, check_split
-from src.data.options import Columns, Encoding, Split, check_split_size, group, split_record_of
+from src.data.options import Columns, Encoding, Split, check_split_size, group, split_record_of, strata
 from src.data.preprocessing import (
-    Label,
     Options,
     Preprocessor,
     fit_preprocessor,
     infer_kinds,
-    label_values,
     preprocessing_of,
 )
 from src.errors import UserInputError
@@ -44,7 +42,9 @@ class TabularDataModule(ResumableDataModule):
         source: ``digits``, ``diabetes``, ``penguins`` (bundled), ``spiral``, ``friedman`` (synthetic),
             ``csv`` or ``parquet`` (your ``path``); left out, ``path``'s format, else ``digits``.
         path: Your CSV or Parquet file.
-        target_column: The column to predict (your file).
+        target_column: The column to predict (your file), or a list of several: each a label of two
+            values for classification (multi-label), each a value for regression (docs/data.md). A list
+            of one is that one column.
         task: ``classification`` or ``regression`` (your file).
         columns: Which columns the net reads, and as what (:class:`Columns`: ``data.columns.drop`` ...).
         encoding: How they are encoded (:class:`Encoding`: ``data.encoding.max_categories`` ...).
@@ -71,7 +71,7 @@ class TabularDataModule(ResumableDataModule):
         self,
         source: Source | None = None,
         path: str | None = None,
-        target_column: str | None = None,
+        target_column: str | list[str] | None = None,
         task: Literal["classification", "regression"] | None = None,
         columns: Columns | None = None,
         encoding: Encoding | None = None,
@@ -88,6 +88,12 @@ class TabularDataModule(ResumableDataModule):
         noise: float | None = None,
     ) -> None:
         super().__init__(seed, batch_size, num_workers, drop_last)
+        if isinstance(target_column, list) and len(target_column) == 1:
+            target_column = target_column[0]  # the one column it is: the same run, the same checkpoint
+        if isinstance(target_column, list) and len(set(target_column)) < max(len(target_column), 2):
+            raise UserInputError(
+                f"data.target_column={target_column} must name a column, or several different ones."
+            )
         self.columns, self.encoding, self.split = (
             group(columns, Columns, "data.columns"),
             group(encoding, Encoding, "data.encoding"),
@@ -112,11 +118,13 @@ class TabularDataModule(ResumableDataModule):
         if predict_path is not None:
             sources.check_predict_path(predict_path)
         self.source: Source = source
-        # plain data in checkpoints (weights_only=True reads them): the groups as mappings
+        # plain data in checkpoints (weights_only=True reads them): the groups as mappings; the target as
+        # read above (LightningCLI hands save_hyperparameters the arguments as they were typed)
         self.save_hyperparameters(ignore=["columns", "encoding", "split"])
         self.hparams.update(
-            columns=asdict(self.columns), encoding=asdict(self.encoding), split=asdict(self.split)
-        )
+            columns=asdict(self.columns), encoding=asdict(self.encoding), split=asdict(self.split),
+            target_column=target_column,
+        )  # fmt: skip
         self._datasets: dict[Stage, TensorBatches] = {}
         self._stat: os.stat_result | None = None  # the data file's, when it was first read
 
@@ -155,7 +163,7 @@ class TabularDataModule(ResumableDataModule):
         """
         table, hp, split = self.table, self.settings, self.split
         rows = np.arange(len(table.target))
-        stratify = label_values(table.target) if table.task == "classification" else None
+        stratify = strata(table.target, split) if table.task == "classification" else None
         try:
             rest, test = train_test_split(
                 rows, test_size=split.test_fraction, random_state=hp.seed, stratify=stratify
@@ -214,7 +222,7 @@ class TabularDataModule(ResumableDataModule):
             train,
             self._kinds(),
             table.task,
-            table.target.name,
+            table.target_name,
             table.target.iloc[train],
             self._options(),
             table.location,
@@ -247,16 +255,26 @@ class TabularDataModule(ResumableDataModule):
 
     @property
     def out_features(self) -> int:
-        """Class count for classification, 1 for regression: the width of the net's head."""
-        return self.preprocessor.num_classes or 1
+        """Class count for classification, 1 for regression, the target count with several targets: the
+        width of the net's head."""
+        targets = self.target_names
+        return len(targets) if targets is not None else self.preprocessor.num_classes or 1
 
     @property
-    def label_names(self) -> list[Label] | None:
-        """Class labels as the data writes them, in class-id order; ``None`` for regression."""
+    def target_names(self) -> list[str] | None:
+        """The target columns when there are several (``None`` for one): linked into the model's
+        ``target_names``, since ``out_features`` alone cannot tell 3 labels from 3 classes."""
+        return self.preprocessor.target_names
+
+    @property
+    def label_names(self) -> list[Any] | None:
+        """Class labels as the data writes them, in class-id order; with several targets, each one's two
+        values, negative first; ``None`` for regression."""
         return self.preprocessor.labels
 
     def train_targets(self) -> np.ndarray:
-        """The training split's class ids (classification) or values (regression)."""
+        """The training split's class ids (classification) or values (regression); ``(N, K)`` with
+        several targets (a label's 0/1, or the values)."""
         if "train" in self._datasets:  # built: the table may have been let go of
             return self._datasets["train"].tensors[1].numpy()
         return self._targets(self.split_rows["train"])
@@ -267,9 +285,15 @@ class TabularDataModule(ResumableDataModule):
         return self.preprocessor.task
 
     def class_weights(self) -> torch.Tensor:
-        """Balanced class weights (``n / (k * count_c)``) from the training split."""
+        """Balanced class weights (``n / (k * count_c)``) from the training split; with several targets,
+        each label's BCE ``pos_weight``: its training rows' negatives over its positives."""
         if self.preprocessor.num_classes is None:
             raise ValueError("class weights exist only for classification data")
+        if self.target_names is not None:
+            labels = self.train_targets()  # (N, K) 0/1
+            positives = labels.sum(axis=0)
+            negatives = len(labels) - positives
+            return torch.as_tensor(negatives / np.maximum(positives, 1), dtype=torch.float32)
         classes = np.arange(self.preprocessor.num_classes)
         weights = compute_class_weight("balanced", classes=classes, y=self.train_targets())
         return torch.as_tensor(weights, dtype=torch.float32)

@@ -2,6 +2,7 @@
 encoded, which rows train, validate and test (``data.columns.drop``, ``data.encoding.max_categories``,
 ``data.split.val_fraction`` ...)."""
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TypeVar
@@ -10,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from src.data.loading import TESTED, TRAINED, VALIDATED, check_fractions, split_record
+from src.data.preprocessing import label_values
 from src.errors import UserInputError
 
 G = TypeVar("G", "Columns", "Encoding", "Split")
@@ -141,6 +143,19 @@ def check_split_size(stage: str, count: int, total: int, task: str, split: Split
         f"needs at least {needed} {name} row{'' if needed == 1 else 's'}"
         f"{' (R² needs two)' if task == 'regression' else ''}: use more rows or {advice}."
     )
+
+
+def strata(target: pd.Series | pd.DataFrame, split: Split) -> np.ndarray:
+    """``(N,)`` what a classification table's split is stratified by: each row's label; with several
+    targets, each row's combination of labels when every combination has rows enough for each split (and
+    fold) to get one of them, else its first target's label."""
+    if isinstance(target, pd.Series):
+        return label_values(target)
+    labels = [label_values(target[name]) for name in target]
+    combination = pd.factorize(pd.MultiIndex.from_arrays(labels))[0]
+    smallest = min(split.val_fraction, split.test_fraction)
+    needed = max(2, math.ceil(1 / smallest), math.ceil((split.folds or 0) / (1 - split.test_fraction)))
+    return combination if np.bincount(combination).min() >= needed else labels[0]
 
 
 def split_record_of(table: Any, rows: dict[str, np.ndarray], seed: int, split: Split) -> dict[str, Any]:

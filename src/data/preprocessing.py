@@ -340,6 +340,24 @@ def label_values(target: pd.Series) -> np.ndarray:
     return category_strings(target)
 
 
+#: of a label's two values, the one written so (case aside) is its positive value, however the two sort
+POSITIVE = ("1", "true", "yes")
+
+
+def label_pair(train_target: pd.Series, location: Location) -> list[Label]:
+    """One of several targets' two values in the training rows, negative first: the one written 1, true or
+    yes (case aside) is positive, else the second in sorted order (``["no", "yes"]``, ``[0, 1]``,
+    ``["benign", "malignant"]``)."""
+    pair = labels_of(train_target)
+    if len(pair) != 2:
+        raise UserInputError(
+            f"{location.what}: the target {train_target.name!r} holds only {pair} in the training rows, "
+            "and a label needs both of its values there; use more rows, or other data.split settings."
+        )
+    positive = [label for label in pair if str(label).strip().lower() in POSITIVE]
+    return [pair[1 - pair.index(positive[0])], positive[0]] if len(positive) == 1 else pair
+
+
 # -- the fitted preprocessing -------------------------------------------------------------------------
 
 
@@ -352,11 +370,19 @@ class Preprocessor:
     """
 
     task: Task
-    target: str | None  #: the target column's name (ignored in a file to predict)
+    #: the target column's name, or the names of several (ignored in a file to predict)
+    target: str | list[str] | None
     numeric: list[NumericColumn]
     categorical: list[CategoricalColumn]
-    labels: list[Label] | None = None  #: class labels, in class-id order (classification)
+    #: class labels (:data:`Label`), in class-id order (classification); with several targets, each one's
+    #: two values, negative first (:func:`label_pair`)
+    labels: list[Any] | None = None
     na_values: list[str] = field(default_factory=list)  #: texts that mean "missing" in any column
+
+    @property
+    def target_names(self) -> list[str] | None:
+        """The target columns when there are several, one output each; ``None`` for one target."""
+        return list(self.target) if isinstance(self.target, list) else None
 
     @property
     def columns(self) -> list[str]:
@@ -462,18 +488,14 @@ class Preprocessor:
             log.warning(noticed.line(location.what))
         return out
 
-    def encode_labels(self, target: pd.Series, location: Location) -> np.ndarray:
-        """Labels → ``(N,)`` int64 class ids; a label the training rows never had is an error."""
+    def encode_labels(self, target: pd.Series | pd.DataFrame, location: Location) -> np.ndarray:
+        """Labels → ``(N,)`` int64 class ids; several targets (a frame) → ``(N, K)`` int64, 1 where a
+        row's label is its target's positive value. A label the training rows never had is an error."""
         assert self.labels is not None
-        values = label_values(target)
-        ids = pd.Index(self.labels).get_indexer(values)
-        if (ids < 0).any():
-            first = int(np.flatnonzero(ids < 0)[0])
-            raise UserInputError(
-                f"{location.cell(str(target.name), target.index[first])} holds the label {values[first]!r}, "
-                f"which no training row has (labels: {self.labels}); give that class more rows."
-            )
-        return ids.astype(np.int64)
+        if isinstance(target, pd.DataFrame):
+            pairs = zip(target, self.labels, strict=True)  # each target's two values
+            return np.stack([_class_ids(target[name], pair, location) for name, pair in pairs], axis=1)
+        return _class_ids(target, self.labels, location)
 
     def state_dict(self) -> dict[str, Any]:
         """Strings, numbers, lists and dicts only: ``torch.load(weights_only=True)`` reads them back. A new
@@ -500,6 +522,19 @@ class Preprocessor:
             labels=state["labels"],
             na_values=state.get("na_values", []),
         )
+
+
+def _class_ids(target: pd.Series, labels: list[Label], location: Location) -> np.ndarray:
+    """``(N,)`` int64 positions of the target's labels in ``labels``; a label not there is an error."""
+    values = label_values(target)
+    ids = pd.Index(labels).get_indexer(values)
+    if (ids < 0).any():
+        first = int(np.flatnonzero(ids < 0)[0])
+        raise UserInputError(
+            f"{location.cell(str(target.name), target.index[first])} holds the label {values[first]!r}, "
+            f"which no training row has (labels: {labels}); give that class more rows."
+        )
+    return ids.astype(np.int64)
 
 
 def _target_encoded(values: np.ndarray, column: CategoricalColumn) -> tuple[np.ndarray, np.ndarray]:
@@ -646,8 +681,8 @@ def fit_preprocessor(
     train: np.ndarray | None,
     kinds: tuple[list[str], list[str], dict[str, list[str]]],
     task: Task,
-    target: str | None,
-    train_target: pd.Series | None,
+    target: str | list[str] | None,
+    train_target: pd.Series | pd.DataFrame | None,
     options: Options,
     location: Location,
 ) -> Preprocessor:
@@ -687,11 +722,21 @@ def fit_preprocessor(
                     missing_tokens=tokens.get(name, []),
                 )
             )
-    labels = labels_of(train_target) if task == "classification" else None
+    labels: list[Any] | None = None  # class labels, or each target's two (Preprocessor.labels)
+    if task == "classification" and isinstance(train_target, pd.DataFrame):
+        labels = [label_pair(train_target[name], location) for name in train_target]
+    elif task == "classification":
+        labels = labels_of(train_target)
     categorical_columns: list[CategoricalColumn] = []
     if categorical:
         inputs = encoder_input(_part(frame, categorical, train), [], categorical, location, tokens)
         many = target_encoded(inputs, categorical, options)
+        if many and isinstance(train_target, pd.DataFrame):
+            raise UserInputError(
+                f"data.encoding.high_cardinality: target reads column {many[0]!r} by its means of one "
+                f"target, but data.target_column names {len(train_target.columns)}; use other, or one target."
+            )
+        # one target here (several were refused above where a column is target-encoded)
         fitted = column_transformer([], categorical, options, many, target_type(task, labels))
         fitted.fit(inputs, None if not many else target_values(train_target, task, labels))
         encoder: OneHotEncoder = fitted.named_transformers_["categorical"]

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sklearn import datasets
 
-from src.data.preprocessing import Location, Task, numeric_values
+from src.data.preprocessing import Location, Task, label_values, numeric_values
 from src.errors import UserInputError, notice
 
 FileFormat = Literal["csv", "parquet"]
@@ -36,9 +36,16 @@ class Table:
     rows came from (for error messages)."""
 
     features: pd.DataFrame
-    target: pd.Series
+    target: pd.Series | pd.DataFrame  #: one target column, or several (a frame, one column each)
     task: Task
     location: Location
+
+    @property
+    def target_name(self) -> str | list[str]:
+        """The target column's name, or the names of several."""
+        if isinstance(self.target, pd.DataFrame):
+            return [str(name) for name in self.target.columns]
+        return str(self.target.name)
 
 
 def _bundled(features: pd.DataFrame, target: pd.Series, task: Task, what: str) -> Table:
@@ -348,7 +355,7 @@ def _read_csv(path: Path, na_values: Sequence[str]) -> pd.DataFrame:
 
 def select(
     frame: pd.DataFrame,
-    target_column: str,
+    target_column: str | Sequence[str],
     task: Task,
     location: Location,
     feature_columns: Sequence[str] | None = None,
@@ -356,55 +363,67 @@ def select(
 ) -> Table:
     """The feature columns and the target of a file; rows without a target are dropped with a notice.
 
+    ``target_column`` names one column, or several (a list of one is that one column): each classification
+    target is then a label of two values, each regression target a value of its own.
+
     Refuses what would make a run meaningless: a column named twice or not at all, the target among the
     features, a feature that is a copy of the target, or no rows left.
     """
     columns = list(frame.columns)
-    if target_column not in columns:
+    names = [target_column] if isinstance(target_column, str) else list(target_column)
+    named: str | list[str] = names[0] if len(names) == 1 else names  # as the sentences below say it
+    absent = [name for name in names if name not in columns]
+    if absent:
         raise UserInputError(
-            f"{location.what} has no column {target_column!r}; set data.target_column to one of {columns}."
+            f"{location.what} has no column {absent[0]!r}; set data.target_column to one of {columns}."
         )
-    named = {"data.columns.features": feature_columns or [], "data.columns.drop": drop_columns}
-    for key, names in named.items():
-        unknown = [c for c in names if c not in columns]
+    listed = {"data.columns.features": feature_columns or [], "data.columns.drop": drop_columns}
+    for key, given in listed.items():
+        unknown = [c for c in given if c not in columns]
         if unknown:
             raise UserInputError(f"{location.what} has no column(s) {unknown}; fix {key}.")
-    if feature_columns and target_column in feature_columns:
+    read = [name for name in names if name in (feature_columns or [])]
+    if read:
         raise UserInputError(
-            f"data.columns.features lists the target {target_column!r}: the model would read the answer; "
-            "remove it."
+            f"data.columns.features lists the target {read[0]!r}: the model would read the answer; remove it."
         )
-    features = [c for c in (feature_columns or columns) if c != target_column and c not in drop_columns]
+    features = [c for c in (feature_columns or columns) if c not in names and c not in drop_columns]
     if not features:
-        raise UserInputError(f"{location.what} has no feature column besides {target_column!r}.")
+        raise UserInputError(f"{location.what} has no feature column besides {named!r}.")
 
-    target = frame[target_column]
-    missing = target.isna().to_numpy()
+    targets = frame[names]
+    missing = targets.isna().any(axis=1).to_numpy()
     if missing.all():
-        raise UserInputError(f"{location.what}: every cell of the target column {target_column!r} is empty.")
+        raise UserInputError(
+            f"{location.what}: every cell of the target column {named!r} is empty."
+            if len(names) == 1
+            else f"{location.what}: every row misses a value in one of the target columns {names}."
+        )
     if missing.any():
+        lacking = repr(named) if len(names) == 1 else f"value in one of {names}"
         notice(
-            f"{location.what}: {int(missing.sum())} of {len(target)} rows have no {target_column!r} and are "
+            f"{location.what}: {int(missing.sum())} of {len(targets)} rows have no {lacking} and are "
             "left out."
         )
-        frame, target = frame[~missing], target[~missing]
+        frame, targets = frame[~missing], targets[~missing]
     if task == "regression":
         try:
-            values = numeric_values(target, location)
+            numbers = {name: numeric_values(targets[name], location).astype(np.float32) for name in names}
         except UserInputError as err:
             raise UserInputError(f"{err} (Class labels? Set data.task: classification.)") from err
-        target = pd.Series(values.astype(np.float32), index=target.index, name=target_column)
+        targets = pd.DataFrame(numbers, index=targets.index)
+    elif len(names) == 1:
+        _check_classes(targets[names[0]], location)
     else:
-        _check_classes(target, location)
+        for name in names:
+            _check_label(targets[name], location)
 
     empty = [c for c in features if frame[c].isna().all()]
     if empty:
         notice(f"{location.what}: the column(s) {empty} have no values and are left out.")
         features = [c for c in features if c not in empty]
         if not features:
-            raise UserInputError(
-                f"{location.what} has no feature column with values besides {target_column!r}."
-            )
+            raise UserInputError(f"{location.what} has no feature column with values besides {named!r}.")
     for column in features:
         values = frame[column]
         first = values.first_valid_index() if values.dtype == object else None
@@ -413,14 +432,26 @@ def select(
                 f"{location.what}, column {column!r} holds nested values (lists or records), not numbers or "
                 "text; flatten them into columns of their own, or leave it out with data.columns.drop."
             )
-    classes = target.nunique() if task == "classification" else 0
-    for column in features:
-        if _same_as_target(frame[column], target, task, classes):
-            raise UserInputError(
-                f"{location.what}: column {column!r} is a copy of the target {target_column!r}, so the model "
-                "would read the answer; drop it with data.columns.drop."
-            )
-    return Table(frame[features], target, task, location)
+    for name in names:
+        classes = targets[name].nunique() if task == "classification" else 0
+        for column in features:
+            if _same_as_target(frame[column], targets[name], task, classes):
+                raise UserInputError(
+                    f"{location.what}: column {column!r} is a copy of the target {name!r}, so the model "
+                    "would read the answer; drop it with data.columns.drop."
+                )
+    return Table(frame[features], targets[names[0]] if len(names) == 1 else targets, task, location)
+
+
+def _check_label(target: pd.Series, location: Location) -> None:
+    """One of several classification targets is a label of exactly two values (0/1, yes/no, two names)."""
+    values = sorted({str(v) for v in label_values(target)})
+    if len(values) != 2:
+        raise UserInputError(
+            f"{location.what}: the target {target.name!r} holds {len(values)} value(s) {values[:5]}; with "
+            "several target columns each is a label of two values (0/1, yes/no, true/false, two names), and "
+            "a target of more classes is predicted in a run of its own (several at once are not supported)."
+        )
 
 
 def _check_classes(target: pd.Series, location: Location) -> None:

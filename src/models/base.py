@@ -42,7 +42,8 @@ class BaseTask(L.LightningModule, ABC):
 
     Args:
         in_features: Input width; linked from the DataModule by the CLI, never typed by hand.
-        out_features: Output width (class count, or 1 for regression); linked from the DataModule.
+        out_features: Output width (class count, or 1 for regression; the target count with several
+            targets); linked from the DataModule.
         net: Builds the net from ``(in_features, out_features)``: in YAML the ``class_path`` of any
             ``nn.Module`` taking those two widths first, its other arguments as ``init_args``. ``None``
             means :data:`src.nets.DEFAULT_NET` (an ensemble of MLPs for tables).
@@ -54,6 +55,9 @@ class BaseTask(L.LightningModule, ABC):
             (warmup, OneCycleLR) need ``step``; epoch schedules stepped per batch decay far too fast.
         scheduler_monitor: The logged metric a ``ReduceLROnPlateau`` watches.
         compile_net: Compile the net with ``torch.compile`` (the net only: ``self.log`` does not compile).
+        target_names: The data's target columns when it has several, one output each (``None``: one
+            target); linked from the DataModule, since ``out_features`` alone cannot tell 3 labels from 3
+            classes.
     """
 
     def __init__(
@@ -66,6 +70,7 @@ class BaseTask(L.LightningModule, ABC):
         scheduler_interval: Literal["epoch", "step"] = "epoch",
         scheduler_monitor: str = "val/loss",
         compile_net: bool = False,
+        target_names: list[str] | None = None,
     ) -> None:
         super().__init__()
         # primitives only, so that checkpoints load with weights_only=True: ``net`` as its config (class_path
@@ -193,9 +198,20 @@ class BaseTask(L.LightningModule, ABC):
         self._log_epoch(self.test_loss, self.test_metrics)
 
     def _log_epoch(self, loss_mean: MeanMetric, metrics: MetricCollection) -> None:
-        if loss_mean.update_called:  # an epoch with steps (a resumed fit may start at an epoch's end)
-            self.log(f"{metrics.prefix}loss", loss_mean)
+        if not loss_mean.update_called:  # an epoch without steps (a resumed fit may start at an epoch's end)
+            return
+        self.log(f"{metrics.prefix}loss", loss_mean)
+        targets = self.hparams.get("target_names")
+        if targets is None:
             self.log_dict(metrics)
+            return
+        # several targets: a metric of one value per target, (K,), is logged per target, `val/r2(<target>)`,
+        # and as their mean, `val/r2`; computed here (gathered from every process), reset as an epoch starts
+        for name, value in metrics.compute().items():
+            self.log(name, value.mean())  # a scalar, as it is
+            if value.ndim:
+                for target, each in zip(targets, value, strict=True):
+                    self.log(f"{name}({target})", each)
 
     def _shared_step(
         self, batch: tuple[torch.Tensor, torch.Tensor], loss_mean: MeanMetric, metrics: MetricCollection

@@ -1,5 +1,6 @@
 """Regression: MSE or Huber on optionally log-transformed and standardized targets; MAE, RMSE and R² in
-original units."""
+original units. With several targets, each is transformed and standardized on its own, and each metric is
+logged per target (``val/r2(<target>)``) and as their mean (``val/r2``)."""
 
 from typing import Any, Literal
 
@@ -15,7 +16,7 @@ from src.models.base import BaseTask
 
 
 class Regressor(BaseTask):
-    """Predicts one continuous value.
+    """Predicts one continuous value, or one per target when the data has several (``target_names``).
 
     Its own arguments are below; the rest (``net``, ``optimizer``, ``scheduler`` ...) are
     :class:`BaseTask`'s and pass through ``**kwargs`` (``--help`` lists them too).
@@ -39,7 +40,8 @@ class Regressor(BaseTask):
     """
 
     #: the training split's target mean and std (of ``log(1 + y)`` when that is what the net learns), and
-    #: 1 when it learns the logarithm, else 0: scalar buffers registered in ``__init__``
+    #: 1 when it learns the logarithm, else 0: buffers registered in ``__init__``, scalars for one target,
+    #: ``(K,)`` for several
     target_mean: torch.Tensor
     target_std: torch.Tensor
     target_log: torch.Tensor
@@ -55,14 +57,18 @@ class Regressor(BaseTask):
     ) -> None:
         super().__init__(**kwargs)
         # identity until setup() fits them on the training split; buffers, so checkpoints carry them
-        self.register_buffer("target_mean", torch.tensor(0.0))
-        self.register_buffer("target_std", torch.tensor(1.0))
-        self.register_buffer("target_log", torch.tensor(0.0))
+        shape = () if self.hparams.get("target_names") is None else (self.hparams["out_features"],)
+        self.register_buffer("target_mean", torch.zeros(shape))
+        self.register_buffer("target_std", torch.ones(shape))
+        self.register_buffer("target_log", torch.zeros(shape))
         self.register_load_state_dict_pre_hook(_without_log)
 
     @override
     def check_shapes(self) -> None:
-        if (k := self.hparams["out_features"]) != 1:
+        k, targets = self.hparams["out_features"], self.hparams.get("target_names")
+        if targets is not None and len(targets) != k:
+            raise UserInputError(f"model Regressor has {k} outputs for the {len(targets)} targets {targets}.")
+        if targets is None and k != 1:
             raise UserInputError(
                 f"model Regressor predicts one value but the data gives out_features={k} (classes?); "
                 "classification data goes to src.models.Classifier."
@@ -70,8 +76,18 @@ class Regressor(BaseTask):
 
     @override
     def build_metrics(self) -> MetricCollection:
+        targets = self.hparams.get("target_names")
+        if targets is None:
+            return MetricCollection(
+                {"mae": MeanAbsoluteError(), "rmse": MeanSquaredError(squared=False), "r2": R2Score()}
+            )
+        k = len(targets)  # each metric (K,), one value per target: logged per target and as their mean
         return MetricCollection(
-            {"mae": MeanAbsoluteError(), "rmse": MeanSquaredError(squared=False), "r2": R2Score()}
+            {
+                "mae": MeanAbsoluteError(num_outputs=k),
+                "rmse": MeanSquaredError(squared=False, num_outputs=k),
+                "r2": R2Score(multioutput="raw_values"),
+            }
         )
 
     @override
@@ -83,30 +99,39 @@ class Regressor(BaseTask):
             self.fit_target_scaling(datamodule.train_targets())
 
     def fit_target_scaling(self, targets: np.ndarray) -> None:
-        """Set the target's transform and standardization from the training split's ``(N,)`` targets."""
-        y = np.asarray(targets, dtype=np.float64)
-        log = use_log(y, self.hparams["target_transform"])
-        learnt = np.log1p(y) if log else y
-        standardize = self.hparams["standardize_target"]
-        self.target_log.fill_(float(log))
-        self.target_mean.fill_(float(learnt.mean()) if standardize else 0.0)
-        self.target_std.fill_((float(learnt.std()) or 1.0) if standardize else 1.0)
+        """Set each target's transform and standardization from the training split's ``(N,)`` targets, or
+        ``(N, K)`` with several."""
+        y = np.asarray(targets, dtype=np.float64).reshape(len(targets), -1)  # (N, K), K = 1 for one target
+        logs = [use_log(column, self.hparams["target_transform"]) for column in y.T]
+        learnt = np.stack([np.log1p(c) if log else c for c, log in zip(y.T, logs, strict=True)], axis=1)
+        standardize, std = self.hparams["standardize_target"], learnt.std(axis=0)
+        mean = learnt.mean(axis=0) if standardize else np.zeros(len(logs))
+        std = np.where(std == 0, 1.0, std) if standardize else np.ones(len(logs))  # a constant target: 1
+        for buffer, values in ((self.target_log, logs), (self.target_mean, mean), (self.target_std, std)):
+            buffer.copy_(torch.as_tensor(np.asarray(values, np.float64)).reshape(buffer.shape))
 
     def learnt_units(self, target: torch.Tensor) -> torch.Tensor:
-        """(B,) targets in original units → the units the net learns: transformed, then standardized."""
+        """(B,) targets in original units, or (B, K) with several → the units the net learns: transformed,
+        then standardized."""
         learnt = torch.where(self.target_log > 0, torch.log1p(target.clamp(min=0)), target)
         return (learnt - self.target_mean) / self.target_std
 
     @override
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        # output: (B, 1) in the learnt units; target: (B,) in original units
+        # output: (B, 1) in the learnt units, (B, K) with several targets; target: (B,) or (B, K) in
+        # original units (squeezing (B, K) leaves it as it is)
+        if not target.is_floating_point():  # class ids: several labels have the shape of several values
+            raise UserInputError(
+                "model Regressor reads the targets as values, but the data's are labels "
+                "(data.task: classification); use src.models.Classifier."
+            )
         scaled = self.learnt_units(target)
         if self.hparams["loss_fn"] == "huber":
             return F.huber_loss(output.squeeze(-1), scaled, delta=self.hparams["huber_delta"])
         return F.mse_loss(output.squeeze(-1), scaled)
 
     def to_original_units(self, output: torch.Tensor) -> torch.Tensor:
-        """(B, 1) net output → (B,) predictions in the target's units."""
+        """(B, 1) net output → (B,) predictions in the target's units; (B, K) → (B, K) with several."""
         values = output.squeeze(-1) * self.target_std + self.target_mean
         return torch.where(self.target_log > 0, torch.expm1(values), values)
 
