@@ -22,6 +22,7 @@ import examples.test_parity as parity
 import src.checkpoints
 import src.files
 import src.models.base
+import src.predict
 import tests.test_accumulation_clipping as accumulation_clipping
 import tests.test_best_checkpoint as best_checkpoint
 import tests.test_checkpointing as checkpointing
@@ -33,6 +34,7 @@ from src.callbacks import PredictionWriter
 from src.cli import CLI
 from src.models import BaseTask
 from src.predict import Predictor
+from tests.helpers import LABEL_NAMES
 
 NORM_CASE = parity.CASES["accumulate3-clip-norm-step-scheduler"]
 VALUE_CASE = parity.CASES["accumulate2-clip-value-epoch-scheduler-batchnorm"]
@@ -384,3 +386,29 @@ def test_the_ensemble_test_catches_a_task_that_trains_the_members_mean(
     )
     with pytest.raises(AssertionError, match="not close"):
         models.test_an_ensemble_trains_each_member_on_every_row_and_predicts_their_mean()
+
+
+def test_k_target_predictions_catch_entries_numbered_although_the_data_names_them(
+    monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """A multi-label task's columns numbered preds(0) … although its DataModule names its K labels."""
+    mutate(monkeypatch, src.predict, "_names", "len(labels) == k", "len(labels) == -k")
+    with pytest.raises(AssertionError):
+        predict.test_a_users_k_target_task_predicts_a_column_per_entry_named_by_the_datas_names(
+            cli, "labels", LABEL_NAMES
+        )
+
+
+def test_k_target_predictions_catch_a_task_whose_own_choice_is_replaced_by_a_class_label(
+    monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """(N, K) 0/1 choices read as if they were the shipped classifier's (N,) class ids."""
+    original = src.predict.prediction_frame
+    mutate(monkeypatch, src.predict, "prediction_frame", "(preds is None or preds.ndim == 1)", "True")
+    for module in list(sys.modules.values()):  # the modules that imported the original by name
+        if getattr(module, "prediction_frame", None) is original:
+            monkeypatch.setattr(module, "prediction_frame", src.predict.prediction_frame)
+    with pytest.raises(ValueError, match="must each be 1-dimensional"):  # pandas refuses the (N, K) labels
+        predict.test_a_users_k_target_task_predicts_a_column_per_entry_named_by_the_datas_names(
+            cli, "labels", LABEL_NAMES
+        )
