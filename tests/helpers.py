@@ -101,7 +101,7 @@ class ManyTargets(L.LightningDataModule):
         rule = torch.randn(in_features, targets, generator=generator)
         scores = self.x @ rule + 0.3 * torch.randn(rows, targets, generator=generator)  # (N, K)
         self.y = (scores > 0).float() if kind == "labels" else 10 * scores + 5  # (N, K)
-        self.in_features, self.out_features = in_features, targets
+        self.kind, self.in_features, self.out_features = kind, in_features, targets
         names = LABEL_NAMES if kind == "labels" else VALUE_NAMES
         self.label_names = names[:targets] if named and targets <= len(names) else None
         self.batch_size = batch_size
