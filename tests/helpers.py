@@ -182,3 +182,39 @@ def many_targets(kind: Literal["labels", "values"] = "labels", **data: Any) -> t
     task = MultiLabelTask if kind == "labels" else MultiOutputTask
     net = functools.partial(MLP, hidden_sizes=[16])
     return task(in_features=datamodule.in_features, out_features=datamodule.out_features, net=net), datamodule
+
+
+class Quantiles(BaseTask):
+    """Three quantiles of a table's one target at once (its 10th, 50th and 90th percentile), as a user
+    writes a multi-output regression: K = 3 outputs of the net, the pinball loss, the median's MAE;
+    ``predict_step`` gives the three as ``preds`` ``(N, 3)``, in the target's units.
+
+    Args:
+        out_features: The data's targets (one); the net gets three outputs per target.
+        **kwargs: :class:`BaseTask`'s other arguments.
+    """
+
+    #: the quantiles, in the order of the net's outputs
+    LEVELS = (0.1, 0.5, 0.9)
+
+    def __init__(self, *, out_features: int, **kwargs: Any) -> None:
+        # the hyperparameters keep the data's out_features (this frame's), so the checkpoint rebuilds this
+        super().__init__(out_features=len(self.LEVELS) * out_features, **kwargs)
+        self.register_buffer("levels", torch.tensor(self.LEVELS), persistent=False)
+
+    @override
+    def build_metrics(self) -> MetricCollection:
+        return MetricCollection({"mae": MeanAbsoluteError()})
+
+    @override
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        below = target.unsqueeze(-1) - output  # (B, 3): how far each quantile lies below the target
+        return torch.maximum(self.levels * below, (self.levels - 1) * below).mean()
+
+    @override
+    def metric_inputs(self, output: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return output[:, 1], target  # the median
+
+    @override
+    def predict_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> dict[str, torch.Tensor]:
+        return {"preds": self(batch[0])}  # (B, 3)
