@@ -32,9 +32,10 @@ from src.apps.doctor.probe import OVERFIT_STEPS, input_free_loss, overfit_one_ba
 from src.cli import main
 from src.data import TabularDataModule
 from src.data.loading import Stage, TensorBatches
-from src.models import Classifier, Regressor
+from src.models import BaseTask, Classifier, Regressor
 from src.nets import MLP
 from tests.conftest import CONFIGS, QUIET, extra
+from tests.helpers import ManyTargets, MultiLabelTask, MultiOutputTask
 
 ADAM = partial(torch.optim.Adam, lr=0.01)
 EXPERIMENTS = sorted(p for p in CONFIGS.glob("*.yaml") if p.name != "defaults.yaml")
@@ -755,3 +756,36 @@ def test_an_image_classifier_is_examined_like_a_table_classifier(tmp_path: Path)
     found = doctor(*image_classifier(tmp_path, loud_cnn), gradient_clip_val=None)
     classes = len(CLASSES)
     assert f"scores {math.log(classes):.4g}" in found["initial-loss"].saw  # ln(K): uniform over K classes
+
+
+# -- a task of the user's own with K targets at once ----------------------------------------------------
+
+
+def many(kind: str, net: Callable[[int, int], nn.Module] | None = None) -> tuple[BaseTask, ManyTargets]:
+    """tests/helpers.py's multi-label or multi-output task on its DataModule of random tensors."""
+    data = ManyTargets(kind)  # type: ignore[arg-type]
+    task = MultiLabelTask if kind == "labels" else MultiOutputTask
+    model = task(
+        in_features=data.in_features, out_features=data.out_features, net=net or mlp(), optimizer=ADAM
+    )
+    return model, data
+
+
+@pytest.mark.parametrize("kind", ["labels", "values"])
+def test_a_users_k_target_task_on_clean_data_has_no_findings(kind: str) -> None:
+    assert doctor(*many(kind)) == {}
+
+
+def sigmoid_labels(in_features: int, out_features: int) -> nn.Module:
+    """K probabilities out of the net, into binary_cross_entropy_with_logits, which expects logits."""
+    return nn.Sequential(mlp()(in_features, out_features), nn.Sigmoid())
+
+
+def test_k_labels_of_a_net_that_ends_in_a_sigmoid_are_probabilities_into_the_loss() -> None:
+    """(B, K) float targets of 0s and 1s beside a (B, K) output are K labels: a sigmoid before the loss is
+    the classic bug there too, though no target is an integer and the task is no Classifier."""
+    finding = doctor(*many("labels", sigmoid_labels))["probabilities-into-loss"]
+    assert finding.saw == (
+        "all 120 outputs of the first batch lie in [0, 1]: the net ends with a sigmoid, so the loss gets "
+        "probabilities"
+    )  # 40 rows of 3 labels; no row sums to 1: a sigmoid, not a softmax
