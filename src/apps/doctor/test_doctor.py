@@ -7,11 +7,13 @@ the unmodified code, so a check that fired on everything would fail there; the s
 out clean too.
 """
 
+import logging
 import math
 import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import lightning as L
@@ -22,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, OneCycleLR, StepLR
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, TensorDataset
 
 from src.apps.doctor import Doctor, Finding, examine
 from src.apps.doctor import callback as doctor_callback
@@ -789,3 +791,26 @@ def test_k_labels_of_a_net_that_ends_in_a_sigmoid_are_probabilities_into_the_los
         "all 120 outputs of the first batch lie in [0, 1]: the net ends with a sigmoid, so the loss gets "
         "probabilities"
     )  # 40 rows of 3 labels; no row sums to 1: a sigmoid, not a softmax
+
+
+class KTargetTable:
+    """What the data checks read of a table DataModule, with (N, K) targets: its splits' tensors and the
+    names of its features (a table of K target columns, as a DataModule of the user's own may offer)."""
+
+    preprocessor = SimpleNamespace(feature_names=["a", "b"])
+
+    def dataset(self, stage: Stage) -> TensorDataset:
+        x = torch.arange(40.0).reshape(20, 2)  # every split the same rows: all of them repeated
+        return TensorDataset(x, torch.randint(0, 2, (20, 3)))
+
+
+def test_the_data_checks_of_one_target_per_row_say_they_do_not_apply_to_k_targets(caplog) -> None:
+    from src.apps.doctor.data import check_data
+
+    with caplog.at_level(logging.INFO):
+        found = check_data(KTargetTable(), weighs_classes=False)  # type: ignore[arg-type]
+    assert [f.id for f in found] == ["data-duplicates-across-splits"]  # the others ran
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("doctor:")] == [
+        "doctor: the checks of one target per row (a feature that alone predicts it, class imbalance) do "
+        "not apply to 3 targets per row; the other data checks ran."
+    ]
