@@ -24,6 +24,7 @@ from src.errors import UserInputError
 from src.extras.summary import ROOT, RunSummary, summary_text, viewers
 from src.extras.summary.progress import ProgressBar
 from tests.conftest import CONFIGS
+from tests.helpers import MANY_LABELS, MANY_VALUES
 
 # these tests also need the extras below; without one of them they are skipped
 NonFiniteGuard = pytest.importorskip("src.extras.guard").NonFiniteGuard
@@ -365,3 +366,21 @@ def test_a_refusal_before_the_first_step_is_the_one_sentence_alone(
     assert [line for line in err.splitlines() if line.startswith("error:")] == [
         next(line for line in err.splitlines() if "warmup_steps=9999 must lie in" in line)
     ]
+
+
+@pytest.mark.parametrize(
+    ("kind", "own"), [("labels", ["loss", "acc", "f1"]), ("values", ["loss", "mae", "r2"])]
+)
+def test_a_users_k_target_task_gets_its_own_best_values_and_its_own_viewer(cli, capsys, kind, own) -> None:
+    """tests/helpers.py's multi-label and multi-output tasks under every shipped default: the best epoch's
+    line holds the values the module logs, as they were at that epoch, with no reference beside them (no
+    table: the baselines say they do not apply), and the viewer is its TensorBoard run, by its path here."""
+    words = MANY_LABELS if kind == "labels" else MANY_VALUES
+    fit = cli("fit", *words, "--trainer.max_epochs=3")
+    out = capsys.readouterr().out
+    checkpoint = fit.trainer.checkpoint_callback
+    best = torch.load(checkpoint.best_model_path, weights_only=True)["epoch"]
+    line = out.split(f"Best epoch {best} (by val/loss):\n", 1)[1].splitlines()[0].split()
+    assert line[::2] == [f"val/{name}" for name in own]  # the module's own values, and nothing else
+    assert float(line[1]) == pytest.approx(float(checkpoint.best_model_score), rel=1e-3)  # that epoch's
+    assert f"TensorBoard:     tensorboard --logdir {fit.trainer.log_dir}\n" in out  # relative to here
