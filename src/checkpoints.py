@@ -19,7 +19,7 @@ import importlib.util
 import re
 import sys
 import sysconfig
-from collections.abc import Collection, Iterator
+from collections.abc import Container, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -206,7 +206,7 @@ def _imported_module_class(name: str) -> bool:
 
 
 def check_names(
-    checkpoint: dict[str, Any], path: str | Path, allowed: Collection[str] = (), import_trusted: bool = True
+    checkpoint: dict[str, Any], path: str | Path, allowed: Container[str] = (), import_trusted: bool = True
 ) -> None:
     """Refuse ``checkpoint`` if it names code that is neither trusted nor in ``allowed`` (the names the
     user gave: on the command line, in their config files, or as a class in the Python call).

@@ -72,11 +72,9 @@ class CLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         if self.subcommand is None:  # main(run=False): the classes alone, no subcommand to check
             return
-        if self.parsed_model is not None:
-            # LightningCLI re-applies the checkpoint's hyperparameters after parsing, over what the user
-            # typed; the model as parsed (the checkpoint's settings below the user's) is what runs
-            self.config[self.subcommand]["model"] = self.parsed_model
         config = self.config[self.subcommand]
+        if self.parsed_model is not None:
+            settings.check_kept(self.parsed_model, config["model"], config["ckpt_path"], self.subcommand)
         if isinstance(self.resumed_settings, dict):
             dumped = yaml.safe_load(self.parser.dump(self.config, skip_none=False))[self.subcommand]
             settings.check_resumable(self.resumed_settings, dumped, config["ckpt_path"])
@@ -152,19 +150,38 @@ class CLI(LightningCLI):
             self.datamodule.resume_checked = True
             self.datamodule.check_resumed_batching(state, self.trainer.num_devices * self.trainer.num_nodes)
 
+    def __init__(self, *args: Any, layer: settings.Layer | None = None, **kwargs: Any) -> None:
+        #: the default config files, with a typed checkpoint's settings (:func:`settings.checkpoint_layer`)
+        self.layer = layer or settings.Layer([str(DEFAULTS)])
+        super().__init__(*args, **kwargs)
+
     @override
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        """Parse the words (:func:`settings.parse_words`: with a checkpoint file as ``--ckpt_path``, over the
-        settings it carries), then place the run's logging (:func:`runs.place_logging`)."""
+        """Parse the words once, then place the run's logging (:func:`runs.place_logging`)."""
         words = [str(word) for word in (sys.argv[1:] if args is None else args)]
         #: the words as typed, for advice that repeats the command
         self.typed = words
-        parsed = settings.parse_words(parser, words)
-        self.config, self.resumed_settings = parsed.config, parsed.resumed
-        if parsed.subcommand is not None and parsed.ckpt_path is not None:
-            runs.place_logging(self.config[parsed.subcommand], parsed.subcommand, parsed.ckpt_path, words)
-        self.parsed_model = self.config.get(f"{parsed.subcommand}.model") if parsed.subcommand else None
+        self.config = parser.parse_args(words)
+        subcommand = self.config.get("subcommand")
+        if subcommand is None:
+            return
+        ckpt_path, self.resumed_settings = self.layer.ckpt_path, self.layer.resumed
+        found = self.config[subcommand].get("ckpt_path")
+        if ckpt_path is None and found is not None and settings.is_checkpoint_file(str(found)):
+            # named in a config file: read and trusted as a typed one is, before LightningCLI applies the
+            # model hyperparameters it carries; its settings are that file's
+            ckpt_path = str(found)
+            checkpoint = settings.read_checked(ckpt_path, words)
+            self.resumed_settings = checkpoint.get("config") if subcommand == "fit" else None
+        elif ckpt_path is not None and found is None:
+            # a config file's `ckpt_path: null` (every saved run config has one) does not undo a typed path
+            self.config[subcommand]["ckpt_path"] = ckpt_path
+        if ckpt_path is not None:
+            runs.place_logging(self.config[subcommand], subcommand, ckpt_path, words)
+            #: the model as parsed, which LightningCLI then rebuilds from the checkpoint's hyperparameters
+            self.parsed_model = self.config[subcommand]["model"].clone()
 
+    parsed_model: Any = None
     #: the settings a checkpoint that ``fit`` resumes from carries
     resumed_settings: Any = None
 
@@ -191,24 +208,31 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
         # `python -m`) would then point: a module beside src/ named in a config file (examples.manual,
         # a net of yours) is found from the folder the command was typed in
         sys.path[sys.path.index("")] = os.getcwd()
+    words = [str(word) for word in (sys.argv[1:] if args is None else args)]
     try:
-        return CLI(
-            model_class=L.LightningModule,  # any: the shipped tasks, or yours as it is
-            subclass_mode_model=True,
-            datamodule_class=L.LightningDataModule,  # any: a table, images, text, or yours
-            subclass_mode_data=True,
-            args=args,
-            run=run,
-            parser_kwargs={name: {"default_config_files": [str(DEFAULTS)]} for name in SUBCOMMANDS}
-            if run
-            else {"default_config_files": [str(DEFAULTS)]},
-            parser_class=Parser,
-            save_config_callback=runs.SaveConfig,
-            save_config_kwargs={"overwrite": True},
-            # one way to set the optimizer and scheduler: model.init_args.optimizer / .scheduler (top-level
-            # --optimizer / --lr_scheduler would silently replace them)
-            auto_configure_optimizers=False,
-        )
+        with settings.checkpoint_layer(words) as layer:
+            defaults = {"default_config_files": [str(DEFAULTS)]}
+            # the checkpoint's settings are a layer of the subcommand that names it alone
+            kwargs = {
+                name: {"default_config_files": layer.files} if name in words else defaults
+                for name in SUBCOMMANDS
+            }
+            return CLI(
+                model_class=L.LightningModule,  # any: the shipped tasks, or yours as it is
+                subclass_mode_model=True,
+                datamodule_class=L.LightningDataModule,  # any: a table, images, text, or yours
+                subclass_mode_data=True,
+                args=words,
+                run=run,
+                parser_kwargs=kwargs if run else defaults,
+                parser_class=Parser,
+                save_config_callback=runs.SaveConfig,
+                save_config_kwargs={"overwrite": True},
+                # one way to set the optimizer and scheduler: model.init_args.optimizer / .scheduler
+                # (top-level --optimizer / --lr_scheduler would silently replace them)
+                auto_configure_optimizers=False,
+                layer=layer,
+            )
     except SIGTERMException as err:
         # stopped from outside (the resume callback saved and said where): 128 + SIGTERM, as a shell
         raise SystemExit(128 + signal.SIGTERM) from err

@@ -24,7 +24,7 @@ from typing_extensions import override
 
 from src.errors import notice
 from src.files import written
-from src.settings import CARRIED, PER_INVOCATION, check_last
+from src.settings import CARRIED, PER_INVOCATION, callback_sections, check_last
 
 
 def run_of(ckpt_path: str | Path) -> Path | None:
@@ -139,13 +139,10 @@ class SaveConfig(SaveConfigCallback):
         """What every checkpoint carries of the config: plain YAML data (strings, numbers, lists), so
         ``torch.load(weights_only=True)`` still reads it."""
         dumped = yaml.safe_load(self.config_text)
-        carried = {key: dumped[key] for key in CARRIED if key in dumped}
-        # the logger's run name, so that evaluations of this checkpoint log under it; not the logger's
-        # class, which a checkpoint need not name (an extra's logger may be gone when it is read)
-        logger = (dumped.get("trainer") or {}).get("logger")
-        name = (logger.get("init_args") or {}).get("name") if isinstance(logger, dict) else None
-        if isinstance(name, str):
-            carried["trainer"] = {"logger": {"init_args": {"name": name}}}
+        # the run's choices too, for its evaluations: the logger, and the callback sections on and off
+        carried = {key: dumped[key] for key in (*CARRIED, *callback_sections()) if key in dumped}
+        if "logger" in (dumped.get("trainer") or {}):
+            carried["trainer"] = {"logger": dumped["trainer"]["logger"]}
         for key in PER_INVOCATION:
             (carried.get("data", {}).get("init_args") or {}).pop(key, None)
         return carried
@@ -248,10 +245,10 @@ def place_logging(config: Any, subcommand: str, ckpt_path: str, words: list[str]
         return
     logger = config.get("trainer.logger")
     run = run_of(ckpt_path)
-    tensorboard = isinstance(logger, Namespace) and str(logger.get("class_path")).endswith(
-        "TensorBoardLogger"
-    )
-    if run is None or not tensorboard or not (run / "config.yaml").is_file():
+    # any logger that writes into <save_dir>/<name>/<version> (TensorBoard's, CSV's)
+    arguments = logger.get("init_args") if isinstance(logger, Namespace) else None
+    foldered = isinstance(arguments, Namespace) and {"save_dir", "name", "version"} <= set(arguments.keys())
+    if run is None or not foldered or not (run / "config.yaml").is_file():
         return
     if subcommand == "fit":
         if logger.get("init_args.version") is not None:

@@ -1,132 +1,30 @@
-"""Which settings a run gets: the layers of its config, and what happens when a later layer names another
-class than an earlier one.
-
-A run's settings come in layers, the later winning: ``configs/defaults.yaml``, the settings a checkpoint
-carries (``--ckpt_path``), each ``--config`` file in order, then the words typed. jsonargparse merges a
-later layer's ``class_path`` into an earlier one's arguments: a config that turns AdamW into SGD would
-keep AdamW's ``weight_decay`` for SGD without a word. Here a class replaced by one that is not its
-subclass starts from its own defaults for every argument the later layer does not give
-(:func:`switched_classes`); a subclass keeps them, as a subclass takes its base's arguments.
+"""Which settings a run gets, in layers, the later winning: ``configs/defaults.yaml``, the settings a
+checkpoint carries (``--ckpt_path``), each ``--config`` file in order, then the words typed. jsonargparse
+parses them once and merges them by its own rules: a later ``class_path`` changes the class and keeps the
+arguments the new class shares (docs/configs.md); ``--print_config`` and the run's ``config.yaml`` show
+what runs.
 """
 
 import copy
+import functools
 import inspect
-import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+import tempfile
+from collections.abc import Container, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import yaml
+from jsonargparse import Namespace
 from lightning.pytorch.callbacks import BasePredictionWriter, ModelCheckpoint, ModelSummary, ProgressBar
 
-from src.checkpoints import DOTTED, check_names, load_checkpoint, resolve
+from src.checkpoints import DOTTED, TRUSTED_PREFIXES, check_names, in_project, load_checkpoint, resolve
 from src.cli_errors import check_config_files, check_log_folder
 from src.errors import UserInputError, notice
 from src.files import check_output
 
 DEFAULTS = Path(__file__).resolve().parent.parent / "configs" / "defaults.yaml"
-
-Key = tuple[str, ...]
-#: a word that gives a class: ``--model.init_args.optimizer=torch.optim.SGD`` or ``--x.class_path=...``
-CLASS_WORD = re.compile(r"--([\w.]+?)(?:\.class_path)?=([A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*\.[A-Z]\w*)$")
-
-
-@dataclass
-class Switch:
-    """A class replaced by an unrelated one in a later layer, and the arguments earlier layers gave it."""
-
-    before: str
-    after: str
-    #: argument → the value an earlier layer gave it, which the switching layer does not give again
-    carried: dict[str, Any] = field(default_factory=dict)
-
-
-def classes_in(value: Any, key: Key = ()) -> Iterator[tuple[Key, str | None, dict[str, Any]]]:
-    """Every ``(key, class_path, init_args)`` of a nested config: each mapping that names a class, or gives
-    a class's ``init_args``; lists (callbacks, plugins) are left out."""
-    if not isinstance(value, dict):
-        return
-    init_args = value.get("init_args")
-    if "class_path" in value or isinstance(init_args, dict):
-        class_path = value.get("class_path")
-        yield key, class_path if isinstance(class_path, str) else None, dict(init_args or {})
-        for name, inner in (init_args or {}).items():
-            yield from classes_in(inner, (*key, "init_args", name))
-        return
-    for name, inner in value.items():
-        yield from classes_in(inner, (*key, str(name)))
-
-
-def layers_of(words: list[str], files: list[str], checkpoint_layer: dict[str, Any] | None) -> list[dict]:
-    """The config layers in the order they apply: the defaults file, the checkpoint's settings, the other
-    config files, each as its mapping (a file that is not YAML counts as empty: the parser says why)."""
-
-    def read(file: str) -> dict[str, Any]:
-        try:
-            loaded = yaml.safe_load(Path(file).read_text())
-        except (OSError, yaml.YAMLError):
-            return {}
-        return loaded if isinstance(loaded, dict) else {}
-
-    return [read(files[0]), checkpoint_layer or {}, *(read(file) for file in files[1:])]
-
-
-def switched_classes(layers: list[dict[str, Any]], words: list[str]) -> dict[Key, Switch]:
-    """Each config key whose class a later layer (or a word) replaced by one that is not its subclass,
-    with the arguments the earlier layers gave that the replacing layer does not give again."""
-    current: dict[Key, tuple[str, dict[str, Any]]] = {}  # key → (class, arguments given for it so far)
-    switches: dict[Key, Switch] = {}
-    steps: list[list[tuple[Key, str | None, dict[str, Any]]]] = [list(classes_in(layer)) for layer in layers]
-    steps += [[word] for word in words_as_layers(words)]
-    for step in steps:
-        for key, class_path, given in step:
-            before, earlier = current.get(key, (None, {}))
-            if class_path is not None and before is not None and not related(before, class_path):
-                carried = {name: value for name, value in earlier.items() if name not in given}
-                switches[key] = Switch(before, class_path, carried)
-                earlier = {}
-            elif key in switches:
-                for name in given:  # given again after the switch: the user's, not carried
-                    switches[key].carried.pop(name, None)
-            current[key] = (class_path or before or "", {**earlier, **given})
-    return {key: switch for key, switch in switches.items() if switch.carried}
-
-
-def words_as_layers(words: list[str]) -> Iterator[tuple[Key, str | None, dict[str, Any]]]:
-    """The typed words that give a class (``--model.init_args.optimizer=torch.optim.SGD``) or one of its
-    arguments (``--model.init_args.optimizer.init_args.lr=0.1``), in the form of :func:`classes_in`."""
-    for word in words:
-        found = CLASS_WORD.match(word)
-        if found:
-            yield tuple(found[1].split(".")), found[2], {}
-        elif word.startswith("--") and "=" in word and ".init_args." in word:
-            path, _, value = word[2:].partition("=")
-            owner, _, name = path.rpartition(".init_args.")
-            if "." not in name:
-                yield tuple(owner.split(".")), None, {name: value}
-
-
-def related(before: str, after: str) -> bool:
-    """Whether ``after`` is ``before`` or a subclass of it (unknown names count as related: nothing to do)."""
-    if before == after:
-        return True
-    old, new = resolve(before), resolve(after)
-    return not (isinstance(old, type) and isinstance(new, type)) or issubclass(new, old)
-
-
-def defaults_of(switch: Switch) -> dict[str, Any]:
-    """The replacing class's own defaults for the arguments that were carried to it."""
-    found = resolve(switch.after)
-    try:
-        parameters = inspect.signature(found).parameters if found is not None else {}
-    except (TypeError, ValueError):
-        return {}
-    return {
-        name: parameters[name].default
-        for name in switch.carried
-        if name in parameters and parameters[name].default is not inspect.Parameter.empty
-    }
 
 
 #: the sections of a run's config that a checkpoint carries: what it takes to rebuild model and data
@@ -167,6 +65,25 @@ def check_resumable(saved: Any, now: Any, ckpt_path: str) -> None:
             )
 
 
+def check_kept(given: Any, applied: Any, ckpt_path: str, subcommand: str) -> None:
+    """Refuse a model setting given beside ``--ckpt_path`` (``given``: the model as parsed, the user's
+    words and files over the checkpoint's settings) that LightningCLI's re-apply of the checkpoint's
+    hyperparameters (``applied``) replaced: the model is built from the checkpoint's, so the setting
+    would be dropped silently. Shapes linked from the data (left unset in ``given``) are not settings."""
+    for where, new, old in differences(plain(given), plain(applied), "model"):
+        if new is None:
+            continue
+        why = "LightningCLI builds a checkpoint's model from the hyperparameters it carries, so leave the "
+        why += (
+            "setting out to resume, or start a new fit with it."
+            if subcommand == "fit"
+            else ("setting out, or fit a new model with it.")
+        )
+        raise UserInputError(
+            f"{where}={new!r} differs from {old!r}, which --ckpt_path {ckpt_path} was trained with; {why}"
+        )
+
+
 def differences(old: Any, new: Any, where: str) -> list[tuple[str, Any, Any]]:
     """``(key, old value, new value)`` for each setting that differs between two nested configs; a
     changed class is one difference (its own arguments are then a new class's)."""
@@ -199,37 +116,12 @@ def check_last(base: Path, version: Any) -> bool:
     raise UserInputError(f"--ckpt_path last finds no last.ckpt in {where}; give {hint}.")
 
 
-def own_default_words(layers: list[dict[str, Any]], words: list[str]) -> tuple[list[str], list[str]]:
-    """For each class a later layer (or a word) put in place of an unrelated one, its own defaults for
-    the arguments the earlier class was given and the later layer does not give again (SGD's
-    ``weight_decay`` after AdamW's), as one ``--config`` layer to parse after every other word, so that
-    ``--print_config``, the saved config and the run agree; and one line per switch saying so."""
-    layer: dict[str, Any] = {}
-    said: list[str] = []
-    for key, switch in switched_classes(layers, words).items():
-        defaults = {
-            name: value
-            for name, value in defaults_of(switch).items()
-            if plain(value) != plain(switch.carried[name])
-        }
-        if not defaults:
-            continue
-        node = layer
-        for part in key:
-            node = node.setdefault(part, {})
-        node.update({"class_path": switch.after, "init_args": {k: plain(v) for k, v in defaults.items()}})
-        before = ", ".join(f"{name}={switch.carried[name]!r}" for name in defaults)
-        after = ", ".join(f"{name}={value!r}" for name, value in defaults.items())
-        said.append(
-            f"{'.'.join(key)}: {switch.after} replaces {switch.before} and starts from its own defaults "
-            f"({after}), not from what was given for {switch.before.rpartition('.')[2]} ({before}); give "
-            "them again to keep them."
-        )
-    return (["--config", yaml.safe_dump(layer)] if layer else []), said
-
-
 def plain(value: Any) -> Any:
-    """A value as YAML writes it (tuples are lists)."""
+    """A value as YAML writes it: namespaces as mappings, tuples as lists."""
+    if isinstance(value, Namespace):
+        value = value.as_dict()
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
     return [plain(item) for item in value] if isinstance(value, list | tuple) else value
 
 
@@ -250,17 +142,27 @@ def is_checkpoint_file(ckpt_path: str) -> bool:
     return ckpt_path not in ("last", "best", "hpc") and not ckpt_path.startswith("registry")
 
 
-def carried_settings(config: Any, ckpt_path: str) -> dict[str, Any]:
+def carried_settings(config: Any, ckpt_path: str, named: Container[str] = ()) -> dict[str, Any]:
     """What of a checkpoint's carried config a later run takes: what :class:`SaveConfig` writes there (the
-    model, the data, the seed) and the logger's run name, and nothing else a file from elsewhere could add
-    (callbacks, an output path, a logger writing to a folder of its choosing); the data reads the
-    checkpoint's fitted preprocessing when its DataModule takes one (``preprocessing_from``)."""
+    model, the data, the seed, the logger and the callback sections the run had on or off), and nothing
+    else a file from elsewhere could add (an output path, a checkpoint folder of its choosing); the data
+    reads the checkpoint's fitted preprocessing when its DataModule takes one (``preprocessing_from``).
+
+    The logger and each section whose class is neither trusted nor named (``named``), or is no longer
+    here (an extra taken off), are left off, in one line each.
+    """
     config = config if isinstance(config, dict) else {}
     taken = {key: copy.deepcopy(config[key]) for key in CARRIED if key in config}
-    logger = (config.get("trainer") or {}).get("logger") if isinstance(config.get("trainer"), dict) else None
-    name = (logger.get("init_args") or {}).get("name") if isinstance(logger, dict) else None
-    if isinstance(name, str):
-        taken["trainer"] = {"logger": {"init_args": {"name": name}}}
+    trainer = config.get("trainer") if isinstance(config.get("trainer"), dict) else {}
+    if "logger" in trainer:
+        logger = choice_of("trainer.logger", trainer["logger"], ckpt_path, named)
+        if logger is not LEFT_OFF:
+            taken["trainer"] = {"logger": logger}
+    for section in callback_sections():
+        if section in config:
+            kept = choice_of(section, config[section], ckpt_path, named)
+            if kept is not LEFT_OFF:
+                taken[section] = kept
     data = taken.setdefault("data", {})
     for key in PER_INVOCATION:
         (data.get("init_args") or {}).pop(key, None)
@@ -270,6 +172,46 @@ def carried_settings(config: Any, ckpt_path: str) -> dict[str, Any]:
     if isinstance(found, type) and "preprocessing_from" in inspect.signature(found).parameters:
         data.setdefault("init_args", {})["preprocessing_from"] = ckpt_path
     return taken
+
+
+#: a carried choice that is not taken
+LEFT_OFF = object()
+#: arguments of a carried callback that name where it writes: the run decides that, not the checkpoint
+WHERE = ("dirpath",)
+
+
+def choice_of(key: str, value: Any, ckpt_path: str, named: Container[str]) -> Any:
+    """A carried logger or callback section as a later run takes it: off (``null``/``false``) as it is; a
+    class this project trusts (or the user named) and has, without the arguments in :data:`WHERE`; any
+    other is :data:`LEFT_OFF`, in one line."""
+    name = value.get("class_path") if isinstance(value, dict) else None
+    if not isinstance(name, str):
+        return copy.deepcopy(value)
+    trusted = name in named or name.startswith(TRUSTED_PREFIXES) or in_project(name)
+    if not trusted or not isinstance(resolve(name), type):
+        why = (
+            "code outside this project that a checkpoint does not name by itself"
+            if not trusted
+            else ("not in this project (an extra taken off?)")
+        )
+        notice(f"--ckpt_path {ckpt_path}: its run's {key} {name} is {why}; it is left off.")
+        return LEFT_OFF
+    kept = copy.deepcopy(value)
+    for argument in WHERE:
+        (kept.get("init_args") or {}).pop(argument, None)
+    return kept
+
+
+def core_settings(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """``checkpoint`` without the logger and callback sections its config carries, which
+    :func:`carried_settings` takes or leaves one by one."""
+    config = checkpoint.get("config")
+    if not isinstance(config, dict):
+        return checkpoint
+    kept = {key: value for key, value in config.items() if key not in callback_sections()}
+    if isinstance(kept.get("trainer"), dict):
+        kept["trainer"] = {key: value for key, value in kept["trainer"].items() if key != "logger"}
+    return {**checkpoint, "config": kept}
 
 
 def config_files(words: list[str]) -> list[str]:
@@ -282,27 +224,36 @@ def config_files(words: list[str]) -> list[str]:
     return [str(DEFAULTS), *(value for value in given if "\n" not in value and Path(value).is_file())]
 
 
-def user_named(words: list[str]) -> set[str]:
-    """Every dotted name the user wrote: in the words themselves and in the config files they give.
+class NamedByUser:
+    """The dotted names the user wrote, in the words and in the ``--config`` files they give: a name a
+    checkpoint carries is looked up here only when no other rule trusts it, and only then are the files'
+    texts read (their names, not their settings: the parser reads those)."""
 
-    A word that names a file (``model.ckpt``, ``data.csv``), or the value of an option that takes a path
-    (:data:`PATH_OPTIONS`), names no class, whatever its dots.
-    """
-    values = [
-        word.split("=", 1)[-1]
-        for i, word in enumerate(words)
-        if not word.startswith(PATH_OPTIONS) and (i == 0 or words[i - 1] not in PATH_OPTIONS)
-    ]
-    # inline YAML is the checkpoint's own settings; an existing path is a file, not a class
-    texts = [value for value in values if "\n" not in value and not Path(value).exists()]
-    texts += [Path(file).read_text(errors="replace") for file in config_files(words)]
-    return {name for text in texts for name in DOTTED.findall(text)}
+    def __init__(self, words: list[str]) -> None:
+        self.words = words
+        self.names: set[str] | None = None
+
+    def __contains__(self, name: object) -> bool:
+        if self.names is None:
+            words = self.words
+            # a word that names a file (``model.ckpt``, ``data.csv``), or the value of an option that
+            # takes a path, names no class, whatever its dots
+            values = [
+                word.split("=", 1)[-1]
+                for i, word in enumerate(words)
+                if not word.startswith(PATH_OPTIONS) and (i == 0 or words[i - 1] not in PATH_OPTIONS)
+            ]
+            texts = [value for value in values if "\n" not in value and not Path(value).exists()]
+            texts += [Path(file).read_text(errors="replace") for file in config_files(words)]
+            self.names = {found for text in texts for found in DOTTED.findall(text)}
+        return name in self.names
 
 
 #: top-level keys of a config that are LightningCLI's own, never a callback section
 OWN_KEYS = ("seed_everything", "trainer", "model", "data", "optimizer", "lr_scheduler", "ckpt_path")
 
 
+@functools.cache
 def callback_sections(defaults: Path = DEFAULTS) -> list[str]:
     """The callback sections: each top-level key of ``configs/defaults.yaml`` that names a class (or is
     ``null``) and is not LightningCLI's own, in the file's order.
@@ -365,55 +316,44 @@ SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 
 @dataclass
-class Parsed:
-    """What :func:`parse_words` made of the words."""
+class Layer:
+    """The config files the parser reads before ``--config`` ones: ``configs/defaults.yaml``, then, for a
+    checkpoint file typed as ``--ckpt_path``, the settings it carries (:func:`carried_settings`)."""
 
-    config: Any
-    subcommand: str | None
-    #: the checkpoint file given as ``--ckpt_path`` (typed or from a config file), else ``None``
+    files: list[str]
+    #: the checkpoint file typed as ``--ckpt_path``, else ``None``
     ckpt_path: str | None = None
-    #: the settings the checkpoint a ``fit`` resumes from carries
+    #: the config the checkpoint a ``fit`` resumes from carries
     resumed: Any = None
 
 
-def parse_words(parser: Any, words: list[str]) -> Parsed:
-    """Parse ``words``; with a checkpoint file as ``--ckpt_path``, over the settings the checkpoint carries
-    (:func:`carried_settings`, one layer above the defaults): what the user typed wins, the checkpoint fills
-    in what they did not say, the defaults the rest. A class a later layer switched to an unrelated one
-    starts from its own defaults (:func:`own_default_words`), which one line per switch says."""
+@contextmanager
+def checkpoint_layer(words: list[str]) -> Iterator[Layer]:
+    """The :class:`Layer` of ``words``: config files checked (:func:`check_config_files`), and a typed
+    checkpoint file read (one sentence for a URL, a missing, broken or unsafe file; nothing it names
+    imported unless trusted or named by the user) and its settings written to a file that lasts while the
+    command runs, for the parser to read as its last default config file."""
     check_config_files(words)
     subcommand = next((word for word in words if word in SUBCOMMANDS), None)
-    layer: dict[str, Any] | None = None
-
-    def parse(given: list[str]) -> Any:
-        layers = layers_of(words, config_files(words), layer)
-        return parser.parse_args([*given, *own_default_words(layers, words)[0]])
-
     typed = option_value(words, "--ckpt_path")
-    ckpt_path, config = typed, None
-    if ckpt_path is None:  # none typed: one may still come from a config file
-        config = parse(words)
-        found = config.get(f"{subcommand}.ckpt_path") if subcommand else None
-        ckpt_path = str(found) if found is not None else None
-    parsed = Parsed(config, subcommand)
-    if subcommand is not None and ckpt_path is not None and is_checkpoint_file(ckpt_path):
-        # one sentence for a URL, a missing, broken or unsafe file; and nothing the checkpoint names is
-        # imported while it is parsed unless it is trusted or the user named it
-        checkpoint = load_checkpoint(ckpt_path)
-        check_names(checkpoint, ckpt_path, user_named(words))
-        parsed.resumed = checkpoint.get("config") if subcommand == "fit" else None
-        layer = carried_settings(checkpoint.get("config"), ckpt_path)
-        at = words.index(subcommand) + 1
-        parsed.config = parse([*words[:at], "--config", yaml.safe_dump(layer), *words[at:]])
-        parsed.ckpt_path = ckpt_path
-    elif parsed.config is None:
-        parsed.config = parse(words)
-    if subcommand is not None and typed is not None and parsed.config.get(f"{subcommand}.ckpt_path") is None:
-        # a config file's `ckpt_path: null` (every saved run config has one) does not undo a typed path
-        parsed.config[subcommand]["ckpt_path"] = typed
-    for line in own_default_words(layers_of(words, config_files(words), layer), words)[1]:
-        notice(line)
-    return parsed
+    if subcommand is None or typed is None or not is_checkpoint_file(typed):
+        yield Layer([str(DEFAULTS)])
+        return
+    checkpoint = read_checked(typed, words)
+    resumed = checkpoint.get("config") if subcommand == "fit" else None
+    with tempfile.TemporaryDirectory(prefix="checkpoint-settings-") as folder:
+        carried = Path(folder) / "carried.yaml"
+        layer = carried_settings(checkpoint.get("config"), typed, NamedByUser(words))
+        carried.write_text(yaml.safe_dump(layer))
+        yield Layer([str(DEFAULTS), str(carried)], typed, resumed)
+
+
+def read_checked(ckpt_path: str, words: list[str]) -> dict[str, Any]:
+    """The checkpoint at ``ckpt_path``, read as data, refused if it names code neither trusted nor named in
+    ``words`` (:class:`NamedByUser`)."""
+    checkpoint = load_checkpoint(ckpt_path)
+    check_names(core_settings(checkpoint), ckpt_path, NamedByUser(words))
+    return checkpoint
 
 
 def shipped_callbacks(config: Any, subcommand: str | None) -> list[Any]:
