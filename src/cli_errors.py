@@ -40,8 +40,37 @@ NOISE = (
 )
 
 
+#: LightningCLI's own optimizer and scheduler options, switched off (``auto_configure_optimizers=False``:
+#: a top-level one would silently replace the model's), and what each is instead: the model's argument
+MOVED = {
+    "--optimizer": ("the optimizer", "model.init_args.optimizer"),
+    "--lr_scheduler": ("the scheduler", "model.init_args.scheduler"),
+}
+
+
+def moved_option(message: str) -> str | None:
+    """The sentence for ``--optimizer ...`` or ``--lr_scheduler ...`` (any form: ``=SGD``, `` SGD``,
+    ``.lr=0.1``) among the arguments the parser did not recognize; ``None`` for any other message."""
+    found = re.match(r"unrecognized arguments: (.+)", message.strip(), re.IGNORECASE)
+    words = found.group(1).split() if found else []
+    for i, word in enumerate(words):
+        option = next((o for o in MOVED if re.match(rf"{o}(?=$|[=.])", word)), None)
+        if option is None:
+            continue
+        typed = " ".join(words[i : i + 2]) if word == option and i + 1 < len(words) else word
+        what, where = MOVED[option]
+        return (
+            f"{typed} is not an option: {what} is the model's own argument, {where}; write "
+            f"{typed.replace(option, f'--{where}', 1)}"
+        )
+    return None
+
+
 def summarize(message: str) -> str:
     """jsonargparse's report of a rejected value, as one line: the key, the value and why."""
+    moved = moved_option(message)
+    if moved is not None:
+        return moved
     keys = re.findall(r'Parser key "([^"]+)"', message)
     unknown = re.search(r"class_path '([\w.]+)':\s*Option '(\w+)' is not accepted", message)
     if keys and unknown:  # a key the chosen class does not take (a misspelling, an old name)

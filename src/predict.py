@@ -87,28 +87,56 @@ def prediction_frame(
     """``predict_step`` outputs of all items → one line per item.
 
     Columns: what each item is (``index``'s name: ``row`` for a table's rows, ``path`` for image files),
-    ``prediction`` (``preds``: the class label of the class id ``predict_step`` chose, or the value in the
-    target's units), and for classification (the outputs hold ``probs``) one ``probability(<label>)``
-    column per class; classes are named by ``labels``, or numbered from 0 when there are none. The choice
-    of class is ``predict_step``'s alone (a threshold of yours there is the one that answers); outputs
-    with ``probs`` and no ``preds`` get the probability columns only. With several ``targets`` (``(N, K)``
-    outputs), a ``prediction(<target>)`` column per target, then a ``probability(<target>)`` per target
+    then one column per ``(N,)`` output and one per entry of an ``(N, K)`` output, in the order of the
+    outputs. The shipped classifier's outputs (``probs`` ``(N, K)``, with or without ``preds`` ``(N,)`` class
+    ids) give ``prediction`` (the label of the class ``predict_step`` chose: a threshold of yours there is
+    the one that answers) and one ``probability(<label>)`` column per class. Otherwise ``preds`` ``(N,)`` is
+    ``prediction`` (a value in the target's units, or a class id), any other ``(N,)`` output the column of its
+    key, and an ``(N, K)`` output ``<key>(<name>)`` per entry: named by ``labels`` when they are K, else
+    numbered from 0 (a multi-label task's ``preds(spam)``, a multi-output regressor's ``preds(0)``). An output
+    of another length, or of more than two dimensions, is refused in one sentence. With the data's several
+    ``targets``, a ``prediction(<target>)`` column per target, then a ``probability(<target>)`` per target
     (:func:`per_target`).
     """
     name = index.name if isinstance(index, pd.Index) and index.name is not None else "row"
     frame = pd.DataFrame({name: np.asarray(index)})
     if targets is not None:
         return pd.concat([frame, per_target(outputs, labels, targets)], axis=1)
-    if "probs" not in outputs:
-        frame["prediction"] = outputs["preds"].float().cpu().numpy()
-        return frame
-    probs = outputs["probs"].float().cpu().numpy()  # (N, K)
-    names = list(labels) if labels is not None else list(range(probs.shape[1]))
-    if "preds" in outputs:  # (N,) class ids
-        frame["prediction"] = np.asarray(names, dtype=object)[outputs["preds"].cpu().numpy().astype(np.int64)]
-    # one block of columns, not one insert per class: a vocabulary has a hundred
-    columns = pd.DataFrame(probs, columns=[f"probability({label})" for label in names])
-    return pd.concat([frame, columns], axis=1)
+    count = len(frame)
+    for key, value in outputs.items():
+        if value.ndim not in (1, 2) or len(value) != count:
+            raise UserInputError(
+                f"predict_step returned {key!r} of shape {tuple(value.shape)} for {count} items; each value "
+                "of its dict must be (N,) or (N, K), one row per item, to become columns of the predictions."
+            )
+    probs, preds = outputs.get("probs"), outputs.get("preds")
+    classes = probs is not None and probs.ndim == 2 and (preds is None or preds.ndim == 1)
+    chosen: list[pd.DataFrame] = []  # ``prediction``, first after the index as it has always been
+    columns: list[pd.DataFrame] = []
+    for key, value in outputs.items():
+        # float32 in the file whatever the model's precision (numpy has no bfloat16)
+        array = (value.float() if value.is_floating_point() else value).cpu().numpy()
+        if array.dtype == np.bool_:
+            array = array.astype(np.int64)  # 0/1 in the file, not True/False
+        names = _names(labels, array.shape[1]) if array.ndim == 2 else []
+        if classes and key == "probs":
+            columns.append(pd.DataFrame(array, columns=[f"probability({label})" for label in names]))
+        elif classes and key == "preds":  # (N,) class ids → their labels
+            classes_of = _names(labels, probs.shape[1]) if probs is not None else []
+            picked = np.asarray(classes_of, dtype=object)[array.astype(np.int64)]
+            chosen.append(pd.DataFrame({"prediction": picked}))
+        elif key == "preds" and array.ndim == 1:  # a value in the target's units (or a class id)
+            chosen.append(pd.DataFrame({"prediction": array.astype(np.float32)}))
+        elif array.ndim == 1:
+            columns.append(pd.DataFrame({key: array}))
+        else:  # one block of columns, not one insert per entry: a vocabulary has a hundred
+            columns.append(pd.DataFrame(array, columns=[f"{key}({label})" for label in names]))
+    return pd.concat([frame, *chosen, *columns], axis=1)
+
+
+def _names(labels: Sequence[Any] | None, k: int) -> list[Any]:
+    """The names of an ``(N, K)`` output's entries: the data's ``labels`` when there are K, else 0 … K-1."""
+    return list(labels) if labels is not None and len(labels) == k else list(range(k))
 
 
 def per_target(

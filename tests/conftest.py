@@ -15,6 +15,7 @@ import torch
 from PIL import Image
 
 from src.cli import CLI, main
+from tests.helpers import SMALL_NET
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
@@ -153,6 +154,30 @@ def regression_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
     run = fit_in(folder, "--config", str(CONFIGS / "friedman.yaml"), "--data.num_samples=400")
     rows = run.datamodule.table.features.iloc[run.datamodule.split_rows["val"]]
     return Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt", rows
+
+
+@pytest.fixture(scope="session")
+def quantiles_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
+    """A short fit of the friedman table by a task of the user's own with three outputs per row
+    (tests/helpers.py's Quantiles: ``preds`` ``(N, 3)``): its last checkpoint and raw validation rows."""
+    folder = tmp_path_factory.mktemp("quantiles-trained")
+    run = fit_in(
+        folder, "--config", str(CONFIGS / "friedman.yaml"), "--data.num_samples=400",
+        "--model=tests.helpers.Quantiles",
+    )  # fmt: skip
+    rows = run.datamodule.table.features.iloc[run.datamodule.split_rows["val"]]
+    return Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt", rows
+
+
+@pytest.fixture(scope="session")
+def many_labels_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short fit of a multi-label task of the user's own on a DataModule of their own over random
+    tensors (tests/helpers.py): its last checkpoint, which carries no table's preprocessing."""
+    folder = tmp_path_factory.mktemp("many-labels-trained")
+    run = fit_in(
+        folder, "--model=tests.helpers.MultiLabelTask", "--data=tests.helpers.ManyTargets", *SMALL_NET
+    )
+    return Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt"
 
 
 PLANTED = "planted_trust_probe"

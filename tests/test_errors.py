@@ -217,6 +217,27 @@ def test_unknown_key_in_a_callback_section_of_a_config_file(cli, capsys, workdir
     assert "early_stopping.patiense is not an option of" in line
 
 
+@pytest.mark.parametrize(
+    ("typed", "written"),
+    [
+        (["--optimizer=SGD"], "--model.init_args.optimizer=SGD"),
+        (["--optimizer", "SGD"], "--model.init_args.optimizer SGD"),
+        (["--optimizer.lr=0.1"], "--model.init_args.optimizer.lr=0.1"),
+        (["--lr_scheduler", "StepLR"], "--model.init_args.scheduler StepLR"),
+        (["--lr_scheduler.step_size=3"], "--model.init_args.scheduler.step_size=3"),
+    ],
+)
+def test_lightnings_own_optimizer_options_point_to_the_models_arguments(
+    cli, capsys, typed: list[str], written: str, nothing_written
+) -> None:
+    """LightningCLI's top-level --optimizer and --lr_scheduler are off (they would silently replace the
+    model's): each form gets the model's argument to write instead, not a bare "unrecognized"."""
+    line = fails(cli, capsys, "--config", "spiral.yaml", *typed)
+    where = "optimizer" if "optimizer" in typed[0] else "scheduler"
+    assert line.startswith(f"error: {' '.join(typed)} is not an option: the {where} is the model's own")
+    assert f"model.init_args.{where}; write {written};" in line
+
+
 SPIRAL = ["--config", "spiral.yaml", "--data.num_samples=300"]
 SCHEDULER = "--model.init_args.scheduler.init_args"
 NET = "--model.init_args.net.init_args"

@@ -20,21 +20,26 @@ import examples.loop
 import examples.test_loop as loop
 import examples.test_parity as parity
 import src.checkpoints
+import src.cli_errors
 import src.files
 import src.models.base
+import src.models.schedules
 import src.predict
 import tests.test_accumulation_clipping as accumulation_clipping
 import tests.test_best_checkpoint as best_checkpoint
 import tests.test_checkpointing as checkpointing
+import tests.test_errors as errors
 import tests.test_models as models
 import tests.test_multitarget as multitarget
 import tests.test_predict as predict
+import tests.test_schedules as schedules
 import tests.test_trust as trust
 from examples.manual import ManualClassifier
 from src.callbacks import PredictionWriter
 from src.cli import CLI
 from src.models import BaseTask, Classifier
 from src.predict import Predictor
+from tests.helpers import LABEL_NAMES
 
 NORM_CASE = parity.CASES["accumulate3-clip-norm-step-scheduler"]
 VALUE_CASE = parity.CASES["accumulate2-clip-value-epoch-scheduler-batchnorm"]
@@ -427,3 +432,55 @@ def test_the_per_target_columns_test_catches_every_target_predicted_from_the_fir
     mutate(monkeypatch, src.predict, "per_target", "column = preds[:, k]", "column = preds[:, 0]")
     with pytest.raises(AssertionError):
         multitarget.test_a_prediction_per_target_named_by_its_column()
+
+
+def test_k_target_predictions_catch_entries_numbered_although_the_data_names_them(
+    monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """A multi-label task's columns numbered preds(0) … although its DataModule names its K labels."""
+    mutate(monkeypatch, src.predict, "_names", "len(labels) == k", "len(labels) == -k")
+    with pytest.raises(AssertionError):
+        predict.test_a_users_k_target_task_predicts_a_column_per_entry_named_by_the_datas_names(
+            cli, "labels", LABEL_NAMES
+        )
+
+
+def test_k_target_predictions_catch_a_task_whose_own_choice_is_replaced_by_a_class_label(
+    monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """(N, K) 0/1 choices read as if they were the shipped classifier's (N,) class ids."""
+    original = src.predict.prediction_frame
+    mutate(monkeypatch, src.predict, "prediction_frame", "(preds is None or preds.ndim == 1)", "True")
+    for module in list(sys.modules.values()):  # the modules that imported the original by name
+        if getattr(module, "prediction_frame", None) is original:
+            monkeypatch.setattr(module, "prediction_frame", src.predict.prediction_frame)
+    with pytest.raises(ValueError, match="must each be 1-dimensional"):  # pandas refuses the (N, K) labels
+        predict.test_a_users_k_target_task_predicts_a_column_per_entry_named_by_the_datas_names(
+            cli, "labels", LABEL_NAMES
+        )
+
+
+def test_the_momentum_notice_test_catches_a_notice_that_names_the_schedulers_value(
+    monkeypatch: pytest.MonkeyPatch, workdir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The notice names the momentum the scheduler wrote (0.95), not the one the config gave (0.7)."""
+    original = src.models.schedules.check_replaced
+    mutate(monkeypatch, src.models.schedules, "check_replaced", "(old[key], key)", "(group[key], key)")
+    monkeypatch.setattr(src.models.base, "check_replaced", src.models.schedules.check_replaced)
+    assert src.models.base.check_replaced is not original
+    case = schedules.test_a_scheduler_that_replaces_the_optimizers_momentum_says_so_once
+    with pytest.raises(AssertionError):
+        case(workdir, caplog, [*schedules.SGD, *schedules.ONE_CYCLE], "OneCycleLR cycles the optimizer's "
+             "momentum between 0.85 and 0.95 and replaces momentum=0.7; give cycle_momentum: false to keep "
+             "it.", 0.95)  # fmt: skip
+
+
+def test_the_moved_option_test_catches_a_refusal_that_knows_only_the_bare_option(
+    monkeypatch: pytest.MonkeyPatch, cli, capsys
+) -> None:
+    """--optimizer=SGD and --optimizer.lr=0.1 left to the bare "unrecognized arguments"."""
+    mutate(monkeypatch, src.cli_errors, "moved_option", 're.match(rf"{o}(?=$|[=.])", word)', "o == word")
+    with pytest.raises(AssertionError):
+        errors.test_lightnings_own_optimizer_options_point_to_the_models_arguments(
+            cli, capsys, ["--optimizer.lr=0.1"], "--model.init_args.optimizer.lr=0.1", None
+        )

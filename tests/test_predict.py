@@ -15,8 +15,9 @@ from src.cli import main
 from src.data.preprocessing import CategoricalColumn, CellReport, Location, NumericColumn, Preprocessor
 from src.errors import UserInputError
 from src.files import check_output
-from src.predict import Predictor
-from tests.conftest import PLANTED, QUIET, fit_in
+from src.predict import Predictor, prediction_frame
+from tests.conftest import BARE, PLANTED, QUIET, fit_in, last_checkpoint
+from tests.helpers import LABEL_NAMES, MANY_LABELS, MANY_VALUES, VALUE_NAMES
 
 TINY = ["--trainer.max_epochs=3", "--trainer.limit_val_batches=2"]
 
@@ -381,3 +382,52 @@ def test_the_output_rule_covers_a_folder_the_run_reads_at_any_depth_and_through_
             check_output(output, [None, [str(tmp_path / "elsewhere.csv"), str(folder)]], overwrite=True)
     assert check_output(tmp_path / "out.csv", [str(folder)], overwrite=True) == tmp_path / "out.csv"
     assert image.read_bytes() == b"an image"
+
+
+# -- a task of the user's own whose predict_step returns (N, K) outputs ------------------------------
+
+
+def k_target_predictions(cli, kind: str) -> tuple[pd.DataFrame, dict[str, torch.Tensor]]:
+    """A short fit of the user's K-target task (tests/helpers.py), then ``predict`` from its last
+    checkpoint: the CSV file, and what the fitted model's own ``predict_step`` gives for the rows."""
+    words = MANY_LABELS if kind == "labels" else MANY_VALUES
+    last = ["--last_checkpoint=src.callbacks.LatestCheckpoint"]
+    run = cli("fit", *words, *BARE, *last, "--trainer.max_epochs=2")
+    writer = ["--prediction_writer=src.callbacks.PredictionWriter", "--output=out.csv"]
+    cli("predict", "--ckpt_path", str(last_checkpoint(run)), *writer)
+    run.model.eval()
+    data = run.datamodule
+    with torch.inference_mode():
+        expected = run.model.predict_step((data.x[data.val_rows],), 0)
+    return pd.read_csv("out.csv"), expected
+
+
+@pytest.mark.parametrize(("kind", "names"), [("labels", LABEL_NAMES), ("values", VALUE_NAMES)])
+def test_a_users_k_target_task_predicts_a_column_per_entry_named_by_the_datas_names(cli, kind, names) -> None:
+    written, expected = k_target_predictions(cli, kind)
+    columns = [f"{key}({name})" for key in expected for name in names]
+    assert list(written.columns) == ["row", *columns]  # probs(spam) … preds(personal), or preds(price) …
+    assert written["row"].tolist() == list(range(len(written)))
+    for key, value in expected.items():
+        got = written[[f"{key}({name})" for name in names]].to_numpy()
+        torch.testing.assert_close(torch.from_numpy(got).to(value.dtype), value)
+    if kind == "labels":  # the task's own 0/1 choice, as it made it, not a label of a class id
+        assert set(np.unique(written[[f"preds({n})" for n in names]])) <= {0, 1}
+
+
+def test_prediction_columns_are_numbered_without_k_names_and_a_shorter_output_is_one_sentence() -> None:
+    probs = torch.tensor([[0.2, 0.9, 0.6], [0.7, 0.1, 0.4]])  # (N, K) of a multi-label task
+    outputs = {"probs": probs, "preds": probs > 0.5, "spread": torch.tensor([1.5, 2.5])}
+    frame = prediction_frame(outputs, ["a", "b"], range(2))  # two names for three labels: numbered
+    assert list(frame.columns) == [
+        "row", "probs(0)", "probs(1)", "probs(2)", "preds(0)", "preds(1)", "preds(2)", "spread",
+    ]  # fmt: skip
+    assert frame[["preds(0)", "preds(1)", "preds(2)"]].to_numpy().tolist() == [[0, 1, 1], [1, 0, 0]]
+    assert frame["spread"].tolist() == [1.5, 2.5]
+    # the shipped classifier's outputs keep their columns: the chosen label, a probability per class
+    shipped = prediction_frame({"probs": probs, "preds": probs.argmax(-1)}, ["a", "b", "c"], range(2))
+    probabilities = ["probability(a)", "probability(b)", "probability(c)"]
+    assert list(shipped.columns) == ["row", "prediction", *probabilities]
+    assert shipped["prediction"].tolist() == ["b", "a"]
+    with pytest.raises(UserInputError, match=r"^predict_step returned 'spread' of shape \(3,\) for 2 items"):
+        prediction_frame({"preds": probs, "spread": torch.ones(3)}, None, range(2))

@@ -207,3 +207,53 @@ def test_plateau_halves_the_rate_when_the_monitored_metric_stalls(workdir: Path)
         plateau.step(value)  # Lightning steps it after validation, with the monitored value
     assert rates == pytest.approx(expected)
     assert rates[-1] == pytest.approx(LR * keywords["factor"])  # the stall cost one halving
+
+
+class Momentum(Callback):
+    """The momentum (or Adam's first beta) each optimizer step runs with."""
+
+    def __init__(self) -> None:
+        self.per_step: list[float] = []
+
+    @override
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: object, batch_idx: int
+    ) -> None:
+        group = trainer.optimizers[0].param_groups[0]
+        self.per_step.append(group["betas"][0] if "betas" in group else group["momentum"])
+
+
+ONE_CYCLE = ["--config", str(TRAINER / "onecycle.yaml")]
+CYCLIC = [
+    "--model.init_args.scheduler=torch.optim.lr_scheduler.CyclicLR",
+    "--model.init_args.scheduler_interval=step",
+    "--model.init_args.scheduler.init_args.base_lr=0.001",
+    "--model.init_args.scheduler.init_args.max_lr=0.01",
+    "--model.init_args.scheduler.init_args.step_size_up=3",
+]
+SGD = ["--model.init_args.optimizer=torch.optim.SGD", "--model.init_args.optimizer.init_args.momentum=0.7"]
+
+
+@pytest.mark.parametrize(
+    ("words", "said", "first"),
+    [
+        ([*SGD, *ONE_CYCLE], "OneCycleLR cycles the optimizer's momentum between 0.85 and 0.95 and replaces "
+         "momentum=0.7; give cycle_momentum: false to keep it.", 0.95),
+        (ONE_CYCLE, "OneCycleLR cycles the optimizer's first beta (its momentum) between 0.85 and 0.95 and "
+         "replaces betas[0]=0.9; give cycle_momentum: false to keep it.", 0.95),
+        ([*SGD, *CYCLIC], "CyclicLR cycles the optimizer's momentum between 0.8 and 0.9 and replaces "
+         "momentum=0.7; give cycle_momentum: false to keep it.", 0.9),
+        ([*SGD, *ONE_CYCLE, "--model.init_args.scheduler.init_args.cycle_momentum=false"], None, 0.7),
+    ],
+    ids=["one-cycle-sgd", "one-cycle-adam", "cyclic-sgd", "one-cycle-told-to-keep-it"],
+)  # fmt: skip
+def test_a_scheduler_that_replaces_the_optimizers_momentum_says_so_once(
+    workdir: Path, caplog: pytest.LogCaptureFixture, words: list[str], said: str | None, first: float
+) -> None:
+    momentum = Momentum()
+    fit_recording(*words, patch=lambda run: run.trainer.callbacks.append(momentum))
+    notices = [
+        r.getMessage() for r in caplog.records if r.getMessage().startswith("model.init_args.scheduler:")
+    ]
+    assert notices == ([f"model.init_args.scheduler: {said}"] if said else [])
+    assert momentum.per_step[0] == pytest.approx(first)  # what the optimizer ran with, as said

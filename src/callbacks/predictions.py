@@ -1,5 +1,6 @@
 """Write what ``predict`` returns to a CSV file, atomically, with each class named by its label."""
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from typing_extensions import override
 
+from src.errors import UserInputError
 from src.files import check_output, written
 from src.predict import beside_the_run, prediction_frame
 
@@ -22,8 +24,9 @@ class PredictionWriter(BasePredictionWriter):
     has no such method), ``prediction`` (the label as the data wrote it, or the value in the target's
     units) and, for classification, one ``probability(<label>)`` column per class, named by the
     DataModule's ``label_names``; with several targets (its ``target_names``) a ``prediction(<target>)``
-    and ``probability(<target>)`` column per target (:func:`src.predict.prediction_frame`). Works with
-    any DataModule.
+    and ``probability(<target>)`` column per target; any other ``(N,)`` or ``(N, K)`` output of
+    ``predict_step`` as columns of its own (:func:`src.predict.prediction_frame`). Works with any
+    DataModule and any LightningModule whose ``predict_step`` returns a dict of such tensors.
     The path is checked before anything is predicted (:func:`src.files.check_output`: never an input of
     the run, never an existing file unless ``overwrite``), and the file is written whole or not at all.
 
@@ -73,7 +76,14 @@ class PredictionWriter(BasePredictionWriter):
         predictions: Any,
         batch_indices: Any,
     ) -> None:
-        batches: list[dict[str, torch.Tensor]] = predictions
+        # a dict of named (B,) or (B, K) tensors per batch; a bare tensor is the predictions alone
+        batches = [{"preds": b} if isinstance(b, torch.Tensor) else b for b in predictions]
+        if not all(isinstance(b, Mapping) for b in batches):
+            kind = type(next(b for b in batches if not isinstance(b, Mapping))).__name__
+            raise UserInputError(
+                f"{type(pl_module).__name__}.predict_step returned a {kind}; PredictionWriter writes a dict "
+                "of (B,) or (B, K) tensors (or one tensor), one column per entry."
+            )
         outputs = {name: torch.cat([b[name] for b in batches]) for name in batches[0]}
         # batch_indices: per dataloader, per batch, the dataset positions (in order without a sampler
         # that shuffles; under DDP each rank holds its share)

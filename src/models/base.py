@@ -21,7 +21,7 @@ from typing_extensions import override
 
 from src.checkpoints import check_for_class
 from src.errors import UserInputError
-from src.models.schedules import check_length, run_length, spanned_by
+from src.models.schedules import check_length, check_replaced, run_length, settings, spanned_by
 from src.nets import DEFAULT_NET, MLP, Ensemble, shard
 
 #: builds the net from the data's widths: ``net(in_features, out_features)``; in YAML, the ``class_path`` of
@@ -249,7 +249,9 @@ class BaseTask(L.LightningModule, ABC):
             return optimizer
         interval = self.hparams["scheduler_interval"]
         spans = spanned_by(self.scheduler)  # left out of the config: the run's length fills it in
+        given = settings(optimizer)
         scheduler = self.scheduler(optimizer, **({spans: self.run_length(spans)} if spans else {}))
+        check_replaced(given, optimizer, scheduler)  # momentum a cycling scheduler took over, say
         check_length(scheduler, self.run_length, interval)
         config = {"scheduler": scheduler, "interval": interval}
         if isinstance(scheduler, ReduceLROnPlateau):

@@ -63,6 +63,43 @@ def check_length(scheduler: Any, run_length: Callable[[str], int], interval: str
         )
 
 
+#: what a scheduler sets in the optimizer's param groups as its job or its bookkeeping: never news
+SCHEDULERS_OWN = ("lr", "initial_lr")
+
+
+def settings(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    """The settings of each of ``optimizer``'s param groups (all but the parameters), as they are now."""
+    return [
+        {key: value for key, value in group.items() if key != "params"} for group in optimizer.param_groups
+    ]
+
+
+def check_replaced(before: list[dict[str, Any]], optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
+    """A setting of the optimizer's own that ``scheduler`` replaces (``before``: the optimizer's
+    :func:`settings` until it was built), said in one line: OneCycleLR and CyclicLR with ``cycle_momentum``
+    cycle the momentum (Adam's first beta) between their own bounds, whatever the config gave the
+    optimizer; any other scheduler that changed a setting besides the learning rate is named too."""
+    name, group, old = type(scheduler).__name__, optimizer.param_groups[0], before[0]
+    # torch's cycling schedulers keep their bounds in each group, and cycle betas[0] where there are betas
+    if getattr(scheduler, "cycle_momentum", False) and "base_momentum" in group:
+        key = "betas" if "betas" in old else "momentum"
+        given, setting = (old[key][0], "betas[0]") if key == "betas" else (old[key], key)
+        what = "first beta (its momentum)" if key == "betas" else "momentum"
+        notice(
+            f"model.init_args.scheduler: {name} cycles the optimizer's {what} between "
+            f"{group['base_momentum']:g} and {group['max_momentum']:g} and replaces {setting}={given:g}; "
+            "give cycle_momentum: false to keep it."
+        )
+        return
+    changed = [k for k, v in old.items() if k not in SCHEDULERS_OWN and k in group and group[k] != v]
+    if changed:  # the first group's first setting: one line for the run
+        key = changed[0]
+        notice(
+            f"model.init_args.scheduler: {name} sets the optimizer's {key} to {group[key]} and replaces "
+            f"{key}={old[key]}."
+        )
+
+
 class WarmupCosine(SequentialLR):
     """Linear warmup, then cosine decay: torch's ``LinearLR`` and ``CosineAnnealingLR`` in a ``SequentialLR``.
 

@@ -114,7 +114,7 @@ class Doctor(Callback):
         if not isinstance(datamodule, TabularDataModule):
             return
         x, labels = datamodule.dataset("train").tensors
-        if torch.is_floating_point(labels):
+        if torch.is_floating_point(labels) or labels.dim() != 1:  # class ids only, not K labels or values
             return
         with _aside(pl_module):
             output = _forward(trainer, pl_module, x[:8].to(pl_module.device))
@@ -209,11 +209,18 @@ class Doctor(Callback):
             if output is None:
                 return
             # the shipped classifier's loss takes logits, whatever its targets; for any other module,
-            # integer targets are what says classes
-            classification = isinstance(pl_module, Classifier) or not torch.is_floating_point(target)
+            # integer targets say classes, and (B, K) targets of 0s and 1s beside a (B, K) output K labels
+            labels = (
+                output.dim() == 2
+                and target.shape == output.shape
+                and bool(((target == 0) | (target == 1)).all())
+            )
+            classification = (
+                isinstance(pl_module, Classifier) or not torch.is_floating_point(target) or labels
+            )
             if classification:
                 self._add(trainer, model_checks.probabilities_into_loss(output.float()))
-            if not torch.is_floating_point(target) and output.dim() == 2:
+            if not torch.is_floating_point(target) and output.dim() == 2 and target.dim() == 1:  # class ids
                 if not self._labels_checked:
                     self._add(trainer, data_checks.labels_out_of_range(target, output.shape[-1]))
                 if int(target.min()) < 0 or int(target.max()) >= output.shape[-1]:
@@ -224,7 +231,9 @@ class Doctor(Callback):
                 loss = float(pl_module.loss(output, target))
                 expected = float(pl_module.loss(torch.zeros_like(output), target))
                 what = (
-                    f"an all-zero output (uniform over {output.shape[-1]} classes)"
+                    f"an all-zero output (probability 0.5 for each of {output.shape[-1]} labels)"
+                    if labels
+                    else f"an all-zero output (uniform over {output.shape[-1]} classes)"
                     if classification
                     else "an all-zero output (the training mean)"
                 )

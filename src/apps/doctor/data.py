@@ -12,6 +12,7 @@ from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 from src.apps.doctor.findings import Finding
 from src.data import TabularDataModule
 from src.data.loading import Stage
+from src.errors import notice
 
 SPLITS: tuple[Stage, ...] = ("train", "val", "test")
 #: share of validation or test rows that may repeat a training row before it counts as leakage
@@ -33,13 +34,15 @@ def check_data(data: TabularDataModule, weighs_classes: bool) -> list[Finding]:
     y: Splits = {stage: t[1].numpy() for stage, t in tensors.items()}
     names = data.preprocessor.feature_names
     classification = not torch.is_floating_point(tensors["train"][1])
-    findings = [
-        non_finite(x, y, names),
-        constant_in_training(x, names),
-        duplicates_across_splits(x),
-        feature_determines_target(x, y, names, classification),
-        class_imbalance(y["train"], weighs_classes) if classification else None,
-    ]
+    findings = [non_finite(x, y, names), constant_in_training(x, names), duplicates_across_splits(x)]
+    if y["train"].ndim == 1:  # one target per row: a class id or a value
+        findings.append(feature_determines_target(x, y, names, classification))
+        findings.append(class_imbalance(y["train"], weighs_classes) if classification else None)
+    else:
+        notice(
+            f"doctor: the checks of one target per row (a feature that alone predicts it, class imbalance) "
+            f"do not apply to {y['train'].shape[1]} targets per row; the other data checks ran."
+        )
     return [f for f in findings if f is not None]
 
 

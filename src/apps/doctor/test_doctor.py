@@ -7,11 +7,13 @@ the unmodified code, so a check that fired on everything would fail there; the s
 out clean too.
 """
 
+import logging
 import math
 import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import lightning as L
@@ -22,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, OneCycleLR, StepLR
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, TensorDataset
 
 from src.apps.doctor import Doctor, Finding, examine
 from src.apps.doctor import callback as doctor_callback
@@ -32,9 +34,10 @@ from src.apps.doctor.probe import OVERFIT_STEPS, input_free_loss, overfit_one_ba
 from src.cli import main
 from src.data import TabularDataModule
 from src.data.loading import Stage, TensorBatches
-from src.models import Classifier, Regressor
+from src.models import BaseTask, Classifier, Regressor
 from src.nets import MLP
 from tests.conftest import CONFIGS, QUIET, extra
+from tests.helpers import ManyTargets, MultiLabelTask, MultiOutputTask
 
 ADAM = partial(torch.optim.Adam, lr=0.01)
 EXPERIMENTS = sorted(p for p in CONFIGS.glob("*.yaml") if p.name != "defaults.yaml")
@@ -755,3 +758,59 @@ def test_an_image_classifier_is_examined_like_a_table_classifier(tmp_path: Path)
     found = doctor(*image_classifier(tmp_path, loud_cnn), gradient_clip_val=None)
     classes = len(CLASSES)
     assert f"scores {math.log(classes):.4g}" in found["initial-loss"].saw  # ln(K): uniform over K classes
+
+
+# -- a task of the user's own with K targets at once ----------------------------------------------------
+
+
+def many(kind: str, net: Callable[[int, int], nn.Module] | None = None) -> tuple[BaseTask, ManyTargets]:
+    """tests/helpers.py's multi-label or multi-output task on its DataModule of random tensors."""
+    data = ManyTargets(kind)  # type: ignore[arg-type]
+    task = MultiLabelTask if kind == "labels" else MultiOutputTask
+    model = task(
+        in_features=data.in_features, out_features=data.out_features, net=net or mlp(), optimizer=ADAM
+    )
+    return model, data
+
+
+@pytest.mark.parametrize("kind", ["labels", "values"])
+def test_a_users_k_target_task_on_clean_data_has_no_findings(kind: str) -> None:
+    assert doctor(*many(kind)) == {}
+
+
+def sigmoid_labels(in_features: int, out_features: int) -> nn.Module:
+    """K probabilities out of the net, into binary_cross_entropy_with_logits, which expects logits."""
+    return nn.Sequential(mlp()(in_features, out_features), nn.Sigmoid())
+
+
+def test_k_labels_of_a_net_that_ends_in_a_sigmoid_are_probabilities_into_the_loss() -> None:
+    """(B, K) float targets of 0s and 1s beside a (B, K) output are K labels: a sigmoid before the loss is
+    the classic bug there too, though no target is an integer and the task is no Classifier."""
+    finding = doctor(*many("labels", sigmoid_labels))["probabilities-into-loss"]
+    assert finding.saw == (
+        "all 120 outputs of the first batch lie in [0, 1]: the net ends with a sigmoid, so the loss gets "
+        "probabilities"
+    )  # 40 rows of 3 labels; no row sums to 1: a sigmoid, not a softmax
+
+
+class KTargetTable:
+    """What the data checks read of a table DataModule, with (N, K) targets: its splits' tensors and the
+    names of its features (a table of K target columns, as a DataModule of the user's own may offer)."""
+
+    preprocessor = SimpleNamespace(feature_names=["a", "b"])
+
+    def dataset(self, stage: Stage) -> TensorDataset:
+        x = torch.arange(40.0).reshape(20, 2)  # every split the same rows: all of them repeated
+        return TensorDataset(x, torch.randint(0, 2, (20, 3)))
+
+
+def test_the_data_checks_of_one_target_per_row_say_they_do_not_apply_to_k_targets(caplog) -> None:
+    from src.apps.doctor.data import check_data
+
+    with caplog.at_level(logging.INFO):
+        found = check_data(KTargetTable(), weighs_classes=False)  # type: ignore[arg-type]
+    assert [f.id for f in found] == ["data-duplicates-across-splits"]  # the others ran
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("doctor:")] == [
+        "doctor: the checks of one target per row (a feature that alone predicts it, class imbalance) do "
+        "not apply to 3 targets per row; the other data checks ran."
+    ]

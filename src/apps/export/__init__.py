@@ -23,7 +23,9 @@ indicators and one-hot blocks are inside the graph, then the net; it returns
 
 - classification: ``logits`` ``(B, K)``, ``probabilities`` ``(B, K)`` (the softmax ``predict``
   reports) and ``label`` ``(B,)``, ``preprocessing.labels[argmax]``;
-- regression: ``values`` ``(B,)``, in the target's units.
+- regression, and any model whose ``predict_step`` gives other than one class of K: ``values``, its
+  ``preds``, ``(B,)`` in the target's units or ``(B, K)`` (K outputs, or K labels' 0/1 choices); its
+  other outputs stay out of the graph, which a line says.
 
 So onnxruntime in any language predicts from raw rows with no code of ours (this folder's README.md has
 the example; ``test_export.py`` beside this file and ``tests/test_cells.py`` hold it equal to
@@ -76,7 +78,7 @@ from src.data.preprocessing import (
     cell_text,
     numbers_as_written,
 )
-from src.errors import UserInputError
+from src.errors import UserInputError, notice
 from src.files import check_output, written
 
 if TYPE_CHECKING:
@@ -101,7 +103,8 @@ RECIPE = (
     "value per entry of categories, 1 where the text equals it, and, if other is true, one last value "
     "that is 1 when none matched.",
     "Output: classification: logits (B, K), softmax over the last axis gives the probabilities and "
-    "class k is labels[k]; regression: values (B,) in the target's units.",
+    "class k is labels[k]; otherwise values, the model's predict_step preds: (B,) in the target's units, "
+    "or (B, K).",
 )
 #: how an image file becomes one row of the image graph's input; written into every image sidecar
 IMAGE_RECIPE = (
@@ -137,10 +140,11 @@ class ExportCheckError(RuntimeError):
 
 
 class Exportable(nn.Module):
-    """The part of a task a graph can hold: ``(B, F)`` encoded rows → logits ``(B, K)`` or values ``(B,)``.
+    """The part of a task a graph can hold: ``(B, F)`` encoded rows → logits ``(B, K)``, or values ``(B,)``
+    or ``(B, K)``.
 
-    Classification keeps the logits (the model's ``forward``); regression goes through ``predict_step``,
-    which puts the values back into the target's units.
+    Classification (one class of K) keeps the logits (the model's ``forward``); anything else goes through
+    ``predict_step``, whose ``preds`` are the values (a regression's back in the target's units).
     """
 
     def __init__(self, model: "LightningModule", classification: bool) -> None:
@@ -183,13 +187,15 @@ def probe_images(preprocessing: Any, images: int = 8, seed: int = 0) -> torch.Te
     return torch.from_numpy(np.random.default_rng(seed).integers(0, 256, size=shape, dtype=np.uint8))
 
 
-def sidecar_of(preprocessor: Preprocessor, graph_file: str, fmt: str, in_features: int) -> dict[str, Any]:
+def sidecar_of(
+    preprocessor: Preprocessor, graph_file: str, fmt: str, in_features: int, classification: bool
+) -> dict[str, Any]:
     """The sidecar's content: the checkpoint's preprocessing as it is saved, plus how to call the graph:
     an ONNX graph takes the raw columns (:data:`RAW_RECIPE`), a torch.export program the encoded matrix
-    (:data:`RECIPE`)."""
+    (:data:`RECIPE`); ``classification``: the graph ends in one class of K (else in ``values``)."""
     sidecar: dict[str, Any] = {"format_version": SIDECAR_VERSION}
     if fmt == "onnx":
-        outputs = ["logits", "probabilities", "label"] if preprocessor.labels is not None else ["values"]
+        outputs = ["logits", "probabilities", "label"] if classification else ["values"]
         numeric = [{"name": c.name, "dtype": "double"} for c in preprocessor.numeric]
         sidecar["graph"] = {
             "file": graph_file,
@@ -207,7 +213,7 @@ def sidecar_of(preprocessor: Preprocessor, graph_file: str, fmt: str, in_feature
             "file": graph_file,
             "format": fmt,
             "input": "features",
-            "output": output_name(preprocessor),
+            "output": "logits" if classification else "values",
             "in_features": in_features,
         }
         recipe = RECIPE
@@ -218,10 +224,6 @@ def sidecar_of(preprocessor: Preprocessor, graph_file: str, fmt: str, in_feature
         "preprocessing": preprocessor.state_dict(),
         "recipe": list(recipe),
     }
-
-
-def output_name(preprocessor: Preprocessor) -> str:
-    return "logits" if preprocessor.labels is not None else "values"
 
 
 def probe_rows(preprocessor: Preprocessor, rows: int = 16, seed: int = 0) -> pd.DataFrame:
@@ -284,10 +286,11 @@ def check_raw(path: Path, predictor: Predictor, rows: pd.DataFrame) -> float:
                 strict=True,
             )
         )
-        if preprocessor.labels is None:
-            pairs = [(got["values"], expected["prediction"].to_numpy(np.float32))]
+        if "values" in got:  # predict_step's preds, as the checkpoint gives them for the same rows
+            encoded = predictor.encode(frame, "the probe rows", CellReport())
+            pairs = [(got["values"], predictor.outputs(encoded)["preds"].numpy())]
         else:
-            names = [f"probability({label})" for label in preprocessor.labels]
+            names = [f"probability({label})" for label in preprocessor.labels or []]
             pairs = [(got["probabilities"], expected[names].to_numpy(np.float32))]
             if got["label"].tolist() != expected["prediction"].tolist():
                 raise ExportCheckError(
@@ -358,7 +361,7 @@ RAW_RECIPE = (
     "sets the (other) value when other is true, and no value otherwise.",
     "A CSV file is read as pandas.read_csv reads it: the texts of csv.missing are missing cells.",
     "Outputs: classification: logits (B, K), probabilities (B, K) and label (B,), labels[argmax]; "
-    "regression: values (B,) in the target's units.",
+    "otherwise values, the model's predict_step preds: (B,) in the target's units, or (B, K).",
 )
 
 
@@ -452,10 +455,10 @@ def raw_preprocessing(preprocessor: Preprocessor, nodes: _Nodes, output: str) ->
     ]
 
 
-def raw_graph(net: onnx.ModelProto, preprocessor: Preprocessor) -> onnx.ModelProto:
+def raw_graph(net: onnx.ModelProto, preprocessor: Preprocessor, classification: bool) -> onnx.ModelProto:
     """The exported net (``features`` ``(B, F)`` in) behind its preprocessing: raw columns in; for
-    classification ``logits``, ``probabilities`` and ``label`` (the class's label, by a Gather on the
-    labels) out, for regression ``values``. One graph, one file."""
+    classification (one class of K) ``logits``, ``probabilities`` and ``label`` (the class's label, by a
+    Gather on the labels) out, else ``values``. One graph, one file."""
     nodes = _Nodes()
     inputs = raw_preprocessing(preprocessor, nodes, "features")
     graph = net.graph
@@ -470,7 +473,7 @@ def raw_graph(net: onnx.ModelProto, preprocessor: Preprocessor) -> onnx.ModelPro
         )
     before = len(nodes.nodes)  # the preprocessing's nodes; those after the net follow
     outputs = list(graph.output)
-    if preprocessor.labels is not None:
+    if classification and preprocessor.labels is not None:
         labels = preprocessor.labels
         numbered = all(isinstance(label, int) for label in labels)
         probabilities = nodes.op("Softmax", "logits", output="probabilities", axis=-1)
@@ -531,20 +534,42 @@ class Prepared:
     check_raw: Callable[[Path], float] | None = None
 
 
+def one_class_of_k(outputs: dict[str, torch.Tensor]) -> bool:
+    """Whether ``predict_step``'s outputs are those of one class of K: ``probs`` ``(N, K)``, with ``preds``
+    ``(N,)`` class ids or none (the shipped classifier's), which a graph's softmax and argmax give."""
+    probs, preds = outputs.get("probs"), outputs.get("preds")
+    return probs is not None and probs.ndim == 2 and (preds is None or preds.ndim == 1)
+
+
 def table_export(ckpt_path: str | Path) -> Prepared:
-    """A table checkpoint: encoded rows ``(B, F)`` in, its preprocessing in the sidecar."""
+    """A table checkpoint: encoded rows ``(B, F)`` in, its preprocessing in the sidecar. What the graph
+    returns follows the model's ``predict_step`` on the probe rows: logits for one class of K (a table of
+    class labels), else its ``preds`` as ``values``."""
     predictor = Predictor.from_checkpoint(ckpt_path)  # one sentence for a missing or unsafe file
     preprocessor = predictor.preprocessor
-    module = Exportable(predictor.model, classification=preprocessor.labels is not None).eval()
     rows = probe_rows(preprocessor)
     x = predictor.encode(rows, "the probe rows", CellReport())  # (16, F); its notices are no news
+    outputs = predictor.outputs(x)
+    classification = preprocessor.labels is not None and one_class_of_k(outputs)
+    model = type(predictor.model).__name__
+    if not classification and "preds" not in outputs:
+        raise UserInputError(
+            f"the exported graph returns predict_step's preds, but {model}.predict_step returns only "
+            f"{sorted(outputs)}; return the predictions as preds."
+        )
+    left_out = [] if classification else sorted(set(outputs) - {"preds"})
+    if left_out:
+        notice(
+            f"export: the graph returns {model}.predict_step's preds as values; {left_out} stay out of it."
+        )
+    module = Exportable(predictor.model, classification=classification).eval()
     return Prepared(
         module,
         x,
         "features",
-        output_name(preprocessor),
-        lambda file, fmt: sidecar_of(preprocessor, file, fmt, x.shape[1]),
-        raw=lambda net: raw_graph(net, preprocessor),
+        "logits" if classification else "values",
+        lambda file, fmt: sidecar_of(preprocessor, file, fmt, x.shape[1], classification),
+        raw=lambda net: raw_graph(net, preprocessor, classification),
         check_raw=lambda path: check_raw(path, predictor, rows),
     )
 

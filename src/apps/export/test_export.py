@@ -277,3 +277,47 @@ def test_make_export_runs_the_export_command() -> None:
     recipe = targets.split("\nexport: $(STAMP)", 1)[1].split("\n\n", 1)[0]
     assert '$(PY) -m src.apps.export --ckpt_path "$(CKPT)" --format $(FORMAT)' in recipe
     assert '$(if $(OUTPUT),--output "$(OUTPUT)")' in recipe
+
+
+# -- a task of the user's own with K outputs per row -------------------------------------------------------
+
+QUANTILE_COLUMNS = ["preds(0)", "preds(1)", "preds(2)"]
+
+
+@pytest.mark.parametrize(("fmt", "name"), [("onnx", "model.onnx"), ("torch-export", "model.pt2")])
+def test_a_k_output_graph_returns_the_k_values_of_predict_steps_preds(
+    fmt: str, name: str, quantiles_checkpoint: tuple[Path, pd.DataFrame], tmp_path: Path
+) -> None:
+    """Three quantiles per row (tests/helpers.py's Quantiles): the raw-column graph returns ``values``
+    ``(B, 3)``, each row's three as ``predict`` writes them, and was checked against the checkpoint so."""
+    checkpoint, rows = quantiles_checkpoint
+    export.main(["--ckpt_path", str(checkpoint), "--format", fmt, "--output", str(tmp_path / name)])
+    graph = json.loads((tmp_path / f"{name}.json").read_text())["graph"]
+    predictor = Predictor.from_checkpoint(checkpoint)
+    if fmt == "onnx":
+        assert graph["outputs"] == ["values"]
+        got = torch.from_numpy(run_raw(tmp_path / name, predictor, rows)["values"])
+    else:
+        assert graph["output"] == "values"
+        got = torch.export.load(tmp_path / name).module()(predictor.encode(rows))
+    predicted = predictor.predict(rows)
+    assert list(predicted.columns) == ["row", *QUANTILE_COLUMNS]
+    expected = torch.tensor(predicted[QUANTILE_COLUMNS].to_numpy(), dtype=torch.float32)
+    assert got.shape == (len(rows), 3)
+    tolerance = export.TOLERANCES[fmt]
+    torch.testing.assert_close(got, expected, rtol=tolerance.rtol, atol=tolerance.atol)
+    assert not (expected[:, 0] == expected[:, 2]).all()  # three values, not one three times
+
+
+def test_a_checkpoint_of_a_datamodule_without_a_table_is_one_sentence(
+    many_labels_checkpoint: Path, tmp_path: Path, capsys
+) -> None:
+    """A multi-label task trained on tensors of its own: no raw columns to take, so nothing to export."""
+    with pytest.raises(SystemExit) as exit_:
+        export.main(["--ckpt_path", str(many_labels_checkpoint), "--output", str(tmp_path / "model.onnx")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: checkpoint ")
+    assert "carries no fitted preprocessing" in err
+    assert "\n" not in err
+    assert list(tmp_path.iterdir()) == []

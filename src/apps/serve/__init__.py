@@ -5,7 +5,9 @@
 ``POST /predict`` takes ``{"rows": [{"column": value, ...}, ...]}``: values as they come (numbers,
 text, true/false, null or a blank for a missing cell; a key left out of one row is a missing cell
 too), and answers ``{"predictions": [{"label": ..., "probabilities": {label: p, ...}}, ...]}`` in the
-order of the rows, or ``{"predictions": [{"value": ...}, ...]}`` for regression. ``GET /health``
+order of the rows, or ``{"predictions": [{"value": ...}, ...]}`` for regression; a model whose
+``predict_step`` returns more (K values, K labels) answers each row's columns of ``predict``'s file by
+name, ``{"predictions": [{"preds(0)": ..., "preds(1)": ...}, ...]}``. ``GET /health``
 answers ``ok`` once the model is loaded. The server listens on 127.0.0.1 unless ``--host`` says
 otherwise; SIGTERM or Ctrl+C stops it and its worker processes.
 
@@ -344,12 +346,20 @@ class BatchedAPI(ls.LitAPI):
         return results
 
     def answers(self, frame: pd.DataFrame) -> list[dict[str, Any]]:
-        """:func:`prediction_frame`'s lines as the response's predictions: label and probabilities, or
-        value."""
+        """:func:`prediction_frame`'s lines as the response's predictions: label and probabilities (one class
+        of K), or value (one value); any other outputs (K values, K labels' 0/1 choices, more than ``preds``)
+        as each line's columns by name, ``{"preds(spam)": 1, "probs(spam)": 0.93, ...}``."""
         labels = self.labels
-        if labels is None:
+        columns = list(frame.columns[1:])  # after the line's position
+        if columns == ["prediction"]:
             return [{"value": float(v)} for v in frame["prediction"]]
-        probabilities = frame[[f"probability({label})" for label in labels]].to_numpy()
+        probability = [f"probability({label})" for label in labels or []]
+        if labels is None or columns != ["prediction", *probability]:
+            return [
+                {name: value.item() if hasattr(value, "item") else value for name, value in line.items()}
+                for line in frame[columns].to_dict(orient="records")
+            ]
+        probabilities = frame[probability].to_numpy()
         return [
             {"label": label, "probabilities": dict(zip(map(str, labels), map(float, p), strict=True))}
             for label, p in zip(frame["prediction"], probabilities, strict=True)

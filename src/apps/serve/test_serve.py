@@ -850,3 +850,38 @@ def test_a_request_that_no_worker_can_answer_gets_a_503_and_one_sentence() -> No
     assert answer == {"detail": serve.UNANSWERED.format(timeout=0.2)}
     for detail in (serve.NO_WORKER, answer["detail"]):
         assert_one_sentence(detail)
+
+
+def test_a_k_output_model_answers_each_rows_columns_by_name(
+    quantiles_checkpoint: tuple[Path, pd.DataFrame],
+) -> None:
+    """Three quantiles per row (tests/helpers.py's Quantiles): each answer holds the three by the names
+    ``predict``'s file gives them, with their values."""
+    checkpoint, rows = quantiles_checkpoint
+    api = serve.TabularAPI(str(checkpoint), max_rows=1000, max_batch_size=1, batch_timeout=0.0)
+    api.setup("cpu")
+    response = api.encode_response(
+        api.predict(api.decode_request(serve.PredictRequest(rows=json_rows(rows))))
+    )
+    assert response.status_code == 200
+    predictions = json.loads(response.body)["predictions"]
+    columns = ["preds(0)", "preds(1)", "preds(2)"]
+    assert [list(p) for p in predictions] == [columns] * len(rows)
+    expected = Predictor.from_checkpoint(checkpoint).predict(rows)[columns].to_numpy()
+    torch.testing.assert_close(
+        torch.tensor([[p[c] for c in columns] for p in predictions]),
+        torch.tensor(expected, dtype=torch.float32),
+    )
+
+
+def test_a_checkpoint_of_a_datamodule_without_a_table_is_one_sentence(
+    many_labels_checkpoint: Path, capsys
+) -> None:
+    """A multi-label task trained on tensors of the user's own: no raw rows to read, so nothing to serve."""
+    with pytest.raises(SystemExit) as exit_:
+        serve.main(["--ckpt_path", str(many_labels_checkpoint)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: checkpoint ")
+    assert "carries no fitted preprocessing" in err
+    assert "\n" not in err

@@ -12,10 +12,15 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities.rank_zero import rank_zero_debug, rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from sklearn.base import BaseEstimator
 from torchmetrics import MeanAbsoluteError, MeanSquaredError, R2Score
-from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+from torchmetrics.classification import (
+    MulticlassAccuracy,
+    MulticlassF1Score,
+    MultilabelAccuracy,
+    MultilabelF1Score,
+)
 from typing_extensions import override
 
 from src.data.preprocessing import Preprocessor, category_strings, read_numbers
@@ -44,6 +49,17 @@ METRICS: dict[str, dict[str, tuple[Any, bool]]] = {
         "rmse": (lambda k: MeanSquaredError(squared=False), False),
         "r2": (lambda k: R2Score(), True),
     },
+}
+#: the figures of K targets at once, by the same names: K labels of 0 or 1 (each a positive above a
+#: probability of 0.5, averaged over the labels, as torchmetrics' multi-label metrics do by default); K
+#: values (over every value, R² of each output averaged); classification adds ``loss``, the binary
+#: cross-entropy of the probabilities
+MANY_METRICS: dict[str, dict[str, tuple[Any, bool]]] = {
+    "classification": {
+        "acc": (lambda k: MultilabelAccuracy(k), True),
+        "f1": (lambda k: MultilabelF1Score(k), True),
+    },
+    "regression": METRICS["regression"],
 }
 #: per task, the figure the verdict compares unless told otherwise
 VERDICT_METRIC = {"classification": "acc", "regression": "rmse"}
@@ -94,7 +110,8 @@ def raw_rows(
 ) -> tuple[pd.DataFrame, np.ndarray]:
     """One split's rows as the baselines read them: the columns the net reads, numbers by the preprocessing's
     rule (NaN for missing cells and stray text), categories as their canonical text (missing ones
-    :data:`~src.data.preprocessing.MISSING`); and the targets, class ids as the net's or values.
+    :data:`~src.data.preprocessing.MISSING`); and the targets, class ids as the net's or values: ``(N,)``,
+    or ``(N, K)`` for a table of K target columns (K labels of 0 or 1, or K values, as written).
 
     ``rows``: positions within the split to keep (all of them when ``None``).
     """
@@ -107,6 +124,8 @@ def raw_rows(
     for category in prep.categorical:
         frame[category.name] = category_strings(table.features[category.name].iloc[positions], prep.na_values)
     target = table.target.iloc[positions]
+    if isinstance(target, pd.DataFrame):  # (N, K) targets
+        return frame, target.to_numpy(np.int64 if prep.task == "classification" else np.float64, copy=True)
     if prep.task == "classification":
         return frame, prep.encode_labels(target, table.location)
     return frame, target.to_numpy(np.float64)
@@ -124,11 +143,20 @@ def score(output: np.ndarray, y: np.ndarray, task: str, classes: int) -> dict[st
     """A model's figures from its ``output`` on rows whose targets are ``y`` (:data:`METRICS`): ``(N, K)``
     class probabilities or ``(N,)`` values (:func:`src.extras.baselines.models.outputs`). Classification adds
     ``loss``, the cross-entropy of the probabilities as the net's logits get it (no label smoothing or
-    class weights, which change what the net's own val/loss means)."""
-    target = torch.as_tensor(y)
-    metrics = {name: build(classes) for name, (build, _) in METRICS[task].items()}
+    class weights, which change what the net's own val/loss means). ``(N, K)`` targets ``y``
+    (:data:`MANY_METRICS`): K labels' probabilities of being 1, or K values."""
+    # C-ordered copies: a frame's columns and a model's outputs may be column-major or read-only
+    target = torch.as_tensor(np.ascontiguousarray(y))
+    output = np.ascontiguousarray(output)
+    many = target.ndim == 2
+    table = MANY_METRICS if many else METRICS
+    metrics = {name: build(target.shape[1] if many else classes) for name, (build, _) in table[task].items()}
     values: dict[str, Any] = {}
-    if task == "classification":
+    if task == "classification" and many:  # (N, K) probabilities that each label is 1
+        preds = torch.as_tensor(output, dtype=torch.float32)
+        values["loss"] = F.binary_cross_entropy(preds.clamp(1e-7, 1 - 1e-7), target.float())
+        target = target.int()
+    elif task == "classification":
         preds = torch.as_tensor(np.log(np.clip(output, 1e-15, 1.0)), dtype=torch.float32)  # (N, K)
         values["loss"] = F.cross_entropy(preds, target)
     else:
@@ -225,6 +253,7 @@ class Baselines(Callback):
         self._pending: Future[baseline_models.Fitted] | None = None
         self._net_best: float | None = None
         self._logged = False  # whether this fit's validation epochs logged the figures yet
+        self._told = False  # whether this run was told that its data offers no table rows
 
     # -- fitting and scoring, beside the training -----------------------------------------------------
 
@@ -236,10 +265,19 @@ class Baselines(Callback):
         # without declaring it on the class, so mypy cannot see it
         data = trainer.datamodule  # type: ignore[attr-defined]
         if not isinstance(data, FittedTable):
-            rank_zero_debug(f"Baselines: {type(data).__name__} offers no table rows; no baselines.")
+            if not self._told:  # once for the run, however many stages start
+                self._told = True
+                rank_zero_info(
+                    f"Baselines fit on a table's raw rows (a DataModule with preprocessor, table and "
+                    f"split_rows); {type(data).__name__} offers none, so this run has no baselines."
+                )
             return
         self._data = data
         prep = data.preprocessor
+        # read here, on the calling thread, which owns the DataModule; the models get the raw columns, and
+        # their outputs on every split are scored here against the targets once they are back
+        kept = sample(len(data.split_rows["train"]), self.max_rows, self.seed)
+        train = raw_rows(data, "train", kept)
         self._spec = spec = Spec(
             task=prep.task,
             numeric=[c.name for c in prep.numeric],
@@ -248,11 +286,8 @@ class Baselines(Callback):
             max_iter=self.max_iter,
             seed=self.seed,
             threads=self.threads,
+            targets=train[1].shape[1] if train[1].ndim == 2 else 0,  # K of (N, K) targets
         )
-        # read here, on the calling thread, which owns the DataModule; the models get the raw columns, and
-        # their outputs on every split are scored here against the targets once they are back
-        kept = sample(len(data.split_rows["train"]), self.max_rows, self.seed)
-        train = raw_rows(data, "train", kept)
         evaluated = {split: raw_rows(data, split) for split in ("val", "test") if len(data.split_rows[split])}
         self._targets = {split: y for split, (_, y) in evaluated.items()}
         frames = {split: x for split, (x, _) in evaluated.items()}

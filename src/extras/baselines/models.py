@@ -17,6 +17,7 @@ from sklearn.compose import ColumnTransformer
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 from sklearn.impute import SimpleImputer
 from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.multioutput import MultiOutputClassifier, MultiOutputRegressor
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder, StandardScaler
 from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]  # no py.typed, no stubs
@@ -29,8 +30,9 @@ MAX_BOOSTED_CATEGORIES = 255
 @dataclass(frozen=True)
 class Spec:
     """What the models are built from: the task, the raw columns the net reads by kind, the class count
-    (1 for regression), boosting's iterations and seed, and the threads of scikit-learn's pools (``None``:
-    one per core)."""
+    (1 for regression), boosting's iterations and seed, the threads of scikit-learn's pools (``None``: one
+    per core), and ``targets``: K for ``(N, K)`` targets (K labels of 0 or 1, or K values), 0 for ``(N,)``
+    ones."""
 
     task: str
     numeric: list[str]
@@ -39,6 +41,7 @@ class Spec:
     max_iter: int
     seed: int
     threads: int | None
+    targets: int = 0
 
 
 @dataclass
@@ -61,6 +64,9 @@ def build_models(spec: Spec) -> dict[str, BaseEstimator]:
     a native categorical feature (its :data:`MAX_BOOSTED_CATEGORIES` most frequent values). ``linear``:
     logistic or ridge regression on numbers filled with the median (with a missing indicator) and
     standardized, and every training value of a categorical column one-hot (unseen ones: none).
+    K targets at once (``spec.targets``): one boosting model per target (scikit-learn's
+    ``MultiOutputClassifier`` / ``MultiOutputRegressor``), one logistic regression per label, and one ridge
+    regression of all K values (ridge fits several outputs itself).
     """
     ordinal = OrdinalEncoder(
         handle_unknown="use_encoded_value", unknown_value=np.nan, max_categories=MAX_BOOSTED_CATEGORIES
@@ -79,19 +85,32 @@ def build_models(spec: Spec) -> dict[str, BaseEstimator]:
         remainder="drop",
     )  # fmt: skip
     options = {"max_iter": spec.max_iter, "random_state": spec.seed, "categorical_features": is_categorical}
+    hgb: BaseEstimator
+    linear: BaseEstimator
     if spec.task == "classification":
         hgb, linear = HistGradientBoostingClassifier(**options), LogisticRegression(max_iter=1000)
+        if spec.targets:
+            hgb, linear = MultiOutputClassifier(hgb), MultiOutputClassifier(linear)
     else:
         hgb, linear = HistGradientBoostingRegressor(**options), Ridge()
+        if spec.targets:
+            hgb = MultiOutputRegressor(hgb)
     return {"hgb": Pipeline([("columns", trees), ("model", hgb)]), "linear": make_pipeline(lines, linear)}
 
 
 def outputs(model: Any, x: pd.DataFrame, spec: Spec) -> np.ndarray:
-    """A fitted model's ``(N, K)`` class probabilities (a class absent from its training rows: 0), or its
-    ``(N,)`` values in the target's units."""
+    """A fitted model's ``(N, K)`` class probabilities (a class absent from its training rows: 0), or for K
+    labels the ``(N, K)`` probability of each being 1 (one never 1 in the training rows: 0), or its ``(N,)``
+    or ``(N, K)`` values in the targets' units."""
     with threadpool_limits(spec.threads):
         if spec.task != "classification":
             return np.asarray(model.predict(x), dtype=np.float64)
+        if spec.targets:  # one (N, 2) array per label, its columns the label's classes seen in training
+            ones = np.zeros((len(x), spec.targets), dtype=np.float64)
+            for k, (probs, classes) in enumerate(zip(model.predict_proba(x), model.classes_, strict=True)):
+                seen = list(classes.astype(int))
+                ones[:, k] = probs[:, seen.index(1)] if 1 in seen else 0.0
+            return ones
         probs = np.zeros((len(x), spec.classes), dtype=np.float64)
         probs[:, model.classes_.astype(int)] = model.predict_proba(x)
         return probs

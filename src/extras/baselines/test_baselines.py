@@ -6,7 +6,7 @@ import os
 import threading
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import numpy as np
@@ -23,6 +23,7 @@ from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostin
 from sklearn.impute import SimpleImputer
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.metrics import accuracy_score, f1_score, log_loss, r2_score, root_mean_squared_error
+from sklearn.multioutput import MultiOutputClassifier, MultiOutputRegressor
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder, StandardScaler
 from threadpoolctl import threadpool_limits
@@ -31,10 +32,12 @@ import src.extras.baselines.callback as callback_module
 import src.extras.baselines.models as fitting
 from src.cli import main
 from src.data import Split, TabularDataModule
-from src.data.preprocessing import MISSING
+from src.data.preprocessing import MISSING, Location, NumericColumn, Preprocessor
+from src.data.sources import Table, Task
 from src.extras.baselines.callback import TAG, Baselines
 from src.models import Classifier
 from tests.conftest import BARE, CONFIGS, QUIET
+from tests.helpers import ManyTargets, many_targets
 from tests.test_preprocessing import messy_frame
 
 ON = ["--baselines=src.extras.baselines.callback.Baselines"]  # back after bare.yaml
@@ -228,17 +231,113 @@ def test_a_module_level_with_the_baseline_is_not_told_anything() -> None:
     assert "(1.5% behind)" in baselines.verdict()
 
 
-def test_data_that_is_not_a_table_gets_no_baselines(tmp_path: Path) -> None:
+def test_data_that_is_not_a_table_gets_one_line_and_no_baselines(tmp_path: Path, caplog) -> None:
     baselines = Baselines()
     trainer = L.Trainer(
         max_epochs=1, limit_train_batches=2, limit_val_batches=2, callbacks=[baselines], logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         default_root_dir=tmp_path,
     )  # fmt: skip
-    trainer.fit(BoringModel(), datamodule=BoringDataModule())
+    with caplog.at_level(logging.INFO):
+        trainer.fit(BoringModel(), datamodule=BoringDataModule())
+        trainer.validate(BoringModel(), datamodule=BoringDataModule())
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Baselines")]
+    assert said == [  # once for the run, however many stages start
+        "Baselines fit on a table's raw rows (a DataModule with preprocessor, table and split_rows); "
+        "BoringDataModule offers none, so this run has no baselines."
+    ]
     assert baselines.models == {}
     assert baselines.scores == {}
     assert not [key for key in trainer.callback_metrics if TAG.fullmatch(key)]
+
+
+# -- a table of K targets at once: K labels of 0 or 1, or K values ------------------------------------------
+
+
+class TableOfTargets(ManyTargets):
+    """The user's K-target DataModule (tests/helpers.py) offering its rows as a table of raw columns, as
+    :class:`~src.extras.baselines.callback.FittedTable` reads one: K target columns, numbers as they are."""
+
+    @property
+    def task(self) -> Task:
+        return "classification" if self.kind == "labels" else "regression"
+
+    @property
+    def preprocessor(self) -> Preprocessor:
+        numeric = [NumericColumn(name, 0.0, 0.0, 1.0, False) for name in self.columns]
+        return Preprocessor(self.task, None, numeric, [])
+
+    @property
+    def table(self) -> Table:
+        features = pd.DataFrame(self.x.numpy().astype(np.float64), columns=self.columns)
+        targets = pd.DataFrame(self.y.numpy(), columns=self.label_names)  # (N, K): K target columns
+        # Table declares one target column (a Series): K of them are a frame, which the baselines take
+        return Table(features, targets, self.task, Location("the random rows"))  # type: ignore[arg-type]
+
+    @property
+    def split_rows(self) -> dict[str, np.ndarray]:
+        every = np.arange(len(self.x))
+        return {"train": every[self.train_rows], "val": every[self.val_rows], "test": every[:0]}
+
+    @property
+    def columns(self) -> list[str]:
+        return [f"x{j}" for j in range(self.in_features)]
+
+
+@pytest.mark.parametrize("kind", ["labels", "values"])
+def test_k_targets_get_scikit_learns_multi_output_baselines_scored_as_the_task_scores_itself(
+    tmp_path: Path, kind: Literal["labels", "values"]
+) -> None:
+    model, _ = many_targets(kind)
+    data = TableOfTargets(kind)
+    assert isinstance(data, callback_module.FittedTable)
+    baselines = Baselines(fit_in="thread")
+    trainer = L.Trainer(
+        max_epochs=2, callbacks=[baselines], logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+    )  # fmt: skip
+    trainer.fit(model, datamodule=data)
+    metrics = trainer.callback_metrics
+    x, y = data.x.numpy().astype(np.float64), data.y.numpy()
+    (x_train, y_train), (x_val, y_val) = (
+        (x[data.train_rows], y[data.train_rows]),
+        (x[data.val_rows], y[data.val_rows]),
+    )
+    if kind == "labels":
+        hgb = MultiOutputClassifier(HistGradientBoostingClassifier(max_iter=100, random_state=0))
+        linear = make_pipeline(
+            SimpleImputer(strategy="median", add_indicator=True), StandardScaler(),
+            MultiOutputClassifier(LogisticRegression(max_iter=1000)),
+        )  # fmt: skip
+        with threadpool_limits(1):
+            labels = hgb.fit(x_train, y_train.astype(int)).predict(x_val)
+            probs = np.stack(
+                [p[:, 1] for p in linear.fit(x_train, y_train.astype(int)).predict_proba(x_val)], 1
+            )
+        # each label's accuracy, averaged over the K labels: the net's own MultilabelAccuracy
+        assert float(metrics["val/acc_hgb"]) == pytest.approx((labels == y_val).mean())
+        assert float(metrics["val/f1_linear"]) == pytest.approx(
+            f1_score(y_val, probs > 0.5, average="macro"), abs=1e-6
+        )
+        bce = -(y_val * np.log(probs) + (1 - y_val) * np.log(1 - probs)).mean()
+        assert float(metrics["val/loss_linear"]) == pytest.approx(bce, rel=1e-5)  # the task's own loss
+        assert 0.5 < float(metrics["val/acc_linear"]) < 1  # the labels are learnable, not learnt whole
+    else:
+        hgb = MultiOutputRegressor(HistGradientBoostingRegressor(max_iter=100, random_state=0))
+        linear = make_pipeline(
+            SimpleImputer(strategy="median", add_indicator=True), StandardScaler(), Ridge()
+        )
+        with threadpool_limits(1):
+            values = hgb.fit(x_train, y_train).predict(x_val)
+            lines = linear.fit(x_train, y_train).predict(x_val)
+        assert float(metrics["val/mae_hgb"]) == pytest.approx(np.abs(values - y_val).mean(), rel=1e-5)
+        assert float(metrics["val/r2_linear"]) == pytest.approx(
+            r2_score(y_val, lines), abs=1e-5
+        )  # K averaged
+        assert float(metrics["val/rmse_linear"]) == pytest.approx(
+            np.sqrt(((lines - y_val) ** 2).mean()), rel=1e-5
+        )
+        assert "val/loss_hgb" not in metrics
 
 
 # -- the defaults that fit the data they get ------------------------------------------------------------

@@ -30,6 +30,7 @@ from src.extras.dashboard.logger import read_scalars
 from src.models import Classifier, Regressor
 from src.nets import MLP
 from tests.conftest import CONFIGS, QUIET
+from tests.helpers import MANY_LABELS, MANY_VALUES
 
 # these tests also need the extras below; without one of them they are skipped
 ValidationFigures = pytest.importorskip("src.extras.figures.callback").ValidationFigures
@@ -585,3 +586,32 @@ def test_the_session_is_named_after_the_run(runs: dict[str, Run]) -> None:
     )
     # the HParams table's trial name: the logger's name and version, which tell two runs apart
     assert start.session_start_info.group_name == f"digits/{runs['fit'].log_dir.name}"
+
+
+# -- a task of the user's own with K targets at once -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "own"), [("labels", ["loss", "acc", "f1"]), ("values", ["loss", "mae", "r2"])]
+)
+def test_a_users_k_target_task_gets_its_own_values_as_the_best_epochs_columns(
+    cli, kind: str, own: list[str]
+) -> None:
+    """tests/helpers.py's multi-label and multi-output tasks under every shipped default: the HParams
+    columns are the values the module logs itself, each the best epoch's (by val/loss), and the layout
+    charts each once."""
+    words = MANY_LABELS if kind == "labels" else MANY_VALUES
+    fit = cli("fit", *words, "--trainer.max_epochs=3", "--trainer.log_every_n_steps=1")
+    run = Run(fit, Path(fit.trainer.log_dir), read_events(Path(fit.trainer.log_dir)))
+    columns = [m.name.tag for m in experiment(run).metric_infos if not m.name.group]
+    assert columns == [*(f"summary/best_{name}" for name in own), "summary/best_epoch"]
+    steps, losses = run.scalars("val/loss")
+    best = min(range(len(losses)), key=losses.__getitem__)
+    assert best > 0  # the net learned: the best epoch is not the first
+    summary = read_scalars(run.log_dir)
+    for name in own:
+        assert summary[f"summary/best_{name}"] == [
+            (steps[best], pytest.approx(run.scalars(f"val/{name}")[1][best]))
+        ]
+    charts = scalars_layout(fit.trainer.callback_metrics)["train vs validation"]
+    assert [name for name in charts if "gap" not in name] == own

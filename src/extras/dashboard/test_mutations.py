@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+import src.extras.dashboard.test_dashboard as dashboard
 import tests.test_accumulation_clipping as accumulation_clipping
 import tests.test_any_module as any_module
 from src.extras.dashboard import Dashboard
@@ -32,3 +33,19 @@ def test_any_module_catches_a_gap_of_the_wrong_sign(workdir: Path, monkeypatch: 
     )
     with pytest.raises(AssertionError):
         any_module.test_a_plain_lightning_module_trains_under_every_shipped_default(workdir)
+
+
+def test_the_k_target_test_catches_the_worst_epoch_taken_for_the_best(
+    workdir: Path, monkeypatch, cli
+) -> None:
+    mutate(
+        monkeypatch,
+        Dashboard,
+        "_write_best",
+        '(min if mode == "min" else max)(scored',
+        '(max if mode == "min" else min)(scored',
+    )
+    with pytest.raises(AssertionError):
+        dashboard.test_a_users_k_target_task_gets_its_own_values_as_the_best_epochs_columns(
+            cli, "labels", ["loss", "acc", "f1"]
+        )

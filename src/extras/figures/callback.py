@@ -6,13 +6,14 @@ from typing import Any, Literal
 
 import lightning as L
 import numpy as np
+import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from matplotlib.figure import Figure
 from torch.utils.tensorboard import SummaryWriter
-from torchmetrics.aggregation import CatMetric
-from torchmetrics.classification import MulticlassConfusionMatrix
+from torchmetrics.aggregation import CatMetric, MinMetric
+from torchmetrics.classification import MulticlassConfusionMatrix, MultilabelConfusionMatrix
 from typing_extensions import override
 
 from src.errors import UserInputError
@@ -26,7 +27,8 @@ from src.extras.painter import Painter
 
 @dataclass
 class _Epoch:
-    """What one validation epoch leaves to draw: (K, K) counts, or (N,) predictions and targets."""
+    """What one validation epoch leaves to draw: (K, K) counts of one class of K, (K, 2, 2) counts of K
+    labels, or (N,) or (N, K) predictions and targets; ``labels`` names the classes, labels or outputs."""
 
     epoch: int
     step: int
@@ -40,11 +42,15 @@ class _Epoch:
 class ValidationFigures(Callback):
     """The confusion matrix (classification) or predicted against true values (regression).
 
-    Reads the ``{"preds", "target"}`` dict that ``validation_step`` returns, as the metrics see it:
-    ``(B, K)`` scores for classification, ``(B,)`` values in the target's units for regression; a module
-    whose ``validation_step`` returns no such dict gets one line saying so, and no figures. Class names
-    come from the DataModule's ``label_names`` when it has them. The
-    counts accumulate on the device; the only host transfer is at the end of the validation epoch.
+    Reads the ``{"preds", "target"}`` dict that ``validation_step`` returns, as the metrics see it, and
+    tells the task by their shapes: ``(B, K)`` scores against ``(B,)`` class ids, one class of K: the
+    KxK confusion matrix; ``(B, K)`` scores (probabilities, or logits, as torchmetrics reads them) against
+    ``(B, K)`` targets that are all 0 or 1, K labels: one 2x2 matrix per label (predicted 1 where the
+    probability is above 0.5); ``(B,)`` or ``(B, K)`` values against targets of the same shape (K outputs):
+    predicted against true, a panel per output. A module whose ``validation_step`` returns no such dict,
+    or other shapes, gets one line saying so, and no figures. Classes, labels and outputs are named by the
+    DataModule's ``label_names`` when it has as many. The counts accumulate on the device; the only host
+    transfer is at the end of the validation epoch.
 
     Drawn on every n-th epoch's validation, on the first and the last of a fit (also when it resumes, or
     when early stopping or a stop signal ends it), and at the fit's end for its best epoch by the monitored
@@ -55,8 +61,9 @@ class ValidationFigures(Callback):
     process. The fit ends only once every figure is written. The last epoch by the fit's cap is drawn at its
     own validation, so that the fit's end has only the best epoch's left to draw.
 
-    Tags: ``val/confusion_matrix`` (image) and ``val/confusion_counts`` (the same counts as a text table),
-    or ``val/predicted_vs_true`` (image); ``summary/…`` for the best epoch's.
+    Tags: ``val/confusion_matrix`` (image) and ``val/confusion_counts`` (the same counts as a text table:
+    true class by predicted class, or per label its four counts), or ``val/predicted_vs_true`` (image);
+    ``summary/…`` for the best epoch's.
 
     Args:
         every_n_epochs: Draw on every n-th validation epoch (and on the first and the last) while the
@@ -85,6 +92,8 @@ class ValidationFigures(Callback):
         self.image_size = image_size
         self.max_points = max_points
         self._confusion: MulticlassConfusionMatrix | None = None
+        self._label_counts: MultilabelConfusionMatrix | None = None  # (K, 2, 2), when the targets are (B, K)
+        self._binary = MinMetric(nan_strategy="disable")  # 1 while every (B, K) target seen is 0 or 1
         self._preds = CatMetric(nan_strategy="disable")  # "disable": a NaN check would sync per step
         self._target = CatMetric(nan_strategy="disable")
         self._points = 0
@@ -107,7 +116,7 @@ class ValidationFigures(Callback):
         # is drawn at the fit's end, and which one is best is known only then
         self._collecting = not trainer.sanity_checking
         self._points = 0
-        for metric in (self._confusion, self._preds, self._target):
+        for metric in (self._confusion, self._label_counts, self._binary, self._preds, self._target):
             if metric is not None:
                 metric.reset()
 
@@ -124,24 +133,44 @@ class ValidationFigures(Callback):
         if not self._collecting:
             return
         if not (isinstance(outputs, Mapping) and "preds" in outputs and "target" in outputs):
-            if not self._told:
-                self._told = True
-                rank_zero_info(
-                    f"ValidationFigures draws from the {{'preds', 'target'}} dict validation_step returns; "
-                    f"{type(pl_module).__name__}.validation_step returns none, so no figures are drawn."
-                )
+            self._tell(
+                f"ValidationFigures draws from the {{'preds', 'target'}} dict validation_step returns; "
+                f"{type(pl_module).__name__}.validation_step returns none, so no figures are drawn."
+            )
             return
         preds, target = outputs["preds"], outputs["target"]
-        if preds.ndim == 2:  # (B, K) scores
+        if preds.ndim == 2 and target.ndim == 1:  # (B, K) scores of one class of K
             if self._confusion is None:
                 # validate_args=False: the range checks would sync the host on every batch
                 self._confusion = MulticlassConfusionMatrix(preds.shape[1], validate_args=False)
             self._confusion.to(preds.device).update(preds, target)
-        elif self._points < self.max_points:
+            return
+        if preds.shape != target.shape or preds.ndim not in (1, 2):
+            self._tell(
+                f"ValidationFigures draws (B, K) scores against (B,) classes, or preds against targets of "
+                f"their own (B,) or (B, K) shape; {type(pl_module).__name__}.validation_step returns preds "
+                f"{tuple(preds.shape)} and target {tuple(target.shape)}, so no figures are drawn."
+            )
+            return
+        if preds.ndim == 2:  # (B, K) against (B, K): K labels when every target is 0 or 1, else K values
+            if self._label_counts is None:
+                self._label_counts = MultilabelConfusionMatrix(preds.shape[1], validate_args=False)
+            self._binary.to(preds.device).update(((target == 0) | (target == 1)).all().float())
+            # torchmetrics' reading of scores: probabilities when all lie in [0, 1], else logits; decided on
+            # the device (no host sync), then 0/1 at 0.5, as its multi-label metrics threshold them
+            probs = torch.where(((preds >= 0) & (preds <= 1)).all(), preds, preds.sigmoid())
+            self._label_counts.to(preds.device).update((probs > 0.5).long(), (target > 0.5).long())
+        if self._points < self.max_points:  # the values, for a scatter plot of (B,) or (B, K) outputs
             keep = self.max_points - self._points  # a slice length from Python ints: no sync
-            self._preds.to(preds.device).update(preds[:keep])
-            self._target.to(preds.device).update(target[:keep])
+            self._preds.to(preds.device).update(preds[:keep].float())
+            self._target.to(preds.device).update(target[:keep].float())
             self._points += min(keep, len(preds))
+
+    def _tell(self, sentence: str) -> None:
+        """What this callback cannot draw for the module, once per run."""
+        if not self._told:
+            self._told = True
+            rank_zero_info(sentence)
 
     @override
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -155,9 +184,18 @@ class ValidationFigures(Callback):
                 self._confusion.compute().cpu().numpy().copy()
             )  # (K, K): rows true, columns predicted
             latest.labels = _label_names(trainer, len(latest.counts))
+        elif (
+            self._label_counts is not None
+            and self._label_counts.update_called
+            and bool(self._binary.compute() > 0)  # every target of the epoch 0 or 1: K labels
+        ):
+            latest.counts = self._label_counts.compute().cpu().numpy().copy()  # (K, 2, 2)
+            latest.labels = _label_names(trainer, len(latest.counts))
         elif self._preds.update_called:
-            latest.preds = self._preds.compute().cpu().numpy().copy()
+            latest.preds = self._preds.compute().cpu().numpy().copy()  # (N,) or (N, K)
             latest.target = self._target.compute().cpu().numpy().copy()
+            if latest.preds.ndim == 2:
+                latest.labels = _label_names(trainer, latest.preds.shape[1])
         else:
             return
         self._latest = latest

@@ -3,6 +3,7 @@ process (:mod:`src.extras.workers`) draws them while the training goes on: the c
 against true values, as RGB pixels and Markdown text for TensorBoard.
 """
 
+import math
 import textwrap
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,9 @@ WRAP_MAX_CLASSES = 8
 #: a character's mean width in the default font, in em: label lengths are estimated, not measured
 CHAR_EM = 0.62
 TITLE_FONT = 9.0
+#: a panel's side in a grid of panels (one per label or output), in inches, and the most panels drawn
+PANEL_IN = 2.2
+MAX_PANELS = 36
 
 
 @dataclass
@@ -60,9 +64,16 @@ def validation(
     image_size: int = 480,
 ) -> Drawn:
     """One validation epoch's figure under ``<group>/…``: the confusion matrix of ``(K, K)`` ``counts``
-    (rows true, columns predicted; with the counts as a Markdown table), or ``(N,)`` ``preds`` against
-    ``target``. Drawn into ``figure``, or a new one of ``image_size`` pixels."""
+    (one class of K: rows true, columns predicted), or one 2x2 matrix per label of ``(K, 2, 2)`` ``counts``
+    (K labels, each 0 or 1), each with its counts as a Markdown table; or ``preds`` against ``target``,
+    ``(N,)`` or ``(N, K)`` (a panel per output, named by ``labels``). Drawn into ``figure``, or a new one of
+    ``image_size`` pixels."""
     figure = figure if figure is not None else new_figure(image_size)
+    if counts is not None and np.ndim(counts) == 3:
+        labels = labels or [str(k) for k in range(len(counts))]
+        label_matrices_figure(figure, np.asarray(counts), labels, title)
+        text = {f"{group}/confusion_counts": label_counts_table(np.asarray(counts), labels)}
+        return Drawn(f"{group}/confusion_matrix", pixels(figure), text)
     if counts is not None:
         labels = labels or [str(k) for k in range(len(counts))]
         confusion_figure(figure, counts, labels, title)
@@ -71,10 +82,52 @@ def validation(
     assert preds is not None
     assert target is not None
     figure.set_layout_engine("constrained")
+    if np.ndim(preds) == 2:  # (N, K): a panel per output
+        k = preds.shape[1]
+        names = labels if labels is not None and len(labels) == k else [str(j) for j in range(k)]
+        shown = min(k, MAX_PANELS)
+        columns = math.ceil(math.sqrt(shown))
+        rows = math.ceil(shown / columns)
+        side = figure.get_figwidth()
+        figure.set_size_inches(max(side, columns * PANEL_IN), max(side, rows * PANEL_IN))
+        for j in range(shown):
+            ax = figure.add_subplot(rows, columns, j + 1)
+            _scatter(ax, np.asarray(target)[:, j], np.asarray(preds)[:, j], legend=j == 0)
+            ax.set_title(names[j], fontsize=TITLE_FONT)
+        figure.suptitle(title if shown == k else f"{title} (the first {shown} of {k} outputs)")
+        return Drawn(f"{group}/predicted_vs_true", pixels(figure), {})
     ax = figure.add_subplot()
     _scatter(ax, np.asarray(target), np.asarray(preds))
     ax.set_title(title)
     return Drawn(f"{group}/predicted_vs_true", pixels(figure), {})
+
+
+def label_matrices_figure(figure: Figure, counts: np.ndarray, labels: list[str], title: str) -> None:
+    """Draw one 2x2 matrix per label of ``(K, 2, 2)`` ``counts`` (rows true 0/1, columns predicted 0/1) into
+    ``figure``, in a grid, each coloured by its row-normalized rate and titled with its label; at most
+    :data:`MAX_PANELS` of them (the Markdown table holds every label's)."""
+    k = len(counts)
+    shown = min(k, MAX_PANELS)
+    columns = math.ceil(math.sqrt(shown))
+    rows = math.ceil(shown / columns)
+    figure.set_size_inches(columns * PANEL_IN, rows * PANEL_IN + 0.5)
+    figure.set_layout_engine("constrained")
+    for j in range(shown):
+        ax = figure.add_subplot(rows, columns, j + 1)
+        matrix = counts[j].astype(np.float64)
+        rates = matrix / np.maximum(matrix.sum(axis=1, keepdims=True), 1)  # (2, 2), rows sum to 1
+        ax.imshow(rates, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
+        ax.set_xticks([0, 1], ["0", "1"], fontsize=8)
+        ax.set_yticks([0, 1], ["0", "1"], fontsize=8)
+        ax.set_xlabel("predicted", fontsize=8)
+        ax.set_ylabel("true", fontsize=8)
+        label = labels[j] if len(labels[j]) <= 2 * LABEL_CHARS else labels[j][: 2 * LABEL_CHARS - 1] + "…"
+        ax.set_title(label, fontsize=TITLE_FONT)
+        for (i, m), count in np.ndenumerate(counts[j]):
+            colour = "white" if rates[i, m] > 0.5 else "black"
+            ax.text(m, i, str(int(count)), ha="center", va="center", fontsize=8, color=colour)
+    more = "" if shown == k else f" (the first {shown} of {k} labels)"
+    figure.suptitle(f"{title}{more}\ncolour: share of the true value", fontsize=TITLE_FONT)
 
 
 def confusion_figure(figure: Figure, counts: Any, labels: list[str], title: str) -> None:
@@ -152,20 +205,38 @@ def _annotate(ax: Any, counts: np.ndarray, rates: np.ndarray, cell: float) -> No
         ax.text(j, i, text, ha="center", va="center", fontsize=font, color=colour)
 
 
-def _scatter(ax: Any, target: np.ndarray, preds: np.ndarray) -> None:
+def _scatter(ax: Any, target: np.ndarray, preds: np.ndarray, legend: bool = True) -> None:
     ax.scatter(target, preds, s=8, alpha=0.5)
     low, high = float(min(target.min(), preds.min())), float(max(target.max(), preds.max()))
     ax.plot([low, high], [low, high], color="black", linewidth=1, label="predicted = true")
     ax.set_xlabel("true value")
     ax.set_ylabel("predicted value")
-    ax.legend(loc="upper left")
+    if legend:
+        ax.legend(loc="upper left")
+
+
+def _escaped(labels: list[str]) -> list[str]:
+    """A label is data: escape what Markdown would read as a cell border or emphasis."""
+    return [label.replace("|", "\\|").replace("*", "\\*").replace("_", "\\_") for label in labels]
+
+
+def label_counts_table(counts: np.ndarray, labels: list[str]) -> str:
+    """(K, 2, 2) counts as a Markdown table, one row per label: its true negatives, false positives, false
+    negatives and true positives (scikit-learn's ``multilabel_confusion_matrix`` order, row by row)."""
+    header = (
+        "| label | true 0, predicted 0 | true 0, predicted 1 | true 1, predicted 0 | true 1, predicted 1 |"
+    )
+    body = [
+        f"| {label} | " + " | ".join(str(int(n)) for n in matrix.ravel()) + " |"
+        for label, matrix in zip(_escaped(labels), np.asarray(counts), strict=True)
+    ]
+    return "\n".join([header, "|---" * 5 + "|", *body])
 
 
 def markdown_table(counts: np.ndarray, labels: list[str]) -> str:
     """(K, K) counts as a Markdown table, true class per row, predicted class per column."""
     rows = np.asarray(counts).tolist()
-    # a label is data: escape what Markdown would read as a cell border or emphasis
-    labels = [label.replace("|", "\\|").replace("*", "\\*").replace("_", "\\_") for label in labels]
+    labels = _escaped(labels)
     header = "| true \\ predicted | " + " | ".join(labels) + " |"
     rule = "|---" * (len(rows) + 1) + "|"
     body = [

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
+import numpy as np
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
@@ -17,6 +18,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from loky.process_executor import TerminatedWorkerError
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from sklearn.metrics import multilabel_confusion_matrix
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typing_extensions import override
 
@@ -26,6 +28,7 @@ from src.extras.figures.callback import ValidationFigures
 from src.extras.figures.drawing import DPI, MIN_CELL_IN, confusion_figure
 from src.models import Classifier
 from src.nets import MLP
+from tests.helpers import LABEL_NAMES, VALUE_NAMES, MultiLabelTask, many_targets
 
 BATCHES = 3
 NET = functools.partial(MLP, hidden_sizes=[8])
@@ -414,3 +417,122 @@ def test_a_killed_drawing_worker_costs_a_figure_not_the_run(
     events = EventAccumulator(logger.log_dir).Reload()
     assert events.Tags()["images"] == []  # the figures are what was lost
     assert len(events.Scalars("val/loss")) == 2
+
+
+# -- a task of the user's own with K targets: K labels, or K values --------------------------------------
+
+
+class Recorded(ValidationFigures):
+    """Records what each figure is drawn from (drawn on a thread: the arguments of ``_draw``)."""
+
+    drawn: list[dict[str, Any]]
+
+    @override
+    def _draw(
+        self,
+        group: str,
+        title: str,
+        counts: Any,
+        labels: list[str] | None,
+        preds: Any,
+        target: Any,
+    ) -> Any:
+        self.drawn.append(
+            {"group": group, "counts": counts, "labels": labels, "preds": preds, "target": target}
+        )
+        return super()._draw(group, title, counts, labels, preds, target)
+
+
+class LogitLabels(MultiLabelTask):
+    """The multi-label task whose metrics read the raw logits (torchmetrics applies the sigmoid itself)."""
+
+    @override
+    def metric_inputs(self, output: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return output, target
+
+
+def fit_k_targets(
+    tmp_path: Path, kind: Literal["labels", "values"], task: type | None = None
+) -> tuple[Recorded, EventAccumulator, torch.Tensor, torch.Tensor]:
+    """Two epochs of the user's K-target task (tests/helpers.py), its validation figures drawn: the callback,
+    the run's events, and the fitted net's outputs and the targets of the validation rows."""
+    torch.manual_seed(0)
+    model, data = many_targets(kind)
+    fast = functools.partial(torch.optim.Adam, lr=0.05)  # a net that predicts both 0 and 1 by epoch 1
+    model = (task or type(model))(
+        in_features=data.in_features, out_features=data.out_features, net=NET, optimizer=fast
+    )
+    figures = Recorded(every_n_epochs=1, image_size=120, draw_in="thread", max_share=None)
+    figures.drawn = []
+    logger = TensorBoardLogger(tmp_path, name=kind, default_hp_metric=False)
+    L.Trainer(
+        max_epochs=2,
+        logger=logger,
+        callbacks=[figures],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    ).fit(model, datamodule=data)
+    events = EventAccumulator(logger.log_dir, size_guidance={"images": 0, "tensors": 0}).Reload()
+    model.eval()
+    with torch.inference_mode():
+        output = model(data.x[data.val_rows])  # the weights the last validation ran with
+    return figures, events, output, data.y[data.val_rows]
+
+
+def counts_of(text: str) -> tuple[list[str], np.ndarray]:
+    """The labels and (K, 2, 2) counts of a per-label counts table."""
+    header, *_ = text.splitlines()
+    assert header == (
+        "| label | true 0, predicted 0 | true 0, predicted 1 | true 1, predicted 0 | true 1, predicted 1 |"
+    )  # one row per label, not a class-by-class matrix
+    rows = [line.strip("| ").split(" | ") for line in text.splitlines()[2:]]
+    return [row[0] for row in rows], np.array([[int(n) for n in row[1:]] for row in rows]).reshape(-1, 2, 2)
+
+
+@pytest.mark.parametrize("task", [MultiLabelTask, LogitLabels], ids=["probabilities", "logits"])
+def test_k_labels_get_a_2x2_matrix_each_that_counts_every_validation_row_once(tmp_path: Path, task) -> None:
+    figures, events, logits, target = fit_k_targets(tmp_path, "labels", task)
+    text = max(events.Tensors("val/confusion_counts/text_summary"), key=lambda t: t.step)  # the last epoch's
+    labels, counts = counts_of(text.tensor_proto.string_val[0].decode())
+    assert labels == LABEL_NAMES  # the DataModule's names of its K labels, not a class each
+    expected = multilabel_confusion_matrix(target.int().numpy(), (logits.sigmoid() > 0.5).int().numpy())
+    np.testing.assert_array_equal(counts, expected)  # (K, 2, 2): true 0/1 by predicted 0/1, per label
+    assert (counts.sum(axis=(1, 2)) == len(target)).all()  # each label counts each of the N rows once
+    # it predicts 0s and 1s, each right and wrong: every cell has rows to count
+    assert (expected.sum(axis=0) > 0).all()
+    assert max(image.step for image in events.Images("val/confusion_matrix")) == text.step
+    assert [d["counts"].shape for d in figures.drawn] == [(3, 2, 2)] * 3  # two epochs, then the best
+
+
+def test_k_values_get_a_panel_each_of_every_validation_row(tmp_path: Path) -> None:
+    figures, events, output, target = fit_k_targets(tmp_path, "values")
+    assert events.Tags()["tensors"] == []  # no counts: these are values, not labels
+    assert events.Images("val/predicted_vs_true")
+    drawn = figures.drawn[1]  # the last epoch's
+    assert drawn["counts"] is None
+    assert drawn["labels"] == VALUE_NAMES
+    np.testing.assert_array_equal(drawn["preds"], output.numpy())  # (N, K): every row, every output
+    np.testing.assert_array_equal(drawn["target"], target.numpy())
+
+
+class Sequences(MultiLabelTask):
+    """A task whose validation preds have a shape the figures do not draw: (B, K, 2)."""
+
+    @override
+    def validation_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        out = super().validation_step(batch, batch_idx)
+        return {"preds": torch.stack([out["preds"], 1 - out["preds"]], -1), "target": out["target"]}
+
+
+def test_preds_of_a_shape_no_figure_reads_get_one_line_and_no_figures(tmp_path: Path, caplog) -> None:
+    with caplog.at_level(logging.INFO):
+        _, events, _, _ = fit_k_targets(tmp_path, "labels", Sequences)
+    said = [r.getMessage() for r in caplog.records if "ValidationFigures" in r.getMessage()]
+    assert said == [
+        "ValidationFigures draws (B, K) scores against (B,) classes, or preds against targets of their own "
+        "(B,) or (B, K) shape; Sequences.validation_step returns preds (40, 3, 2) and target (40, 3), so no "
+        "figures are drawn."
+    ]
+    assert events.Tags()["images"] == []

@@ -7,9 +7,8 @@ Both read public state only, so they work for any LightningModule: the values it
 import logging
 import math
 import os
-import sys
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,11 +17,13 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.callbacks import ModelSummary as LightningModelSummary
+from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from typing_extensions import override
 
 from src.errors import UserInputError
 from src.extras.loggers import monitored
 
+ROOT = Path(__file__).resolve().parents[3]  # src/extras/<extra>/__init__.py: the repository
 #: Lightning's own line at a capped fit's end, which the summary's first line says again
 LIGHTNING_ENDING = "`Trainer.fit` stopped:"
 #: the terminal width the summary's sentences are wrapped to
@@ -112,7 +113,8 @@ class RunSummary(Callback):
     value (``val/loss`` when there is no such checkpoint) with its ``val/<name>`` values (values named after
     one of them, ``val/acc_hgb`` beside ``val/acc``, stand beside it in a column of their own), a word when
     the run hit its cap while still improving or when clipping cut most steps' gradients, and where things
-    are: the best checkpoint, the run folder and the command that opens TensorBoard on it. Lightning's own
+    are: the best checkpoint, the run folder and how to look at its curves, by its own loggers
+    (:func:`viewers`). Lightning's own
     line about the cap is left out: the first line here says it.
 
     Args:
@@ -121,15 +123,22 @@ class RunSummary(Callback):
         clipped: The logged value holding the fit's share of optimizer steps whose gradients were clipped
             (the dashboard's step values log it); above one half the summary says what to try.
             ``None``: not looked at.
+        references: The suffixes of the values that models fitted beside the net log
+            (``val/acc_hgb``: ``hgb``), each shown in a column of its own beside the net's value of the
+            same name only. ``None``: each suffix found beside a value of the net's.
     """
 
     def __init__(
-        self, recent_epochs: int = 3, clipped: str | None = "train/optimization/clipped_share"
+        self,
+        recent_epochs: int = 3,
+        clipped: str | None = "train/optimization/clipped_share",
+        references: list[str] | None = None,
     ) -> None:
         if recent_epochs < 1:
             raise UserInputError(f"RunSummary recent_epochs={recent_epochs} must be at least 1.")
         self.recent_epochs = recent_epochs
         self.clipped = clipped
+        self.references = references
         self.validations: list[_Validation] = []
 
     @override
@@ -184,19 +193,17 @@ class RunSummary(Callback):
             pick = min if mode == "min" else max
             best = pick(scored, key=lambda v: v.values[monitor])
             values = _with_references(best.values, self.validations)
-            lines += [f"Best epoch {best.epoch} (by {monitor}):", *_table(values)]
+            lines += [f"Best epoch {best.epoch} (by {monitor}):", *_table(values, self.references)]
             advice = self._still_improving(trainer, best, scored[-1], monitor)
             lines += textwrap.wrap(advice, WIDTH) if advice else []
         lines += textwrap.wrap(self._clipping(trainer), WIDTH)
         checkpoint = trainer.checkpoint_callback
         best_path = checkpoint.best_model_path if isinstance(checkpoint, ModelCheckpoint) else ""
         if folder is not None:
-            run = _shown(folder)
-            tensorboard = _shown(str(Path(sys.executable).parent / "tensorboard"))
-            lines.append(f"Run folder:      {run}")
+            lines.append(f"Run folder:      {_shown(folder)}")
             if best_path:  # inside the run folder, as a rule: said once
                 lines.append(f"Best checkpoint: {_shown(best_path, within=folder)}")
-            lines.append(f"TensorBoard:     {tensorboard} --logdir {run} --host 127.0.0.1")
+            lines += viewers(trainer.loggers)
         elif best_path:
             lines.append(f"Best checkpoint: {_shown(best_path)}")
         return "\n".join(lines)
@@ -225,6 +232,22 @@ class RunSummary(Callback):
             f"{best.epoch} of {last.epoch}): a longer run may do better; raise trainer.{name} "
             f"(--trainer.{name}={value * 2})."
         )
+
+
+def viewers(loggers: Sequence[Logger]) -> list[str]:
+    """How to look at the run's curves, one line per logger that writes them: TensorBoard's command for a
+    TensorBoard logger (``make tensorboard`` for a run under the repository's ``logs/``, typed from the
+    repository; else ``tensorboard --logdir <run>``), the ``metrics.csv`` file of a CSV logger."""
+    lines = []
+    for logger in loggers:
+        if isinstance(logger, TensorBoardLogger) and logger.log_dir:
+            if Path(logger.log_dir).resolve().is_relative_to(ROOT / "logs") and Path.cwd().resolve() == ROOT:
+                lines.append("TensorBoard:     make tensorboard")
+            else:
+                lines.append(f"TensorBoard:     tensorboard --logdir {_shown(logger.log_dir)}")
+        elif isinstance(logger, CSVLogger) and logger.log_dir:
+            lines.append(f"Metrics:         {_shown(Path(logger.log_dir) / 'metrics.csv')}")
+    return lines
 
 
 def _without_lightnings_ending(record: logging.LogRecord) -> bool:
@@ -273,22 +296,28 @@ def _with_references(values: Mapping[str, float], validations: list[_Validation]
     return found
 
 
-def _table(values: Mapping[str, float]) -> list[str]:
-    """The best epoch's ``val/<name>`` values (not the grouped ``val/<group>/<name>`` ones); values named
-    after one of them, ``val/acc_hgb`` beside ``val/acc``, in a column of their own (``hgb``)."""
+def _table(values: Mapping[str, float], references: Sequence[str] | None = None) -> list[str]:
+    """The best epoch's ``val/<name>`` values (not the grouped ``val/<group>/<name>`` ones); the values of a
+    reference model, named ``val/<name>_<reference>`` (``val/acc_hgb``), in a column of their own beside the
+    net's value of the same name, and nowhere when the net logs none (a score of another model is never
+    the net's). ``references``: the suffixes of such values; ``None``: each suffix that stands beside a
+    value of the net's somewhere in ``values`` (``hgb`` of ``val/acc_hgb`` beside ``val/acc``)."""
     named = {n[4:]: v for n, v in values.items() if n.startswith("val/") and "/" not in n[4:]}
+    if references is None:
+        references = [n[len(stem) + 1 :] for n in named for stem in named if n.startswith(f"{stem}_")]
     own: dict[str, float] = {}
-    beside: dict[str, dict[str, float]] = {}
+    beside: dict[str, dict[str, float]] = {reference: {} for reference in dict.fromkeys(references)}
     for name, value in named.items():
-        stem = max((n for n in named if n != name and name.startswith(f"{n}_")), key=len, default=None)
-        if stem is None:
+        reference = max((r for r in beside if name.endswith(f"_{r}")), key=len, default=None)
+        if reference is None:
             own[f"val/{name}"] = value
-        else:
-            beside.setdefault(name[len(stem) + 1 :], {})[f"val/{stem}"] = value
+        elif (stem := name[: -len(reference) - 1]) in named:
+            beside[reference][f"val/{stem}"] = value
+    beside = {reference: scores for reference, scores in beside.items() if scores}
     if not beside:
         return ["  " + "   ".join(f"{name} {_number(value)}" for name, value in own.items())]
     models = ["net", *beside]
-    rows = [*own, *sorted({m for b in beside.values() for m in b} - set(own))]
+    rows = list(own)
     width = max(len(row) for row in rows)
     table = [" " * (width + 2) + "".join(f"{model:>10}" for model in models)]
     for row in rows:

@@ -14,15 +14,17 @@ import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from typing_extensions import override
 
 from src.cli import main
 from src.errors import UserInputError
-from src.extras.summary import RunSummary, summary_text
+from src.extras.summary import ROOT, RunSummary, summary_text, viewers
 from src.extras.summary.progress import ProgressBar
 from tests.conftest import CONFIGS
+from tests.helpers import MANY_LABELS, MANY_VALUES
 
 # these tests also need the extras below; without one of them they are skipped
 NonFiniteGuard = pytest.importorskip("src.extras.guard").NonFiniteGuard
@@ -31,10 +33,11 @@ NonFiniteGuard = pytest.importorskip("src.extras.guard").NonFiniteGuard
 class Scripted(L.LightningModule):
     """A user's module whose val/loss of epoch ``e`` is ``script[e]`` (and val/acc ``1 - script[e]``)."""
 
-    def __init__(self, script: list[float], nan_from: int = -1) -> None:
+    def __init__(self, script: list[float], nan_from: int = -1, acc: bool = True) -> None:
         super().__init__()
         self.script = script
         self.nan_from = nan_from
+        self.acc = acc
         self.layer = nn.Linear(2, 1)
 
     @override
@@ -48,7 +51,10 @@ class Scripted(L.LightningModule):
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         value = self.script[self.current_epoch]
         self.log("val/loss", value)
-        self.log("val/acc", 1 - value)
+        if self.acc:
+            self.log("val/acc", 1 - value)
+        else:  # a value of its own, which no reference logs
+            self.log("val/bce", 2 * value)
 
     @override
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -60,18 +66,24 @@ def loader() -> DataLoader:
 
 
 def fit(
-    tmp_path: Path, script: list[float], *callbacks: L.Callback, nan_from: int = -1, **trainer: Any
+    tmp_path: Path,
+    script: list[float],
+    *callbacks: L.Callback,
+    nan_from: int = -1,
+    acc: bool = True,
+    summary: RunSummary | None = None,
+    **trainer: Any,
 ) -> None:
     run = L.Trainer(
         default_root_dir=tmp_path,
         max_epochs=len(script),
-        callbacks=[ModelCheckpoint(monitor="val/loss", mode="min"), RunSummary(), *callbacks],
+        callbacks=[ModelCheckpoint(monitor="val/loss", mode="min"), summary or RunSummary(), *callbacks],
         enable_progress_bar=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
         **trainer,
     )
-    run.fit(Scripted(script, nan_from), loader(), loader())
+    run.fit(Scripted(script, nan_from, acc), loader(), loader())
 
 
 def test_early_stopping_says_why_and_where_the_best_epoch_is(tmp_path: Path, capsys) -> None:
@@ -84,9 +96,9 @@ def test_early_stopping_says_why_and_where_the_best_epoch_is(tmp_path: Path, cap
     assert Path(tmp_path, "lightning_logs/version_0/checkpoints/epoch=2-step=6.ckpt").is_file()
     # inside the run folder, said once: relative to it
     assert "Best checkpoint: checkpoints/epoch=2-step=6.ckpt\n" in out
-    assert re.search(
-        r"TensorBoard: +\S*tensorboard --logdir \S*lightning_logs/version_0 --host 127\.0\.0\.1", out
-    )
+    # the run's own viewer: Lightning's default logger is TensorBoard's, outside the repository's logs/
+    folder = Path(tmp_path, "lightning_logs/version_0").resolve()
+    assert f"TensorBoard:     tensorboard --logdir {folder}\n" in out
     assert "still improving" not in out  # it stopped early: nothing to raise
 
 
@@ -136,6 +148,22 @@ def test_baselines_stand_beside_the_nets_values_at_the_best_epoch(tmp_path: Path
     ]
 
 
+def test_a_reference_stands_only_beside_the_nets_value_of_the_same_name(tmp_path: Path, capsys) -> None:
+    """A module that logs no val/acc: the baselines' val/acc_hgb and val/acc_linear are no score of the net's,
+    so they stand nowhere; val/loss_linear still stands beside val/loss."""
+    summary = RunSummary(references=["hgb", "linear"])  # as configs/defaults.yaml names the baselines'
+    fit(tmp_path, [0.9, 0.2, 0.5], FakeBaselines(), acc=False, summary=summary)
+    out = capsys.readouterr().out
+    table = out.split("Best epoch 1 (by val/loss):\n", 1)[1].splitlines()[:4]
+    assert [line.split() for line in table[:3]] == [
+        ["net", "linear"],
+        ["val/loss", "0.2", "2"],
+        ["val/bce", "0.4", "-"],
+    ]
+    assert not table[3].startswith("  val/")  # no row of a score the net did not log
+    assert "acc" not in out
+
+
 class LateBaselines(L.Callback):
     """Logs its reference only from epoch 2 on, as the baselines do once their background fit is in."""
 
@@ -155,6 +183,34 @@ def test_a_reference_logged_after_the_best_epoch_still_stands_beside_it(tmp_path
         ["val/loss", "0.2", "-"],
         ["val/acc", "0.8", "0.53"],  # the last epoch's, the one that logged it last
     ]
+
+
+def test_a_csv_logger_is_named_by_its_metrics_file_and_gets_no_tensorboard_line(
+    tmp_path: Path, capsys
+) -> None:
+    fit(tmp_path, [0.9, 0.8], logger=CSVLogger(tmp_path, name="csv"))
+    out = capsys.readouterr().out
+    metrics = Path(tmp_path, "csv/version_0/metrics.csv").resolve()
+    assert f"Metrics:         {metrics}\n" in out
+    assert metrics.is_file()
+    assert "TensorBoard" not in out  # no event file to open: none was written
+    assert not list(tmp_path.rglob("events.out.tfevents.*"))
+
+
+def test_tensorboard_is_named_by_make_for_the_repositorys_logs_and_by_a_relative_path_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a run under the repository's logs/, typed from the repository: the Makefile's target serves logs/
+    monkeypatch.chdir(ROOT)
+    assert viewers([TensorBoardLogger(ROOT / "logs", name="penguins")]) == [
+        "TensorBoard:     make tensorboard"
+    ]
+    # anywhere else, the folder as typed from the working directory
+    monkeypatch.chdir(tmp_path)
+    logger = TensorBoardLogger(tmp_path / "runs", name="mine", version=3)
+    assert viewers([logger]) == ["TensorBoard:     tensorboard --logdir runs/mine/version_3"]
+    monkeypatch.chdir(tmp_path / "..")
+    assert viewers([logger]) == [f"TensorBoard:     tensorboard --logdir {tmp_path.name}/runs/mine/version_3"]
 
 
 def test_the_guard_stopping_a_run_is_part_of_its_story(tmp_path: Path, capsys) -> None:
@@ -310,3 +366,21 @@ def test_a_refusal_before_the_first_step_is_the_one_sentence_alone(
     assert [line for line in err.splitlines() if line.startswith("error:")] == [
         next(line for line in err.splitlines() if "warmup_steps=9999 must lie in" in line)
     ]
+
+
+@pytest.mark.parametrize(
+    ("kind", "own"), [("labels", ["loss", "acc", "f1"]), ("values", ["loss", "mae", "r2"])]
+)
+def test_a_users_k_target_task_gets_its_own_best_values_and_its_own_viewer(cli, capsys, kind, own) -> None:
+    """tests/helpers.py's multi-label and multi-output tasks under every shipped default: the best epoch's
+    line holds the values the module logs, as they were at that epoch, with no reference beside them (no
+    table: the baselines say they do not apply), and the viewer is its TensorBoard run, by its path here."""
+    words = MANY_LABELS if kind == "labels" else MANY_VALUES
+    fit = cli("fit", *words, "--trainer.max_epochs=3")
+    out = capsys.readouterr().out
+    checkpoint = fit.trainer.checkpoint_callback
+    best = torch.load(checkpoint.best_model_path, weights_only=True)["epoch"]
+    line = out.split(f"Best epoch {best} (by val/loss):\n", 1)[1].splitlines()[0].split()
+    assert line[::2] == [f"val/{name}" for name in own]  # the module's own values, and nothing else
+    assert float(line[1]) == pytest.approx(float(checkpoint.best_model_score), rel=1e-3)  # that epoch's
+    assert f"TensorBoard:     tensorboard --logdir {fit.trainer.log_dir}\n" in out  # relative to here
