@@ -8,11 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-import numpy as np
 import pandas as pd
 import pytest
 import torch
-from PIL import Image
 
 from src.cli import CLI, main
 
@@ -176,113 +174,3 @@ def planted(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("PLANTED_MARKER", str(marker))
     yield marker
     sys.modules.pop(PLANTED, None)
-
-
-# -- a small image run, shared by the tests of predicting, exporting and serving images ---------------
-
-CLASSES = ["cat", "dog", "owl"]
-PROBABILITIES = [f"probability({name})" for name in CLASSES]
-
-
-def write_images(folder: Path, classes: list[str], per_class: int, seed: int, size: int = 8) -> list[Path]:
-    """Random grayscale PNG files in class folders; class k has bright rows k, k + K, ... (learnable)."""
-    rng = np.random.default_rng(seed)
-    for k, name in enumerate(classes):
-        (folder / name).mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
-            pixels = rng.integers(0, 120, size=(size, size), dtype=np.uint8)
-            pixels[k :: len(classes)] += 100
-            Image.fromarray(pixels).save(folder / name / f"{i:03d}.png")
-    return sorted(folder.rglob("*.png"))
-
-
-def in_folder(folder: Path, words: list[str]) -> object:
-    """``python -m src.cli <words>`` run from ``folder``, as a user would."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(folder)
-        patch.setattr(sys, "argv", ["src.cli"])
-        return main([*words, *QUIET])
-
-
-@pytest.fixture(scope="session")
-def image_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("image-run")
-
-
-@pytest.fixture(scope="session")
-def image_checkpoint(image_folder: Path) -> Path:
-    """Two epochs of configs/images.yaml's CNN (widths 4, 8) on 90 tiny 8x8 PNG files: its last checkpoint."""
-    write_images(image_folder / "train", CLASSES, per_class=30, seed=0)
-    in_folder(image_folder, [
-        "fit", "--config", str(CONFIGS / "images.yaml"), *BARE, "--trainer.callbacks=[]",
-        f"--data.init_args.folder={image_folder / 'train'}", "--data.init_args.batch_size=16",
-        "--model.init_args.net.init_args.widths=[4, 8]", "--trainer.max_epochs=2",
-        "--last_checkpoint=src.callbacks.LatestCheckpoint",
-    ])  # fmt: skip
-    (found,) = image_folder.rglob("last.ckpt")
-    return found
-
-
-@pytest.fixture(scope="session")
-def new_images(image_folder: Path) -> list[Path]:
-    """PNG files the run never saw, of all three classes."""
-    return write_images(image_folder / "new", CLASSES, per_class=4, seed=9)
-
-
-@pytest.fixture(scope="session")
-def predicted_images(image_folder: Path, image_checkpoint: Path, new_images: list[Path]) -> pd.DataFrame:
-    """``python -m src.cli predict`` on the new images: its CSV file."""
-    out = image_folder / "predictions.csv"
-    in_folder(image_folder, [
-        "predict", "--ckpt_path", str(image_checkpoint), "--data.predict_path", str(image_folder / "new"),
-        "--output", str(out),
-    ])  # fmt: skip
-    return pd.read_csv(out)
-
-
-# -- a small text and a tiny character model fitted on it: the text tests and the generate app's -------
-
-T = 16  # the tests' window length
-
-
-@pytest.fixture(scope="session")
-def small_text(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The bundled text's first 12 000 characters: 600 training windows of 16, 75 for val and for test."""
-    from src.extras.text import bundled_text  # here: the suite collects without the text extra
-
-    path = tmp_path_factory.mktemp("text") / "small.txt"
-    path.write_text(bundled_text()[:12_000], encoding="utf-8")
-    return path
-
-
-def tiny(text: Path, *extra: str) -> list[str]:
-    """configs/charlm.yaml on the small text with a tiny net: a few steps take well under a second."""
-    return [
-        "--config", str(CONFIGS / "charlm.yaml"), f"--data.init_args.path={text}",
-        f"--data.init_args.block_size={T}", "--data.init_args.stride=null", "--data.init_args.batch_size=32",
-        f"--model.init_args.net.init_args.block_size={T}", "--model.init_args.net.init_args.d_model=16",
-        "--model.init_args.net.init_args.n_heads=2", "--model.init_args.net.init_args.n_layers=1",
-        "--model.init_args.scheduler=null", *extra,
-    ]  # fmt: skip
-
-
-@pytest.fixture(scope="session")
-def trained_charlm(small_text: Path, tmp_path_factory: pytest.TempPathFactory) -> CLI:
-    """A tiny fit through the CLI with the shipped callbacks: 2 epochs, a sample of 20 characters
-    whenever TextSamples writes one (every 5th epoch: epoch 0, and the last)."""
-    folder = tmp_path_factory.mktemp("charlm")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(folder)
-        patch.setattr(sys, "argv", ["src.cli"])  # pytest's own words must not look like the CLI's
-        return main(
-            [
-                "fit", *tiny(small_text), "--trainer.max_epochs=2", "--trainer.limit_train_batches=10",
-                "--trainer.callbacks.init_args.max_new_tokens=20",
-                "--trainer.callbacks.init_args.every_n_epochs=5",
-                f"--trainer.logger.init_args.save_dir={folder / 'logs'}", *QUIET,
-            ]
-        )  # fmt: skip
-
-
-def last_checkpoint(run: CLI) -> Path:
-    return Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt"

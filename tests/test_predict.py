@@ -16,7 +16,7 @@ from src.data.preprocessing import CategoricalColumn, CellReport, Location, Nume
 from src.errors import UserInputError
 from src.files import check_output
 from src.predict import Predictor
-from tests.conftest import PLANTED, QUIET, fit_in
+from tests.conftest import PLANTED, QUIET
 
 TINY = ["--trainer.max_epochs=3", "--trainer.limit_val_batches=2"]
 
@@ -299,51 +299,6 @@ def test_predicting_a_moved_checkpoint_under_the_trainer_says_nothing_of_its_old
 
 
 # -- where predict may write -----------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def image_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A short fit on tiny generated PNG files: its last checkpoint."""
-    from src.extras.images.test_images import tiny, write_images
-
-    folder = tmp_path_factory.mktemp("image-run")
-    last = ["--last_checkpoint=src.callbacks.LatestCheckpoint"]
-    fit_in(folder, *tiny(write_images(folder / "train")), *last)
-    return next(folder.rglob("last.ckpt"))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("how", ["--output", "the prediction writer's output_path"])
-@pytest.mark.parametrize(
-    "target",
-    ["an image in it", "an image in a sub-folder", "a new file in it", "a hard link to an image in it"],
-)
-def test_no_output_lands_inside_a_folder_predict_reads_even_when_overwriting(
-    image_checkpoint: Path, workdir: Path, capsys, target: str, how: str
-) -> None:
-    from src.extras.images.test_images import write_images
-
-    folder = write_images(workdir / "imgs" / "a", per_class=2)
-    output = {
-        "an image in it": folder / "cat" / "000.png",
-        "an image in a sub-folder": folder / "dog" / "001.png",
-        "a new file in it": folder / "predictions.csv",
-        "a hard link to an image in it": workdir / "linked.png",
-    }[target]
-    if target.startswith("a hard link"):
-        output.hardlink_to(folder / "owl" / "000.png")
-    before = {path: path.read_bytes() for path in workdir.rglob("*") if path.is_file()}
-    option = "--output" if how == "--output" else "--prediction_writer.init_args.output_path"
-    words = ["predict", "--ckpt_path", str(image_checkpoint), f"--data.predict_path={folder}"]
-    overwrite = "--overwrite=true" if how == "--output" else "--prediction_writer.init_args.overwrite=true"
-    with pytest.raises(SystemExit) as exit_:
-        main([*words, f"{option}={output}", overwrite, *QUIET])
-    assert exit_.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        f"error: --output={str(output)!r} is inside {str(folder)!r}, a folder this run reads; name a file "
-        "outside it."
-    )
-    assert {path: path.read_bytes() for path in workdir.rglob("*") if path.is_file()} == before
 
 
 def test_the_output_rule_covers_a_folder_the_run_reads_at_any_depth_and_through_links(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from src.data.loading import ResumableLoader, keep_batch
 from src.errors import UserInputError
 from src.extras.text import UNKNOWN_ID, UNKNOWN_TEXT, TextDataModule, Vocabulary, bundled_text
 from src.extras.text.callback import TextSamples
+from src.extras.text.conftest import T, last_checkpoint, tiny
 from src.extras.text.model import (
     LanguageModel,
     filter_top_k,
@@ -30,7 +31,7 @@ from src.extras.text.model import (
     stream,
 )
 from src.extras.text.nets import CharGRU, CharTransformer
-from tests.conftest import BARE, CONFIGS, QUIET, T, last_checkpoint, tiny
+from tests.conftest import BARE, CONFIGS, QUIET
 
 # these tests also need the extras below; without one of them they are skipped
 NonFiniteGuard = pytest.importorskip("src.extras.guard").NonFiniteGuard
