@@ -6,7 +6,6 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import pandas as pd
 import pytest
@@ -16,13 +15,6 @@ from src.cli import CLI, main
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
-
-
-def app(name: str) -> ModuleType | None:
-    """The app ``src/apps/<name>/`` where it is still there, else None: a rule held on every prediction
-    path holds on those that remain when an app is deleted."""
-    found = importlib.util.find_spec(f"src.apps.{name}") is not None
-    return importlib.import_module(f"src.apps.{name}") if found else None
 
 
 def extra(name: str) -> bool:
@@ -141,6 +133,27 @@ def messy_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
         "--data.target_column=label", "--data.task=classification", "--data.encoding.max_categories=4",
         "--data.encoding.missing_indicator=true", "--model.init_args.net=null",
     )  # fmt: skip
+    return Trained(run, frame, Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt")
+
+
+@pytest.fixture(scope="session")
+def target_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    """The messy fit of ``messy_trained`` with its columns of more than 4 values (region, city) read by
+    their target means (``data.encoding.high_cardinality: target``)."""
+    from tests.test_preprocessing import messy_frame
+
+    folder = tmp_path_factory.mktemp("target-trained")
+    frame = messy_frame(n=300)
+    frame.to_csv(folder / "train.csv", index=False)
+    run = fit_in(
+        folder, "--config", str(CONFIGS / "digits.yaml"), "--data.source=csv", "--data.path=train.csv",
+        "--data.target_column=label", "--data.task=classification", "--data.encoding.max_categories=4",
+        "--data.encoding.missing_indicator=true", "--model.init_args.net=null",
+        "--data.encoding.high_cardinality=target",
+    )  # fmt: skip
+    assert [c.name for c in run.datamodule.preprocessor.categorical if c.encodings is not None] == [
+        "region", "city"
+    ]  # fmt: skip
     return Trained(run, frame, Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt")
 
 

@@ -20,6 +20,7 @@ from lightning.pytorch.callbacks import Callback
 from optuna.trial import TrialState
 from typing_extensions import override
 
+import tests.test_trust as trust
 from src.apps.cv import run_metrics
 from src.apps.sweep import (
     OPEN_WAIT,
@@ -472,3 +473,15 @@ def test_a_failed_trial_is_one_sentence_and_a_non_zero_exit(
     if not changes.get("cv"):
         assert errors[0].startswith("error: trial 0 (--model.init_args.")  # its values, as CLI words
         assert "--model.init_args.optimizer.init_args.lr=" in errors[0]
+
+
+def test_a_sweep_never_writes_its_best_config_over_a_config_it_reads(workdir: Path, capsys) -> None:
+    """As no output of the core lands on an input (tests/test_trust.py)."""
+    mine = workdir / "logs" / "sweeps" / "digits-best.yaml"
+    mine.parent.mkdir(parents=True)
+    mine.write_text((CONFIGS / "spiral.yaml").read_text())
+    words = ["--space", str(SPACE_FILE), "--trials=1", "--config", str(mine)]
+    sentence = trust.refusal(cli_main, words, capsys)
+    assert sentence.startswith("the sweep's best config='logs/sweeps/digits-best.yaml' is")
+    assert mine.read_text() == (CONFIGS / "spiral.yaml").read_text()
+    assert sorted(p.name for p in mine.parent.iterdir()) == ["digits-best.yaml"]  # no study was opened
