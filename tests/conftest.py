@@ -1,6 +1,5 @@
 """Shared fixtures: run the CLI as a user would, in a scratch folder, with the environment restored."""
 
-import importlib
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -15,12 +14,6 @@ from src.cli import CLI, main
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
-
-
-def extra(name: str) -> bool:
-    """Whether the extra ``src/extras/<name>/`` is still there: a core test checks what an extra adds to a
-    run only while the extra is part of the project."""
-    return importlib.util.find_spec(f"src.extras.{name}") is not None
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,6 @@
 """Sweeps: Optuna searches, prunes, survives a killed process and shares a study between processes."""
 
+import importlib.util
 import os
 import signal
 import sqlite3
@@ -37,7 +38,7 @@ from src.apps.sweep import (
 )
 from src.cli import main
 from src.errors import UserInputError
-from tests.conftest import BARE, CONFIGS, QUIET, ROOT, extra
+from tests.conftest import BARE, CONFIGS, QUIET, ROOT
 
 #: the shipped search space, beside this file
 SPACE_FILE = Path(__file__).with_name("digits.yaml")
@@ -83,7 +84,7 @@ def test_a_sweep_finds_a_better_config_than_a_bad_start(workdir: Path, capsys) -
     out = capsys.readouterr().out
     assert f"Best val/acc: {study.best_value:.4f} (trial {study.best_trial.number})" in out
     # each trial is its own run, and TensorBoard's HParams row (the dashboard's) holds the trial's values
-    for trial in study.trials if extra("dashboard") else []:
+    for trial in study.trials if importlib.util.find_spec("src.extras.dashboard") else []:
         from src.extras.dashboard.test_dashboard import Run, read_events, session_hparams
 
         log_dir = workdir / "logs" / "spiral" / "better" / f"trial{trial.number:03d}"
