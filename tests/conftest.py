@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from src.cli import CLI, main
+from src.settings import callback_sections
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
@@ -38,6 +39,12 @@ QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=
 #: every shipped callback's section switched off (configs/trainer/bare.yaml): for tests of the loop itself,
 #: where checkpoints, figures and dashboards play no part and only cost time
 BARE = ["--config", str(CONFIGS / "trainer" / "bare.yaml")]
+#: the sections of configs/defaults.yaml whose callbacks are the core's own: the checkpoints, early stopping
+#: and predict's writer
+CORE_SECTIONS = ("best_checkpoint", "last_checkpoint", "early_stopping", "prediction_writer")
+#: every other section switched off, whichever are there: for tests of the core's own callbacks, where what a
+#: plug-in adds to a run plays no part and only costs time
+CORE_ONLY = [f"--{section}=null" for section in callback_sections() if section not in CORE_SECTIONS]
 #: one pass over the training rows per epoch, for tests that count steps on tables of fewer than 16 batches
 #: (the shipped data.min_batches_per_epoch repeats their rows)
 ONE_PASS = ["--data.min_batches_per_epoch=null"]

@@ -19,7 +19,7 @@ import torch
 from src.checkpoint_io import AtomicCheckpointIO
 from src.cli import main
 from src.files import TEMPORARY, NoRoomError, written
-from tests.conftest import CONFIGS, QUIET, ROOT, Trained
+from tests.conftest import CONFIGS, CORE_ONLY, QUIET, ROOT, Trained
 
 #: what a full disk still has free when a writer starts: less than any file written here
 LEFT = 4096
@@ -114,8 +114,8 @@ def test_a_fit_whose_checkpoint_does_not_fit_ends_in_one_sentence(
     disk: Path, workdir: Path, capsys: pytest.CaptureFixture[str], plugin: str
 ) -> None:
     words = [
-        "fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=200", "--baselines=null",
-        "--validation_figures=null", "--trainer.logger=false", f"--trainer.default_root_dir={disk}",
+        "fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=200", *CORE_ONLY,
+        "--trainer.logger=false", f"--trainer.default_root_dir={disk}",
         *([] if plugin.startswith("shipped") else [f"--trainer.plugins={plugin}"]), *QUIET,
     ]  # fmt: skip
     main([*words, "--trainer.max_epochs=1"])
@@ -135,8 +135,8 @@ def test_a_fit_whose_run_folder_has_no_room_ends_in_one_sentence(
     """The run folder's own files (config.yaml, TensorBoard's) on a full disk: one sentence, and the runs
     already there as they were."""
     words = [
-        "fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=200", "--baselines=null",
-        "--validation_figures=null", f"--trainer.logger.init_args.save_dir={disk}", "--trainer.max_epochs=1",
+        "fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=200", *CORE_ONLY,
+        f"--trainer.logger.init_args.save_dir={disk}", "--trainer.max_epochs=1",
         *QUIET,
     ]  # fmt: skip
     main(words)
@@ -159,7 +159,7 @@ def test_a_fit_whose_tensorboard_writer_has_no_room_ends_in_one_sentence(disk: P
     fill(disk, left=3 * 4096)
     command = [
         sys.executable, "-m", "src.cli", "fit", "--config", str(CONFIGS / "spiral.yaml"),
-        "--data.num_samples=200", "--baselines=null", "--validation_figures=null",
+        "--data.num_samples=200", *CORE_ONLY,
         f"--trainer.logger.init_args.save_dir={disk}", "--trainer.max_epochs=1", *QUIET,
     ]  # fmt: skip
     done = subprocess.run(
