@@ -37,7 +37,7 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 #: every shipped callback's section switched off (configs/trainer/bare.yaml): for tests of the loop itself,
-#: where checkpoints, figures and dashboards play no part and only cost time
+#: where checkpoints and what plug-ins add play no part and only cost time
 BARE = ["--config", str(CONFIGS / "trainer" / "bare.yaml")]
 #: the sections of configs/defaults.yaml whose callbacks are the core's own: the checkpoints, early stopping
 #: and predict's writer
@@ -121,8 +121,9 @@ def fit_in(folder: Path, *words: str) -> CLI:
 @pytest.fixture(scope="session")
 def messy_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     """One short fit on a messy CSV (text, yes/no words, booleans, empty cells, "?", named classes),
-    shared by the tests of what comes after training: export and serving. No net named: the default one
-    (src.nets.DEFAULT_NET, an ensemble with a periodic embedding) is what they export and serve."""
+    shared by the tests of what comes after training, here and in the folders of the apps that take a
+    checkpoint further. No net named: the default one (src.nets.DEFAULT_NET, an ensemble with a periodic
+    embedding) is what they take."""
     from tests.test_preprocessing import messy_frame
 
     folder = tmp_path_factory.mktemp("messy-trained")
