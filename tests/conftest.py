@@ -1,37 +1,21 @@
 """Shared fixtures: run the CLI as a user would, in a scratch folder, with the environment restored."""
 
-import importlib
 import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
-import numpy as np
 import pandas as pd
 import pytest
 import torch
-from PIL import Image
 
 from src.cli import CLI, main
+from src.settings import callback_sections
 from tests.helpers import SMALL_NET
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
-
-
-def app(name: str) -> ModuleType | None:
-    """The app ``src/apps/<name>/`` where it is still there, else None: a rule held on every prediction
-    path holds on those that remain when an app is deleted."""
-    found = importlib.util.find_spec(f"src.apps.{name}") is not None
-    return importlib.import_module(f"src.apps.{name}") if found else None
-
-
-def extra(name: str) -> bool:
-    """Whether the extra ``src/extras/<name>/`` is still there: a core test checks what an extra adds to a
-    run only while the extra is part of the project."""
-    return importlib.util.find_spec(f"src.extras.{name}") is not None
 
 
 @pytest.fixture(autouse=True)
@@ -54,8 +38,14 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 #: every shipped callback's section switched off (configs/trainer/bare.yaml): for tests of the loop itself,
-#: where checkpoints, figures and dashboards play no part and only cost time
+#: where checkpoints and what plug-ins add play no part and only cost time
 BARE = ["--config", str(CONFIGS / "trainer" / "bare.yaml")]
+#: the sections of configs/defaults.yaml whose callbacks are the core's own: the checkpoints, early stopping
+#: and predict's writer
+CORE_SECTIONS = ("best_checkpoint", "last_checkpoint", "early_stopping", "prediction_writer")
+#: every other section switched off, whichever are there: for tests of the core's own callbacks, where what a
+#: plug-in adds to a run plays no part and only costs time
+CORE_ONLY = [f"--{section}=null" for section in callback_sections() if section not in CORE_SECTIONS]
 #: one pass over the training rows per epoch, for tests that count steps on tables of fewer than 16 batches
 #: (the shipped data.min_batches_per_epoch repeats their rows)
 ONE_PASS = ["--data.min_batches_per_epoch=null"]
@@ -132,8 +122,9 @@ def fit_in(folder: Path, *words: str) -> CLI:
 @pytest.fixture(scope="session")
 def messy_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     """One short fit on a messy CSV (text, yes/no words, booleans, empty cells, "?", named classes),
-    shared by the tests of what comes after training: export and serving. No net named: the default one
-    (src.nets.DEFAULT_NET, an ensemble with a periodic embedding) is what they export and serve."""
+    shared by the tests of what comes after training, here and in the folders of the apps that take a
+    checkpoint further. No net named: the default one (src.nets.DEFAULT_NET, an ensemble with a periodic
+    embedding) is what they take."""
     from tests.test_preprocessing import messy_frame
 
     folder = tmp_path_factory.mktemp("messy-trained")
@@ -144,6 +135,27 @@ def messy_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
         "--data.target_column=label", "--data.task=classification", "--data.encoding.max_categories=4",
         "--data.encoding.missing_indicator=true", "--model.init_args.net=null",
     )  # fmt: skip
+    return Trained(run, frame, Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt")
+
+
+@pytest.fixture(scope="session")
+def target_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    """The messy fit of ``messy_trained`` with its columns of more than 4 values (region, city) read by
+    their target means (``data.encoding.high_cardinality: target``)."""
+    from tests.test_preprocessing import messy_frame
+
+    folder = tmp_path_factory.mktemp("target-trained")
+    frame = messy_frame(n=300)
+    frame.to_csv(folder / "train.csv", index=False)
+    run = fit_in(
+        folder, "--config", str(CONFIGS / "digits.yaml"), "--data.source=csv", "--data.path=train.csv",
+        "--data.target_column=label", "--data.task=classification", "--data.encoding.max_categories=4",
+        "--data.encoding.missing_indicator=true", "--model.init_args.net=null",
+        "--data.encoding.high_cardinality=target",
+    )  # fmt: skip
+    assert [c.name for c in run.datamodule.preprocessor.categorical if c.encodings is not None] == [
+        "region", "city"
+    ]  # fmt: skip
     return Trained(run, frame, Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt")
 
 
@@ -201,113 +213,3 @@ def planted(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("PLANTED_MARKER", str(marker))
     yield marker
     sys.modules.pop(PLANTED, None)
-
-
-# -- a small image run, shared by the tests of predicting, exporting and serving images ---------------
-
-CLASSES = ["cat", "dog", "owl"]
-PROBABILITIES = [f"probability({name})" for name in CLASSES]
-
-
-def write_images(folder: Path, classes: list[str], per_class: int, seed: int, size: int = 8) -> list[Path]:
-    """Random grayscale PNG files in class folders; class k has bright rows k, k + K, ... (learnable)."""
-    rng = np.random.default_rng(seed)
-    for k, name in enumerate(classes):
-        (folder / name).mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
-            pixels = rng.integers(0, 120, size=(size, size), dtype=np.uint8)
-            pixels[k :: len(classes)] += 100
-            Image.fromarray(pixels).save(folder / name / f"{i:03d}.png")
-    return sorted(folder.rglob("*.png"))
-
-
-def in_folder(folder: Path, words: list[str]) -> object:
-    """``python -m src.cli <words>`` run from ``folder``, as a user would."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(folder)
-        patch.setattr(sys, "argv", ["src.cli"])
-        return main([*words, *QUIET])
-
-
-@pytest.fixture(scope="session")
-def image_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("image-run")
-
-
-@pytest.fixture(scope="session")
-def image_checkpoint(image_folder: Path) -> Path:
-    """Two epochs of configs/images.yaml's CNN (widths 4, 8) on 90 tiny 8x8 PNG files: its last checkpoint."""
-    write_images(image_folder / "train", CLASSES, per_class=30, seed=0)
-    in_folder(image_folder, [
-        "fit", "--config", str(CONFIGS / "images.yaml"), *BARE, "--trainer.callbacks=[]",
-        f"--data.init_args.folder={image_folder / 'train'}", "--data.init_args.batch_size=16",
-        "--model.init_args.net.init_args.widths=[4, 8]", "--trainer.max_epochs=2",
-        "--last_checkpoint=src.callbacks.LatestCheckpoint",
-    ])  # fmt: skip
-    (found,) = image_folder.rglob("last.ckpt")
-    return found
-
-
-@pytest.fixture(scope="session")
-def new_images(image_folder: Path) -> list[Path]:
-    """PNG files the run never saw, of all three classes."""
-    return write_images(image_folder / "new", CLASSES, per_class=4, seed=9)
-
-
-@pytest.fixture(scope="session")
-def predicted_images(image_folder: Path, image_checkpoint: Path, new_images: list[Path]) -> pd.DataFrame:
-    """``python -m src.cli predict`` on the new images: its CSV file."""
-    out = image_folder / "predictions.csv"
-    in_folder(image_folder, [
-        "predict", "--ckpt_path", str(image_checkpoint), "--data.predict_path", str(image_folder / "new"),
-        "--output", str(out),
-    ])  # fmt: skip
-    return pd.read_csv(out)
-
-
-# -- a small text and a tiny character model fitted on it: the text tests and the generate app's -------
-
-T = 16  # the tests' window length
-
-
-@pytest.fixture(scope="session")
-def small_text(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The bundled text's first 12 000 characters: 600 training windows of 16, 75 for val and for test."""
-    from src.extras.text import bundled_text  # here: the suite collects without the text extra
-
-    path = tmp_path_factory.mktemp("text") / "small.txt"
-    path.write_text(bundled_text()[:12_000], encoding="utf-8")
-    return path
-
-
-def tiny(text: Path, *extra: str) -> list[str]:
-    """configs/charlm.yaml on the small text with a tiny net: a few steps take well under a second."""
-    return [
-        "--config", str(CONFIGS / "charlm.yaml"), f"--data.init_args.path={text}",
-        f"--data.init_args.block_size={T}", "--data.init_args.stride=null", "--data.init_args.batch_size=32",
-        f"--model.init_args.net.init_args.block_size={T}", "--model.init_args.net.init_args.d_model=16",
-        "--model.init_args.net.init_args.n_heads=2", "--model.init_args.net.init_args.n_layers=1",
-        "--model.init_args.scheduler=null", *extra,
-    ]  # fmt: skip
-
-
-@pytest.fixture(scope="session")
-def trained_charlm(small_text: Path, tmp_path_factory: pytest.TempPathFactory) -> CLI:
-    """A tiny fit through the CLI with the shipped callbacks: 2 epochs, a sample of 20 characters
-    whenever TextSamples writes one (every 5th epoch: epoch 0, and the last)."""
-    folder = tmp_path_factory.mktemp("charlm")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(folder)
-        patch.setattr(sys, "argv", ["src.cli"])  # pytest's own words must not look like the CLI's
-        return main(
-            [
-                "fit", *tiny(small_text), "--trainer.max_epochs=2", "--trainer.limit_train_batches=10",
-                "--trainer.callbacks.init_args.max_new_tokens=20",
-                "--trainer.callbacks.init_args.every_n_epochs=5",
-                f"--trainer.logger.init_args.save_dir={folder / 'logs'}", *QUIET,
-            ]
-        )  # fmt: skip
-
-
-def last_checkpoint(run: CLI) -> Path:
-    return Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt"

@@ -1,15 +1,13 @@
 """One rule for every cell: random rows (numbers, NaN, None, blanks, missing tokens, unseen categories,
-text among numbers, numbers beyond float32) through the five paths give the same predictions.
+text among numbers, numbers beyond float32) through the core's paths give the same predictions.
 
 The paths: the training DataModule's encoding of a file (``preprocessing_from`` the checkpoint), the
-``predict`` command (and the DataModule's ``predict_path`` that the Trainer's predict reads),
-:class:`src.predict.Predictor`, the server's request → prediction steps (in process, no HTTP), and the
-exported ONNX graph run by the export page's example (onnxruntime and numpy alone); the server and the
-graph where their apps are still there. Files are CSV, so their rows are the same cells as text.
+``predict`` command (and the DataModule's ``predict_path`` that the Trainer's predict reads), and
+:class:`src.predict.Predictor`. Files are CSV, so their rows are the same cells as text. An app that
+predicts holds its own path to :class:`Predictor`'s answers on the same rows (:data:`ROW`) in its folder.
 """
 
 import math
-import re
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +21,7 @@ from src.cli import main
 from src.data import TabularDataModule
 from src.data.preprocessing import CellReport
 from src.predict import Predictor
-from tests.conftest import QUIET, ROOT, Trained, app, fit_in
-
-#: the apps among the paths, where they are still there (each can be deleted)
-export, serve = app("export"), app("serve")
+from tests.conftest import QUIET, Trained
 
 LABELS = ["high", "low", "mid"]
 PROBABILITIES = [f"probability({label})" for label in LABELS]
@@ -51,71 +46,22 @@ ROW = st.fixed_dictionaries(
 )
 
 
-def docs_example(folder: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
-    """The export app's README's onnxruntime block, run in ``folder``, its names returned (``predict``
-    among them)."""
-    page = ROOT / "src" / "apps" / "export" / "README.md"
-    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.DOTALL)
-    [block] = [b for b in blocks if 'Path("model.onnx.json")' in b]
-    (folder / "request.json").write_text('{"rows": []}')
-    namespace: dict = {}
-    with monkeypatch.context() as patch:
-        patch.chdir(folder)
-        code = block.replace('print(predict(rows)["label"].tolist())', "")  # no rows to print here
-        exec(compile(code, str(page), "exec"), namespace)
-    return namespace
-
-
-@pytest.fixture(scope="module")
-def target_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
-    """The messy fit of ``messy_trained`` with its columns of more than 4 values (region, city) read by
-    their target means (``data.encoding.high_cardinality: target``)."""
-    from tests.test_preprocessing import messy_frame
-
-    folder = tmp_path_factory.mktemp("target-trained")
-    frame = messy_frame(n=300)
-    frame.to_csv(folder / "train.csv", index=False)
-    run = fit_in(
-        folder, "--config", str(ROOT / "configs" / "digits.yaml"), "--data.source=csv",
-        "--data.path=train.csv", "--data.target_column=label", "--data.task=classification",
-        "--data.encoding.max_categories=4", "--data.encoding.missing_indicator=true",
-        "--model.init_args.net=null",
-        "--data.encoding.high_cardinality=target",
-    )  # fmt: skip
-    assert [c.name for c in run.datamodule.preprocessor.categorical if c.encodings is not None] == [
-        "region", "city"
-    ]  # fmt: skip
-    return Trained(run, frame, Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt")
-
-
 @pytest.fixture(scope="module", params=["one-hot", "target means"])
 def paths(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Everything built once per way of reading the many-valued columns: the Predictor, the server's API,
-    the exported graph through the docs' example, and a folder for the files."""
-    trained: Trained = request.getfixturevalue(
-        "messy_trained" if request.param == "one-hot" else "target_trained"
-    )
-    messy_trained = trained
-    folder = tmp_path_factory.mktemp("cells")
-    api, example = None, None
-    if serve is not None:
-        api = serve.TabularAPI(
-            str(messy_trained.checkpoint), max_rows=100, max_batch_size=4, batch_timeout=0.0
-        )
-        api.pre_setup()
-        api.setup("cpu")
-    if export is not None:
-        export.export(messy_trained.checkpoint, "onnx", folder / "model.onnx")
-        with pytest.MonkeyPatch.context() as patch:
-            example = docs_example(folder, patch)
+    """Everything built once per way of reading the many-valued columns: the Predictor and a folder for
+    the files."""
+    trained: Trained = request.getfixturevalue(trained_fixture(request.param))
     return {
-        "predictor": Predictor.from_checkpoint(messy_trained.checkpoint),
-        "api": api,
-        "example": example,
-        "folder": folder,
-        "checkpoint": str(messy_trained.checkpoint),
-        "padding": messy_trained.raw_rows("train").head(30).assign(label=LABELS * 10),
+        "predictor": Predictor.from_checkpoint(trained.checkpoint),
+        "folder": tmp_path_factory.mktemp("cells"),
+        "checkpoint": str(trained.checkpoint),
+        "padding": trained.raw_rows("train").head(30).assign(label=LABELS * 10),
     }
+
+
+def trained_fixture(way: str) -> str:
+    """The shared fit (tests/conftest.py) whose many-valued columns are read ``way``."""
+    return "messy_trained" if way == "one-hot" else "target_trained"
 
 
 def probabilities_of_datamodule(predictor: Predictor, dm: TabularDataModule, stages: list[str]) -> np.ndarray:
@@ -139,20 +85,6 @@ def test_every_path_reads_every_cell_alike(paths: dict, rows: list[dict], tmp_pa
     expected = predictor.predict(pd.DataFrame.from_records(rows), report=report)
     want = expected[PROBABILITIES].to_numpy()
     assert np.isfinite(want).all()
-
-    if serve is not None:  # the server: decode (every check, the encoding), predict, answer
-        api = paths["api"]
-        answer = api.predict(api.decode_request(serve.PredictRequest(rows=rows)))
-        assert isinstance(answer, serve.Answer)
-        assert [p["label"] for p in answer.predictions] == expected["prediction"].tolist()
-        served = [[p["probabilities"][label] for label in LABELS] for p in answer.predictions]
-        np.testing.assert_allclose(served, want, rtol=1.3e-6, atol=1e-5)
-        assert answer.notices == report.as_json()
-
-    if export is not None:  # the exported ONNX graph, fed by the export page's example alone
-        graph = paths["example"]["predict"](rows)
-        assert graph["label"].tolist() == expected["prediction"].tolist()
-        np.testing.assert_allclose(graph["probabilities"], want, rtol=1e-5, atol=1e-5)
 
     # predict's encoding of a file, and training's: the same cells written to CSV and read back
     folder = paths["folder"]

@@ -26,7 +26,7 @@ from src.checkpoint_io import AtomicCheckpointIO, BackgroundCheckpointIO, snapsh
 from src.checkpoints import load_checkpoint
 from src.cli import main
 from src.files import TEMPORARY, NoRoomError, remove_leftovers
-from tests.conftest import BARE, CONFIGS, QUIET, ROOT
+from tests.conftest import BARE, CONFIGS, CORE_ONLY, QUIET, ROOT
 
 
 def checkpoint(value: float) -> dict:
@@ -251,8 +251,8 @@ class SlowWrites(Callback):
 
 
 FIT = [
-    "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=200", "--baselines=null",
-    "--validation_figures=null", "--trainer.callbacks+=tests.test_checkpoint_io.SlowWrites", *QUIET,
+    "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=200", *CORE_ONLY,
+    "--trainer.callbacks+=tests.test_checkpoint_io.SlowWrites", *QUIET,
 ]  # fmt: skip
 
 
@@ -270,15 +270,26 @@ def test_fit_returns_with_its_last_checkpoint_whole_and_last_reads_it(workdir: P
     assert load_checkpoint(last)["epoch"] == 4
 
 
-def test_sigterms_checkpoint_is_whole_before_the_process_exits(workdir: Path) -> None:
-    with pytest.raises(SystemExit) as exit_:
-        main([
-            "fit", *FIT, "--trainer.max_epochs=3", "--trainer.callbacks+=tests.helpers.SigtermAt",
-            "--trainer.callbacks.step=3",
-        ])  # fmt: skip
-    assert exit_.value.code == 128 + signal.SIGTERM
+class FailAt(Callback):
+    """Raises an error as the training step after optimizer step ``step`` starts: between two steps."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: object) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError("a bug between two steps")
+
+
+def test_the_checkpoint_of_an_error_between_steps_is_whole_when_the_fit_ends(workdir: Path) -> None:
+    """last.ckpt, written on the way out of a fit that stops on an error, is on disk whole when the error
+    reaches the caller, its write held back by SlowWrites."""
+    stop = ["--trainer.callbacks+=tests.test_checkpoint_io.FailAt", "--trainer.callbacks.step=3"]
+    with pytest.raises(RuntimeError, match="between two steps"):
+        main(["fit", *FIT, "--trainer.max_epochs=3", *stop])
     (last,) = workdir.rglob("last.ckpt")
-    assert load_checkpoint(last)["global_step"] == 4  # the step under way finished, then its save
+    assert load_checkpoint(last)["global_step"] == 3  # the state the fit stopped at
+    assert [p for p in last.parent.iterdir() if TEMPORARY.match(p.name)] == []
 
 
 @pytest.mark.slow

@@ -182,20 +182,26 @@ def callback_types(*words: str) -> list[str]:
     return [type(c).__name__ for c in own if type(c).__name__ not in ("ModelSummary", "TQDMProgressBar")]
 
 
-SHIPPED = [
-    "EarlyStopping",
-    "PredictionWriter",
-    "RunSummary",
-    "Baselines",
-    "Dashboard",
-    "ValidationFigures",
-    "Resume",
-    "NonFiniteGuard",
-    "SaveConfig",
-    "ModelCheckpoint",
-    "LatestCheckpoint",
-]  # fmt: skip  (Lightning moves the checkpoint callbacks last, in their order: the best, then last.ckpt;
-#   the progress bar section is left out by QUIET's enable_progress_bar=false, the model summary here)
+def named_class(path: str) -> type:
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def shipped() -> list[str]:
+    """What :func:`callback_types` finds with every section of configs/defaults.yaml on, read from the file:
+    each section's class in the file's order, without the bar and the summary (QUIET turns them off, and
+    Lightning's stand-ins are left out above), the CLI's config saver, then the checkpoint callbacks, which
+    Lightning moves last in their order."""
+    defaults = yaml.safe_load(DEFAULTS.read_text())
+    classes = [named_class(defaults[s]["class_path"]) for s in callback_sections() if defaults[s] is not None]
+    kept = [c for c in classes if not issubclass(c, ProgressBar | ModelSummary)]
+    checkpoints = [c.__name__ for c in kept if issubclass(c, ModelCheckpoint)]
+    return [*(c.__name__ for c in kept if not issubclass(c, ModelCheckpoint)), "SaveConfig", *checkpoints]
+
+
+SHIPPED = shipped()
+#: the core's own sections among them: what every run gets, plug-ins or none
+CORE = ["EarlyStopping", "PredictionWriter", "SaveConfig", "ModelCheckpoint", "LatestCheckpoint"]
 
 
 def test_defaults_give_each_shipped_callback_a_section_of_its_own(workdir: Path) -> None:
@@ -205,16 +211,18 @@ def test_defaults_give_each_shipped_callback_a_section_of_its_own(workdir: Path)
     ]
     assert defaults["trainer"]["callbacks"] == []  # the user's own
     assert callback_types() == SHIPPED
+    assert [name for name in SHIPPED if name in CORE] == CORE
 
 
 def test_a_callback_section_changes_one_setting_or_switches_it_off(workdir: Path) -> None:
     run = main([*SMALL, "--early_stopping.patience=3", *QUIET], run=False)
     assert run.trainer.early_stopping_callback.patience == 3
     assert run.trainer.early_stopping_callback.monitor == "val/loss"  # the rest as in defaults.yaml
-    (workdir / "off.yaml").write_text("early_stopping: null\nvalidation_figures: null\n")
-    expected = [name for name in SHIPPED if name not in ("EarlyStopping", "ValidationFigures")]
+    (workdir / "off.yaml").write_text("early_stopping: null\nprediction_writer: null\n")
+    expected = [name for name in SHIPPED if name not in ("EarlyStopping", "PredictionWriter")]
+    assert len(expected) == len(SHIPPED) - 2
     assert callback_types("--config", "off.yaml") == expected
-    assert callback_types("--early_stopping=null", "--validation_figures=null") == expected
+    assert callback_types("--early_stopping=null", "--prediction_writer=null") == expected
 
 
 def test_own_callbacks_come_after_the_shipped_ones(workdir: Path) -> None:
@@ -244,16 +252,6 @@ def test_enable_checkpointing_false_leaves_out_the_checkpoint_sections(cli, work
     # nor is predict's writer called at every step of fit
     kept = [n for n in SHIPPED if n not in ("ModelCheckpoint", "LatestCheckpoint", "PredictionWriter")]
     assert kept == [n for n in names if n in SHIPPED]
-
-
-def test_the_progress_bar_section_unless_the_bar_is_off(workdir: Path) -> None:
-    ProgressBar = pytest.importorskip("src.extras.summary.progress").ProgressBar
-    run = main([*SMALL, "--trainer.enable_model_summary=false"], run=False)
-    assert type(run.trainer.progress_bar_callback) is ProgressBar
-    plain = main([*SMALL, "--trainer.enable_model_summary=false", "--progress_bar=null"], run=False)
-    assert type(plain.trainer.progress_bar_callback).__name__ == "TQDMProgressBar"  # Lightning's own
-    quiet = main([*SMALL, *QUIET], run=False)
-    assert quiet.trainer.progress_bar_callback is None
 
 
 def test_shapes_are_linked_from_the_data(cli) -> None:
@@ -366,19 +364,12 @@ def test_a_class_switch_keeps_the_arguments_the_new_class_shares_and_print_confi
     assert (mine.monitor, mine.filename) == ("val/loss", "best-epoch{epoch:03d}-step{step}")
 
 
-def test_the_extras_make_train_turns_on_add_at_most_six_callbacks(workdir: Path) -> None:
-    """Beyond the bar and the model summary, which stand in for Lightning's own, every callback is one
-    more call at every hook of every step: sections that travel together are one callback."""
+def test_the_sections_make_train_turns_on_add_at_most_six_callbacks_to_the_cores(workdir: Path) -> None:
+    """Beyond the core's own callbacks and those that stand in for Lightning's bar and model summary, every
+    section of configs/defaults.yaml is one more call at every hook of every step: sections that travel
+    together are one callback."""
     run = main(["--config", str(CONFIGS / "digits.yaml")], run=False)
-
-    extras = [c for c in run.trainer.callbacks if type(c).__module__.startswith("src.extras")]
-    added = [type(c).__name__ for c in extras if not isinstance(c, ProgressBar | ModelSummary)]
-    assert len(extras) - len(added) == 2
-    assert sorted(added) == [
-        "Baselines",
-        "Dashboard",
-        "NonFiniteGuard",
-        "Resume",
-        "RunSummary",
-        "ValidationFigures",
-    ]
+    built = [type(c).__name__ for c in run.trainer.callbacks if not isinstance(c, ProgressBar | ModelSummary)]
+    added = [name for name in built if name not in CORE]
+    assert added == [name for name in SHIPPED if name not in CORE]  # one callback per section, in its order
+    assert len(added) <= 6

@@ -151,27 +151,28 @@ def test_csv_source_reads_features_and_target(write_csv) -> None:
     assert only_a.target.dtype == np.float32
 
 
-@pytest.mark.parametrize(
-    "module", [TabularDataModule, "src.extras.images.ImageDataModule", "src.extras.text.TextDataModule"]
-)
-@pytest.mark.parametrize(
-    ("setting", "sentence"),
-    [
-        ({"batch_size": 0}, "data.batch_size=0 must be at least 1."),
-        ({"num_workers": -1}, "data.num_workers=-1 must be 0 (load in this process) or more."),
-        ({"val_fraction": 0.5, "test_fraction": 0.5}, "val_fraction=0.5 and {}test_fraction=0.5 do"),
-    ],
-)
-def test_every_shipped_datamodule_refuses_loader_and_split_settings_alike(
-    module: type | str, setting: dict[str, Any], sentence: str
-) -> None:
-    if isinstance(module, str):  # an extra's DataModule, while the extra is there
-        path, _, name = module.rpartition(".")
-        module = getattr(pytest.importorskip(path), name)
-    # the table's split settings are a group of their own: data.split.val_fraction
-    key = "data.split." if module is TabularDataModule else "data."
-    if module is TabularDataModule and "val_fraction" in setting:
-        setting = {"split": dict(setting)}  # a mapping, as a config gives it
+#: loader and split settings every shipped DataModule refuses alike, and its sentence ({} the split's group:
+#: ``data.`` for a DataModule whose split settings are its own arguments)
+REFUSED = [
+    ({"batch_size": 0}, "data.batch_size=0 must be at least 1."),
+    ({"num_workers": -1}, "data.num_workers=-1 must be 0 (load in this process) or more."),
+    ({"val_fraction": 0.5, "test_fraction": 0.5}, "val_fraction=0.5 and {}test_fraction=0.5 do"),
+]
+
+
+def assert_refused(module: type, setting: dict[str, Any], sentence: str, key: str = "data.") -> None:
+    """``module(**setting)`` is refused with ``sentence``, its split settings under ``key``."""
     sentence = (key + sentence.format(key)) if "{}" in sentence else sentence
     with pytest.raises(UserInputError, match=re.escape(sentence)):
         module(**setting)
+
+
+@pytest.mark.parametrize(("setting", "sentence"), REFUSED)
+def test_every_shipped_datamodule_refuses_loader_and_split_settings_alike(
+    setting: dict[str, Any], sentence: str
+) -> None:
+    """The table's DataModule; each plug-in's DataModule is held to the same sentences in its folder."""
+    # the table's split settings are a group of their own: data.split.val_fraction
+    if "val_fraction" in setting:
+        setting = {"split": dict(setting)}  # a mapping, as a config gives it
+    assert_refused(TabularDataModule, setting, sentence, key="data.split.")

@@ -15,7 +15,7 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader, DistributedSampler
 from typing_extensions import override
 
@@ -180,16 +180,18 @@ def test_two_nodes_with_torchrun_on_localhost(tmp_path: Path) -> None:
     assert torch.load(checkpoint, weights_only=True)["global_step"] == 210 // (2 * B)
 
 
-#: the guard back on after BARE: its checks must work on sharded (DTensor) gradients and weights
-GUARD = ["--nonfinite_guard=src.extras.guard.NonFiniteGuard"]
-
-
 @pytest.mark.slow
 def test_fsdp2_shards_checkpoints_resumes_and_consolidates(tmp_path: Path, cli, workdir: Path) -> None:
     """FSDP2 through ModelParallelStrategy in 2 processes, then the checkpoint in 1 process."""
+    fsdp2_round_trip(tmp_path, cli, workdir)
+
+
+def fsdp2_round_trip(tmp_path: Path, cli, workdir: Path, *callbacks: str) -> None:
+    """The FSDP2 test's runs, with ``callbacks`` (section words after BARE) on in each: a plug-in's callback
+    is held to the same proofs on sharded (DTensor) gradients and weights in its own folder."""
     words = [
         "--config", str(CONFIGS / "spiral.yaml"), "--config", str(TRAINER / "fsdp.yaml"),
-        "--data.num_samples=300", "--data.batch_size=32", *ONE_PASS, *BARE, *GUARD, *QUIET,
+        "--data.num_samples=300", "--data.batch_size=32", *ONE_PASS, *BARE, *callbacks, *QUIET,
         # Linear layers only: the periodic embedding's frequencies sit in the root group, which FSDP2 leaves
         # gathered after a forward, so its shard could not be compared at the resumed fit's start
         "--model.init_args.net.init_args.periodic_frequencies=0",
@@ -239,7 +241,7 @@ def test_fsdp2_shards_checkpoints_resumes_and_consolidates(tmp_path: Path, cli, 
     # and loads in one process, without any strategy, for test and predict (the callbacks as in the
     # sharded run, whose checkpoint carries their state)
     base = [
-        "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", *ONE_PASS, *BARE, *GUARD,
+        "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", *ONE_PASS, *BARE, *callbacks,
         "--ckpt_path", str(single),
     ]  # fmt: skip
     tested = cli("test", *base)
@@ -252,42 +254,3 @@ def test_fsdp2_shards_checkpoints_resumes_and_consolidates(tmp_path: Path, cli, 
     x_predicted = predicted.datamodule.dataset("predict").tensors[0]  # the validation rows
     with torch.no_grad():
         torch.testing.assert_close(probs, tested.model(x_predicted).softmax(-1))
-
-
-class StopAfter(Callback):
-    """Stops the fit after the given optimizer step on every process, as a preemption would."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    @override
-    def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
-        if trainer.global_step == self.step:
-            trainer.should_stop = True
-
-
-def test_ddp_resumed_equals_uninterrupted(workdir: Path) -> None:
-    """Two processes, dropout and DistributedSampler shuffling on: stopped after epoch 0 and resumed from
-    last.ckpt, the replicas end bit for bit where the uninterrupted run's do."""
-    Resume = pytest.importorskip("src.extras.resume").Resume  # the generators' states
-
-    def fit(report: Path, *callbacks: Callback, ckpt_path: str | None = None) -> None:
-        run = build(
-            "--config", str(TRAINER / "ddp.yaml"), "--trainer.strategy=ddp_fork", f"--data.batch_size={B}",
-            "--model.init_args.net.init_args.dropout=0.2", "--trainer.max_epochs=3",
-        )  # fmt: skip
-        report.mkdir()
-        saver = ModelCheckpoint(dirpath=report / "checkpoints", filename="last", enable_version_counter=False)
-        run.trainer.callbacks.extend([RankReport(report), saver, Resume(), *callbacks])
-        run.trainer.fit(run.model, datamodule=run.datamodule, ckpt_path=ckpt_path)
-
-    fit(workdir / "uninterrupted")
-    fit(workdir / "first", StopAfter(7))  # 7 steps per epoch: stops at the end of epoch 0
-    last = workdir / "first" / "checkpoints" / "last.ckpt"
-    assert torch.load(last, weights_only=True)["global_step"] == 7
-    fit(workdir / "resumed", ckpt_path=str(last))
-    for rank in range(2):
-        resumed = torch.load(workdir / "resumed" / f"rank{rank}.pt", weights_only=True)
-        uninterrupted = torch.load(workdir / "uninterrupted" / f"rank{rank}.pt", weights_only=True)
-        assert resumed["global_step"] == uninterrupted["global_step"] == 21
-        torch.testing.assert_close(resumed["weights"], uninterrupted["weights"], rtol=0, atol=0)

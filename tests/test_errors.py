@@ -419,8 +419,8 @@ def test_no_logger_runs_with_the_shipped_callbacks(cli, workdir: Path) -> None:
 def test_a_lost_process_is_one_sentence_with_what_was_saved_and_a_taken_port_names_the_port(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The sentences of src.cli_errors.lost_process, from the errors torch and gloo raise (the runs that
-    raise them: src/extras/resume/test_faults.py)."""
+    """The sentences of src.cli_errors.lost_process, from the errors torch and gloo raise, written out here
+    as they word them."""
     import torch.distributed as dist
 
     from src.cli_errors import lost_process

@@ -19,13 +19,11 @@ import torch
 from src.checkpoint_io import AtomicCheckpointIO
 from src.cli import main
 from src.files import TEMPORARY, NoRoomError, written
-from tests.conftest import CONFIGS, QUIET, ROOT, Trained, app
+from tests.conftest import CONFIGS, CORE_ONLY, QUIET, ROOT, Trained
 
 #: what a full disk still has free when a writer starts: less than any file written here
 LEFT = 4096
 SENTENCE_END = "(4.0 KiB free there), and nothing was replaced; free some space or write elsewhere."
-export_app = app("export")
-needs_export = pytest.mark.skipif(export_app is None, reason="src/apps/export/ was deleted")
 
 
 @pytest.fixture
@@ -116,8 +114,8 @@ def test_a_fit_whose_checkpoint_does_not_fit_ends_in_one_sentence(
     disk: Path, workdir: Path, capsys: pytest.CaptureFixture[str], plugin: str
 ) -> None:
     words = [
-        "fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=200", "--baselines=null",
-        "--validation_figures=null", "--trainer.logger=false", f"--trainer.default_root_dir={disk}",
+        "fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=200", *CORE_ONLY,
+        "--trainer.logger=false", f"--trainer.default_root_dir={disk}",
         *([] if plugin.startswith("shipped") else [f"--trainer.plugins={plugin}"]), *QUIET,
     ]  # fmt: skip
     main([*words, "--trainer.max_epochs=1"])
@@ -137,8 +135,8 @@ def test_a_fit_whose_run_folder_has_no_room_ends_in_one_sentence(
     """The run folder's own files (config.yaml, TensorBoard's) on a full disk: one sentence, and the runs
     already there as they were."""
     words = [
-        "fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=200", "--baselines=null",
-        "--validation_figures=null", f"--trainer.logger.init_args.save_dir={disk}", "--trainer.max_epochs=1",
+        "fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=200", *CORE_ONLY,
+        f"--trainer.logger.init_args.save_dir={disk}", "--trainer.max_epochs=1",
         *QUIET,
     ]  # fmt: skip
     main(words)
@@ -161,7 +159,7 @@ def test_a_fit_whose_tensorboard_writer_has_no_room_ends_in_one_sentence(disk: P
     fill(disk, left=3 * 4096)
     command = [
         sys.executable, "-m", "src.cli", "fit", "--config", str(CONFIGS / "spiral.yaml"),
-        "--data.num_samples=200", "--baselines=null", "--validation_figures=null",
+        "--data.num_samples=200", *CORE_ONLY,
         f"--trainer.logger.init_args.save_dir={disk}", "--trainer.max_epochs=1", *QUIET,
     ]  # fmt: skip
     done = subprocess.run(
@@ -199,27 +197,3 @@ def test_predictions(
     sentence = refused(main, [*words, *QUIET], capsys)
     assert sentence == f"cannot write {str(output)!r}: no space left on device {SENTENCE_END}"
     assert_nothing_lost(disk, {"predictions.csv": b"my old predictions\n"})
-
-
-@pytest.mark.slow
-@needs_export
-@pytest.mark.parametrize("fmt", ["onnx", "torch-export"])
-def test_an_export(disk: Path, messy_trained: Trained, workdir: Path, fmt: str) -> None:
-    """In a process of its own: ``torch.export.save`` once aborted the whole process on a full disk."""
-    graph = disk / ("model.onnx" if fmt == "onnx" else "model.pt2")
-    words = ["--ckpt_path", str(messy_trained.checkpoint), "--format", fmt, "--output", str(graph)]
-    assert export_app is not None
-    export_app.main(words)  # while there is room
-    before = contents(disk)
-    assert sorted(before) == sorted([graph.name, f"{graph.name}.json"])
-    fill(disk)
-    command = [sys.executable, "-m", "src.apps.export", *words, "--overwrite"]
-    done = subprocess.run(
-        command, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True
-    )
-    assert done.returncode == 2, done.stderr[-2000:]
-    assert "Traceback" not in done.stderr
-    assert done.stderr.strip().splitlines()[-1] == (
-        f"error: cannot write {str(graph)!r} and '{graph}.json': no space left on device {SENTENCE_END}"
-    )
-    assert_nothing_lost(disk, before)

@@ -121,7 +121,7 @@ def test_clipping_test_catches_a_trainer_path_that_does_not_clip(
         BaseTask, "configure_gradient_clipping", lambda self, *args, **kwargs: None, raising=False
     )
     with pytest.raises(AssertionError):
-        accumulation_clipping.test_norm_clipping_bounds_the_global_norm_and_logs_the_norm_before(workdir)
+        accumulation_clipping.test_norm_clipping_bounds_the_global_norm_the_optimizer_uses(workdir)
 
 
 # -- clipping by value ------------------------------------------------------------------------------

@@ -81,7 +81,7 @@ def test_bf16_mixed_learns_as_well_as_fp32(workdir: Path) -> None:
         run.trainer.fit(run.model, datamodule=run.datamodule)
         accuracy[fragment] = run.trainer.callback_metrics["val/acc"].item()
     # both learn (chance is 0.1) and bf16's 8-bit mantissa costs at most 3 points of validation accuracy
-    # (val holds 180 digits: 3 points are about 5 images)
+    # (val holds 180 digits: 3 points are about 5 of them)
     assert accuracy["fp32.yaml"] > 0.8
     assert accuracy["bf16.yaml"] == pytest.approx(accuracy["fp32.yaml"], abs=0.03)
 

@@ -16,7 +16,7 @@ from src.data.preprocessing import CategoricalColumn, CellReport, Location, Nume
 from src.errors import UserInputError
 from src.files import check_output
 from src.predict import Predictor, prediction_frame
-from tests.conftest import BARE, PLANTED, QUIET, fit_in, last_checkpoint
+from tests.conftest import BARE, PLANTED, QUIET, last_checkpoint
 from tests.helpers import LABEL_NAMES, MANY_LABELS, MANY_VALUES, VALUE_NAMES
 
 TINY = ["--trainer.max_epochs=3", "--trainer.limit_val_batches=2"]
@@ -247,19 +247,6 @@ def test_text_and_numbers_beyond_float32_in_a_numeric_column_read_as_missing_in_
     assert report.as_json()["income"] == {"count": 3, "example": "lots", "read_as": "missing"}
 
 
-def test_the_confusion_matrix_names_the_classes(trained) -> None:
-    pytest.importorskip("src.extras.figures")  # draws the matrix
-    dashboard = pytest.importorskip("src.extras.dashboard.test_dashboard")
-    Run, parse_counts, read_events = dashboard.Run, dashboard.parse_counts, dashboard.read_events
-    run, _, _ = trained
-    log_dir = Path(run.trainer.log_dir)
-    texts = Run(run, log_dir, read_events(log_dir)).texts("val/confusion_counts")
-    header = texts[-1][1].splitlines()[0]
-    assert header == "| true \\ predicted | high | low | mid |"
-    counts = parse_counts(texts[-1][1])
-    assert counts.sum() == len(run.datamodule.split_rows["val"])
-
-
 @pytest.mark.parametrize("subcommand", ["fit", "validate", "test", "predict"])
 def test_a_checkpoint_url_is_refused_before_anything_loads(subcommand: str, cli, capsys) -> None:
     with pytest.raises(SystemExit) as exit_:
@@ -318,70 +305,25 @@ def test_predicting_a_moved_checkpoint_under_the_trainer_says_nothing_of_its_old
 # -- where predict may write -----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def image_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A short fit on tiny generated PNG files: its last checkpoint."""
-    from src.extras.images.test_images import tiny, write_images
-
-    folder = tmp_path_factory.mktemp("image-run")
-    last = ["--last_checkpoint=src.callbacks.LatestCheckpoint"]
-    fit_in(folder, *tiny(write_images(folder / "train")), *last)
-    return next(folder.rglob("last.ckpt"))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("how", ["--output", "the prediction writer's output_path"])
-@pytest.mark.parametrize(
-    "target",
-    ["an image in it", "an image in a sub-folder", "a new file in it", "a hard link to an image in it"],
-)
-def test_no_output_lands_inside_a_folder_predict_reads_even_when_overwriting(
-    image_checkpoint: Path, workdir: Path, capsys, target: str, how: str
-) -> None:
-    from src.extras.images.test_images import write_images
-
-    folder = write_images(workdir / "imgs" / "a", per_class=2)
-    output = {
-        "an image in it": folder / "cat" / "000.png",
-        "an image in a sub-folder": folder / "dog" / "001.png",
-        "a new file in it": folder / "predictions.csv",
-        "a hard link to an image in it": workdir / "linked.png",
-    }[target]
-    if target.startswith("a hard link"):
-        output.hardlink_to(folder / "owl" / "000.png")
-    before = {path: path.read_bytes() for path in workdir.rglob("*") if path.is_file()}
-    option = "--output" if how == "--output" else "--prediction_writer.init_args.output_path"
-    words = ["predict", "--ckpt_path", str(image_checkpoint), f"--data.predict_path={folder}"]
-    overwrite = "--overwrite=true" if how == "--output" else "--prediction_writer.init_args.overwrite=true"
-    with pytest.raises(SystemExit) as exit_:
-        main([*words, f"{option}={output}", overwrite, *QUIET])
-    assert exit_.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        f"error: --output={str(output)!r} is inside {str(folder)!r}, a folder this run reads; name a file "
-        "outside it."
-    )
-    assert {path: path.read_bytes() for path in workdir.rglob("*") if path.is_file()} == before
-
-
 def test_the_output_rule_covers_a_folder_the_run_reads_at_any_depth_and_through_links(tmp_path: Path) -> None:
-    folder = tmp_path / "imgs"
-    (folder / "cat" / "deeper").mkdir(parents=True)
-    image = folder / "cat" / "deeper" / "000.png"
-    image.write_bytes(b"an image")
+    folder = tmp_path / "inputs"
+    (folder / "part" / "deeper").mkdir(parents=True)
+    inside = folder / "part" / "deeper" / "000.csv"
+    inside.write_bytes(b"x\n1\n")
     (tmp_path / "via").symlink_to(folder)
-    (tmp_path / "hard.png").hardlink_to(image)
+    (tmp_path / "hard.csv").hardlink_to(inside)
     outputs = [
-        image,
+        inside,
         folder / "new.csv",
-        tmp_path / "via" / "cat" / "000.png",  # through a link to the folder
-        tmp_path / "hard.png",  # another name of a file in it
-        folder / ".." / "imgs" / "cat" / "new.csv",
+        tmp_path / "via" / "part" / "000.csv",  # through a link to the folder
+        tmp_path / "hard.csv",  # another name of a file in it
+        folder / ".." / "inputs" / "part" / "new.csv",
     ]
     for output in outputs:
         with pytest.raises(UserInputError, match=r"a folder this run reads; name a file outside it\.$"):
             check_output(output, [None, [str(tmp_path / "elsewhere.csv"), str(folder)]], overwrite=True)
     assert check_output(tmp_path / "out.csv", [str(folder)], overwrite=True) == tmp_path / "out.csv"
-    assert image.read_bytes() == b"an image"
+    assert inside.read_bytes() == b"x\n1\n"
 
 
 # -- a task of the user's own whose predict_step returns (N, K) outputs ------------------------------

@@ -1,16 +1,17 @@
 """The README and the docs pages as a newcomer meets them: every command and snippet runs as printed.
 
 Each fenced ``bash`` or ``python`` block of README.md, then of each page of ``docs/`` in the order the
-README links them, then of each extra's and app's page (``src/extras/<extra>/README.md``,
-``src/apps/<app>/README.md``), runs, top to bottom, in one
-scratch folder that stands in for the repository's root (``configs/`` copied, ``src`` importable and
-linked), so that a later block finds what an earlier one made, as it
-would for a reader following along. Training commands run in a short form (two epochs of three
-batches); ``make X`` runs the commands ``make -n X`` prints. A command that is not run is named in
-:data:`NOT_RUN` (what it starts with) or :data:`NEEDS` (what it contains), with the reason;
-``test_every_command_is_run_or_skipped_by_name`` counts them, so a new command that fits neither fails
-the suite until it runs or says why it cannot. The walkthroughs fit, sweep and serve for minutes in all:
-they run in ``make test-full`` (``-m slow``); the checks of links and make targets in ``make test``.
+README links them, then of the page of each folder that holds tests of its own beside its code (the
+folders pytest collects beyond ``tests/`` and ``examples/``: each plug-in's ``README.md``), runs, top to
+bottom, in one scratch folder that stands in for the repository's root (``configs/`` copied, ``src``
+importable and linked), so that a later block finds what an earlier one made, as it would for a reader
+following along. Training commands run in a short form (two epochs of three batches); ``make X`` runs the
+commands ``make -n X`` prints. A command that is not run is named in :data:`NOT_RUN` (what it starts
+with) or :data:`NEEDS` (what it contains), with the reason, or by the page that prints it, in a comment
+of its own (:func:`skipped_by_pages`); ``test_every_command_is_run_or_skipped_by_name`` counts them, so a
+new command that fits none fails the suite until it runs or says why it cannot. The walkthroughs fit (and
+more) for minutes in all: they run in ``make test-full`` (``-m slow``); the checks of links and make
+targets in ``make test``.
 """
 
 import importlib
@@ -20,6 +21,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,12 +37,22 @@ DOCS = ROOT / "docs"
 
 
 def pages() -> list[Path]:
-    """README.md, the docs pages in the order its links name them, then the extras' and the apps' pages
-    (each goes with its folder)."""
+    """README.md, the docs pages in the order its links name them, then the page of each folder of tests
+    beside its code (each goes with its folder), in the order of pytest's testpaths and of the folders'
+    names: a later page may go on from what an earlier one made."""
     linked = re.findall(r"\]\((docs/[\w-]+\.md)\)", README.read_text())
-    extras = sorted((ROOT / "src" / "extras").glob("*/README.md"))
-    apps = sorted((ROOT / "src" / "apps").glob("*/README.md"))
-    return [README, *(ROOT / name for name in dict.fromkeys(linked)), *extras, *apps]
+    beside = [ROOT / folder for folder in TESTPATHS if folder not in ("tests", "examples")]
+    return [
+        README,
+        *(ROOT / name for name in dict.fromkeys(linked)),
+        *(page for folder in beside for page in sorted(folder.glob("*/README.md"))),
+    ]
+
+
+#: the folders pytest collects (pyproject.toml): the core's tests, the examples', then each plug-in's own
+TESTPATHS: list[str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"][
+    "testpaths"
+]
 
 
 VENV_BIN = Path(sys.executable).parent
@@ -50,10 +62,8 @@ NOT_RUN = {
     "make test": "the test suite itself",
     "make test-full": "the test suite itself, slow tests included",
     "make lint": "CI runs it",
-    "make tensorboard": "a server that runs until stopped; the dashboard's tests start one",
+    "make tensorboard": "a server that runs until stopped",
     "make bench": "minutes of measurement; benchmarks are not tests",
-    "make serve": "a server that runs until stopped; src/apps/serve/test_serve.py starts one and asks it",
-    "curl": "asks the server above; src/apps/serve/test_serve.py sends the same request",
     "source .venv/bin/activate": "this test runs inside the environment already",
     "pre-commit install": "would change the git hooks of the clone",
 }
@@ -65,10 +75,9 @@ NEEDS = {
     "last.full.ckpt": "the FSDP run above; tests/test_distributed.py tests a consolidated one",
     "torchrun": "several processes or machines; tests/test_distributed.py launches torchrun",
     "srun ": "a SLURM cluster",
-    "--worker": "two sweep processes at once; src/apps/sweep/test_sweep.py runs two on one study",
     "postgresql://": "a database server",
 }
-#: sweeps, cross-validation and repeats run in short form too: few trials, folds or seeds
+#: commands that train many times (trials, folds, seeds) run in short form too: few of each
 FEWER = {"--trials": "2", "--folds": "2", "--seeds": "2"}
 SHORT = {
     "fit": [
@@ -145,21 +154,30 @@ def commands(script: str) -> list[str]:
     return out
 
 
+def skipped_by_pages() -> dict[str, str]:
+    """What the pages say they print but the walkthrough cannot run, by what the command contains, and why:
+    a comment ``<!-- not run: `<part of the command>` <why> -->`` beside the block, so that the rule goes
+    with its page."""
+    said = (re.findall(r"<!-- not run: `([^`]+)` ([^>]+?) -->", page.read_text()) for page in pages())
+    return {part: " ".join(reason.split()) for found in said for part, reason in found}
+
+
 def skip_reason(command: str) -> str | None:
     for start, reason in NOT_RUN.items():
         if command.split("#")[0].strip() == start or command.startswith(start + " "):
             return reason
-    return next((reason for part, reason in NEEDS.items() if part in command), None)
+    needs = {**NEEDS, **skipped_by_pages()}
+    return next((reason for part, reason in needs.items() if part in command), None)
 
 
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("readme")
     shutil.copytree(CONFIGS, folder / "configs")
-    # the example images configs/images.yaml writes into the repository's data/, as a reader's run would
+    # the example data a config writes once into the repository's data/, as a reader's run would
     (ROOT / "data").mkdir(exist_ok=True)
     (folder / "data").symlink_to(ROOT / "data")
-    (folder / "src").symlink_to(ROOT / "src")  # the files the pages name there: a sweep's space
+    (folder / "src").symlink_to(ROOT / "src")  # the files the pages name there (a plug-in's own configs)
     return folder
 
 
@@ -199,7 +217,7 @@ def run_command(command: str, scratch: Path, record: bool = True) -> None:
         if record:
             LEDGER["run"].append(command)
         return
-    if words[:3] in (["python", "-m", "src.apps.sweep"], ["python", "-m", "src.apps.cv"]):
+    if words[:2] == ["python", "-m"] and any(word in FEWER for word in words):
         for i, word in enumerate(words[:-1]):
             if word in FEWER:
                 words[i + 1] = FEWER[word]
@@ -212,7 +230,7 @@ def run_command(command: str, scratch: Path, record: bool = True) -> None:
 
 
 def as_param(block: Block) -> Any:
-    """A block, named by its page (an extra's or an app's by its folder) and line."""
+    """A block, named by its page (a plug-in's by its folder) and line."""
     page = block.page.stem if block.page.parent in (ROOT, DOCS) else block.page.parent.name
     return pytest.param(block, id=f"{page}-{block.language}-line{block.line}")
 
@@ -268,7 +286,7 @@ def test_every_docs_page_is_linked_from_the_readme_and_the_readme_is_a_first_hou
 
 
 def test_every_link_to_a_file_of_the_repository_resolves() -> None:
-    """README.md's links, and each page's, to files and folders of the repository (an app's page among
+    """README.md's links, and each page's, to files and folders of the repository (a plug-in's page among
     them) name what is there."""
     for page in pages():
         for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
@@ -278,12 +296,18 @@ def test_every_link_to_a_file_of_the_repository_resolves() -> None:
             assert path.exists(), f"{page.relative_to(ROOT)} links to {target}, which is not there"
 
 
-#: the targets that run Python: train, and the apps' (each in its src/apps/<app>/app.mk)
+def included_makefiles() -> list[Path]:
+    """The make fragments the Makefile includes (``include $(wildcard <pattern>)``), as make finds them."""
+    patterns = re.findall(r"^include \$\(wildcard (\S+)\)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    return sorted(path for pattern in patterns for path in ROOT.glob(pattern))
+
+
+#: the targets that run Python: train, and those of the fragments the Makefile includes (each plug-in's)
 PYTHON_TARGETS = [
     "train",
     *(
         target
-        for targets in sorted((ROOT / "src" / "apps").glob("*/app.mk"))
+        for targets in included_makefiles()
         for target in re.findall(r"^([\w-]+): \$\(STAMP\)", targets.read_text(), re.MULTILINE)
     ),
 ]
@@ -301,7 +325,7 @@ def test_args_adds_its_words_to_the_command_of_every_target_that_runs_python(tar
             str(ROOT),
             target,
             "CKPT=x.ckpt",
-            'ARGS=--data.folder="my images" --seed 3',
+            'ARGS=--data.folder="my data" --seed 3',
         ],
         capture_output=True,
         text=True,
@@ -309,4 +333,4 @@ def test_args_adds_its_words_to_the_command_of_every_target_that_runs_python(tar
     ).stdout
     command = shlex.split(printed.strip().splitlines()[-1])
     assert command[:2] == [".venv/bin/python", "-m"]
-    assert command[-3:] == ["--data.folder=my images", "--seed", "3"]
+    assert command[-3:] == ["--data.folder=my data", "--seed", "3"]

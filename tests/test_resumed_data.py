@@ -13,14 +13,14 @@ import torch
 
 from src.cli import CLI, main
 from src.data import sources
-from tests.conftest import CONFIGS, ONE_PASS, QUIET
+from tests.conftest import CONFIGS, CORE_ONLY, ONE_PASS, QUIET
 from tests.test_run_folders import contents, refused
 
 #: the spiral's net and optimizer on a CSV file of spiral rows, in a named run (--ckpt_path last finds it)
 WORDS = [
     "--config", str(CONFIGS / "spiral.yaml"), "--data.source=csv", "--data.path=rows.csv",
     "--data.target_column=arm", "--data.task=classification", *ONE_PASS, "--trainer.limit_val_batches=1",
-    "--baselines=null", "--validation_figures=null", "--trainer.logger.init_args.version=r",
+    *CORE_ONLY, "--trainer.logger.init_args.version=r",
 ]  # fmt: skip
 
 

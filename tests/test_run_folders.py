@@ -3,8 +3,6 @@ replaces a checkpoint it did not write, two fits never share a folder, settings 
 ``--ckpt_path`` take effect or are refused in one sentence, and the advice after a stop works as printed."""
 
 import logging
-import shlex
-import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,14 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from lightning.pytorch.callbacks import ModelCheckpoint
 
 from src.cli import CLI, main
-from tests.conftest import CONFIGS, ONE_PASS, QUIET
+from tests.conftest import CONFIGS, CORE_ONLY, ONE_PASS, QUIET
 
 SPIRAL = [
     "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", *ONE_PASS,
-    "--trainer.limit_val_batches=1", "--baselines=null", "--validation_figures=null",
+    "--trainer.limit_val_batches=1", *CORE_ONLY,
 ]  # fmt: skip
 #: the best checkpoint is the first validation's (the lowest step), so the run's last.ckpt gets further
 FIRST_IS_BEST = ["--best_checkpoint.init_args.monitor=step", "--best_checkpoint.init_args.mode=min"]
@@ -137,58 +134,6 @@ fcntl.flock(descriptor, fcntl.LOCK_EX)
 print("held", flush=True)
 time.sleep(120)
 """
-
-
-def test_the_advice_after_sigterm_is_a_command_that_resumes_the_run(workdir: Path, caplog) -> None:
-    typed = ["fit", *SPIRAL, "--trainer.max_epochs=3", *QUIET]
-    stop = ["--trainer.callbacks+=tests.helpers.SigtermAt", "--trainer.callbacks.step=3"]
-    with pytest.raises(SystemExit) as exit_:
-        main([*typed, *stop])
-    assert exit_.value.code == 128 + signal.SIGTERM
-    advice = next(r.getMessage() for r in caplog.records if "Resume with: " in r.getMessage())
-    words = shlex.split(advice.split("Resume with: ", 1)[1])
-    assert words[:3] == ["python", "-m", "src.cli"]
-    saved = Path(words[-1])
-    run = saved.parent.parent
-    resumed = main(words[3:])  # exactly as printed (the planted SIGTERM is behind this step already)
-    assert Path(resumed.trainer.log_dir).resolve() == run.resolve()  # the same run, not a new version
-    assert sorted(p.name for p in run.parent.iterdir()) == [run.name]
-    whole = main([*typed, "--trainer.logger.init_args.name=whole"])
-    assert resumed.trainer.global_step == whole.trainer.global_step
-    for (name, a), b in zip(
-        resumed.model.state_dict().items(), whole.model.state_dict().values(), strict=True
-    ):
-        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
-
-
-@pytest.mark.parametrize(
-    "logger", [[], ["--trainer.logger.init_args.name=exp"]], ids=["configured", "run-name-typed"]
-)
-def test_the_printed_resume_command_goes_on_in_the_one_run_folder(
-    workdir: Path, caplog: pytest.LogCaptureFixture, logger: list[str]
-) -> None:
-    """A fit without a named version, stopped by SIGTERM after its first best checkpoint, and resumed
-    with the command it printed: one run folder holds every checkpoint and every TensorBoard event file,
-    and the best checkpoint of before the stop is still the best one (the epochs after it are worse)."""
-    typed = ["fit", *SPIRAL, *logger, "--trainer.max_epochs=4", *FIRST_IS_BEST, *QUIET]
-    stop = ["--trainer.callbacks+=tests.helpers.SigtermAt", "--trainer.callbacks.step=3"]
-    with pytest.raises(SystemExit):
-        main([*typed, *stop])
-    advice = next(r.getMessage() for r in caplog.records if "Resume with: " in r.getMessage())
-    words = shlex.split(advice.split("Resume with: ", 1)[1])
-    run = Path(words[-1]).parent.parent
-    (best,) = (run / "checkpoints").glob("best-*.ckpt")
-    resumed = main(words[3:])
-    assert resumed.trainer.global_step == 8
-    assert Path(resumed.trainer.log_dir).resolve() == run.resolve()
-    assert [p.name for p in run.parent.iterdir()] == [run.name]
-    events = list(workdir.rglob("events.out.tfevents.*"))
-    assert len(events) > 3  # each process's writers: the run's and its train and validation stages
-    assert all(run.resolve() in event.resolve().parents for event in events)
-    tracked = resumed.trainer.checkpoint_callback
-    assert isinstance(tracked, ModelCheckpoint)
-    assert Path(tracked.best_model_path).resolve() == best.resolve()
-    assert sorted((run / "checkpoints").glob("best-*.ckpt")) == [best]
 
 
 def test_ckpt_path_last_without_a_named_run_says_which_file_to_give(workdir: Path, capsys) -> None:

@@ -2,7 +2,6 @@
 hostile inputs that once got through (a checkpoint naming code at any depth, files that are not
 checkpoints, outputs over inputs, devices, existing files and a killed writer's leftovers)."""
 
-import json
 import os
 import subprocess
 import sys
@@ -21,23 +20,21 @@ from src.cli import main
 from src.errors import UserInputError
 from src.models import Classifier
 from src.predict import Predictor
-from tests.conftest import CONFIGS, PLANTED, QUIET, ROOT, Trained, app
+from tests.conftest import CONFIGS, PLANTED, QUIET, Trained
 
-#: the apps that open checkpoints, where they are still there (each can be deleted)
-APPS = {name: module for name in ("cv", "export", "serve", "sweep") if (module := app(name)) is not None}
-#: the tests of the export app's outputs skip once it is deleted
-needs_export = pytest.mark.skipif("export" not in APPS, reason="src/apps/export/ was deleted")
 SPIRAL = ["--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=200", "--trainer.max_epochs=1"]
 
 
 def entry_points(workdir: Path) -> dict[str, Callable[[str], None]]:
-    """Each way to open a checkpoint, as a user calls it; a refusal raises SystemExit or UserInputError."""
+    """Each way the core opens a checkpoint, as a user calls it; a refusal raises SystemExit or
+    UserInputError. An app that opens checkpoints holds its own entry point to the same proofs in its folder
+    (:func:`assert_names_no_code`, :func:`assert_refused_as_the_core_refuses`)."""
 
     def config_file(path: str) -> None:  # ckpt_path from a config file, not from the words
         (workdir / "resume.yaml").write_text(f"ckpt_path: {path}\n")
         main(["fit", *SPIRAL, "--config", str(workdir / "resume.yaml"), *QUIET])
 
-    entries: dict[str, Callable[[str], None]] = {
+    return {
         "predict": lambda path: main(["predict", "--ckpt_path", path, *QUIET]),
         "validate": lambda path: main(["validate", "--ckpt_path", path, *QUIET]),
         "test": lambda path: main(["test", "--ckpt_path", path, *QUIET]),
@@ -46,12 +43,6 @@ def entry_points(workdir: Path) -> dict[str, Callable[[str], None]]:
         "Predictor": lambda path: Predictor.from_checkpoint(path) and None,
         "load_from_checkpoint": lambda path: Classifier.load_from_checkpoint(path) and None,
     }
-    apps = {
-        "cv": lambda path: APPS["cv"].cli_main(["--folds", "2", *SPIRAL, "--ckpt_path", path, *QUIET]),
-        "export": lambda path: APPS["export"].main(["--ckpt_path", path]),
-        "serve": lambda path: APPS["serve"].main(["--ckpt_path", path, "--port", "8731"]),
-    }
-    return {**entries, **{name: entry for name, entry in apps.items() if name in APPS}}
 
 
 ENTRY_POINTS = list(entry_points(Path()))
@@ -120,11 +111,19 @@ PLACES = [
 def test_a_checkpoint_names_no_code_at_any_depth_at_any_entry_point(
     messy_trained: Trained, planted: Path, workdir: Path, capsys, entry: str, where: str
 ) -> None:
-    checkpoint = load_checkpoint(messy_trained.checkpoint)
+    assert_names_no_code(entry_points(workdir)[entry], messy_trained, planted, workdir, capsys, where)
+
+
+def assert_names_no_code(
+    open_: Callable[[str], None], trained: Trained, planted: Path, workdir: Path, capsys, where: str
+) -> None:
+    """``open_`` refuses a copy of ``trained``'s checkpoint that names the planted code at ``where``, in one
+    sentence, and imports nothing."""
+    checkpoint = load_checkpoint(trained.checkpoint)
     plant(checkpoint, where)
     path = workdir / "foreign.ckpt"
     torch.save(checkpoint, path)
-    sentence = refusal(entry_points(workdir)[entry], str(path), capsys)
+    sentence = refusal(open_, str(path), capsys)
     assert sentence.startswith(f"checkpoint '{path}' names '{PLANTED}.")
     assert "code outside this project that is not imported on a checkpoint's word" in sentence
     assert PLANTED not in sys.modules
@@ -266,6 +265,19 @@ def test_a_file_that_is_no_checkpoint_gets_the_same_sentence_at_every_entry_poin
     assert not (workdir / "logs").exists()
 
 
+def assert_refused_as_the_core_refuses(
+    open_: Callable[[str], None], workdir: Path, capsys, kind: str
+) -> None:
+    """``open_`` answers a file of ``kind`` that is no checkpoint with the very sentence the core's
+    :class:`Predictor` does, runs nothing and starts no run folder."""
+    path, why = bad_checkpoint(kind, workdir)
+    sentence = refusal(open_, str(path), capsys)
+    assert sentence == refusal(Predictor.from_checkpoint, str(path), capsys)
+    assert sentence.startswith(f"checkpoint '{path}' {why}")
+    assert not (workdir / "code-ran").exists()
+    assert not (workdir / "logs").exists()
+
+
 # resuming into its own run folder, Lightning notes that the checkpoint folder is not empty: it is meant to be
 @pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty:UserWarning")
 def test_resuming_from_last_when_last_is_no_checkpoint(workdir: Path, capsys) -> None:
@@ -321,67 +333,45 @@ def test_no_output_lands_on_an_input_even_when_overwriting(
         f"--output={output}", f"--overwrite={str(overwrite).lower()}", *QUIET,
     ]  # fmt: skip
     assert "an input of this run; name another file." in refusal(main, predict, capsys)
-    exported = ["--ckpt_path", str(checkpoint), "--output", str(output), *(["--overwrite"] * overwrite)]
-    if target in ("the checkpoint", "a link to it") and "export" in APPS:
-        assert "an input of this run; name another file." in refusal(APPS["export"].main, exported, capsys)
     assert {p: fingerprint(p) for p in before} == before
 
 
 @pytest.mark.slow
-@needs_export
 @pytest.mark.parametrize("kind", ["a pipe", "/dev/full"])
 def test_only_regular_files_are_written(
     messy_trained: Trained, rows: Path, workdir: Path, capsys, kind: str
 ) -> None:
-    if kind == "a pipe":
-        output = workdir / "pipe"
-        os.mkfifo(output)
-    else:
-        output = Path("/dev/full")
-        if not output.exists():
-            pytest.skip("this system has no /dev/full")
+    output = special_file(workdir, kind)
     device = output.stat()
-    for words, open_ in [
-        (predict_words(messy_trained.checkpoint, rows, f"--output={output}", "--overwrite=true"), main),
-        (
-            ["--ckpt_path", str(messy_trained.checkpoint), "--output", str(output), "--overwrite"],
-            APPS["export"].main,
-        ),
-    ]:
-        sentence = refusal(open_, words, capsys)
-        assert (
-            sentence
-            == f"--output={str(output)!r} is not a regular file (a device, pipe or socket); name a file."
-        )
+    words = predict_words(messy_trained.checkpoint, rows, f"--output={output}", "--overwrite=true")
+    assert refusal(main, words, capsys) == (
+        f"--output={str(output)!r} is not a regular file (a device, pipe or socket); name a file."
+    )
     assert (output.stat().st_ino, output.stat().st_mode) == (device.st_ino, device.st_mode)
 
 
+def special_file(folder: Path, kind: str) -> Path:
+    """A pipe made in ``folder``, or the system's /dev/full: files that are not regular files."""
+    if kind == "a pipe":
+        output = folder / "pipe"
+        os.mkfifo(output)
+        return output
+    if not Path("/dev/full").exists():
+        pytest.skip("this system has no /dev/full")
+    return Path("/dev/full")
+
+
 @pytest.mark.slow
-@needs_export
 def test_an_existing_file_is_replaced_only_when_asked(
     messy_trained: Trained, rows: Path, workdir: Path, capsys
 ) -> None:
-    notes, sidecar = workdir / "notes.txt", workdir / "model.json"
+    notes = workdir / "notes.txt"
     notes.write_text("my notes\n")
-    sidecar.write_text('{"mine": true}\n')
-    ckpt = ["--ckpt_path", str(messy_trained.checkpoint)]
-    assert refusal(APPS["export"].main, [*ckpt, "--output", str(notes)], capsys) == (
-        f"--output={str(notes)!r} exists; pass --overwrite true to replace it, or name another file."
-    )
-    # a sidecar name the user never typed is still never taken without asking
-    assert refusal(APPS["export"].main, [*ckpt, "--output", str(workdir / "model")], capsys) == (
-        f"the sidecar of --output={str(sidecar)!r} exists; pass --overwrite true to replace it, or name "
-        "another file."
-    )
     assert refusal(main, predict_words(messy_trained.checkpoint, rows, f"--output={notes}"), capsys).endswith(
         "exists; pass --overwrite true to replace it, or name another file."
     )
     assert notes.read_text() == "my notes\n"
-    assert sidecar.read_text() == '{"mine": true}\n'
-    assert sorted(p.name for p in workdir.iterdir()) == ["model.json", "notes.txt"]
-
-    APPS["export"].main([*ckpt, "--output", str(workdir / "model"), "--overwrite"])
-    assert json.loads(sidecar.read_text())["format_version"] == APPS["export"].SIDECAR_VERSION
+    assert sorted(p.name for p in workdir.iterdir()) == ["notes.txt"]
     main(predict_words(messy_trained.checkpoint, rows, f"--output={notes}", "--overwrite=true"))
     assert pd.read_csv(notes).columns[:2].tolist() == ["row", "prediction"]
 
@@ -405,22 +395,24 @@ def test_predicts_default_file_is_not_replaced_by_the_next_predict(
 
 
 @pytest.mark.slow
-@needs_export
 def test_a_killed_writers_leftovers_are_removed_by_the_next_write(
     messy_trained: Trained, rows: Path, workdir: Path
 ) -> None:
+    alive = plant_leftovers(workdir)
+    main(predict_words(messy_trained.checkpoint, rows, f"--output={workdir / 'predictions.csv'}"))
+    assert sorted(p.name for p in workdir.iterdir()) == sorted([alive.name, "predictions.csv"])
+
+
+def plant_leftovers(folder: Path) -> Path:
+    """Half-written files in ``folder`` of a process that is gone (a graph's and a CSV file's), and one of a
+    process that lives (pid 1: a write under way elsewhere), which is returned."""
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
     pid = int(gone.stdout)
-    leftovers = [workdir / f".model.partial-{pid}.onnx", workdir / f".predictions.partial-{pid}.csv"]
-    alive = workdir / ".other.partial-1.onnx"  # pid 1 lives: a write under way in another process
+    leftovers = [folder / f".model.partial-{pid}.onnx", folder / f".predictions.partial-{pid}.csv"]
+    alive = folder / ".other.partial-1.onnx"
     for path in [*leftovers, alive]:
         path.write_bytes(b"half a file")
-    exported = ["--ckpt_path", str(messy_trained.checkpoint), "--output", str(workdir / "model.onnx")]
-    APPS["export"].main(exported)
-    main(predict_words(messy_trained.checkpoint, rows, f"--output={workdir / 'predictions.csv'}"))
-    assert sorted(p.name for p in workdir.iterdir()) == sorted(
-        [alive.name, "model.onnx", "model.onnx.json", "predictions.csv"]
-    )
+    return alive
 
 
 def test_a_failed_predict_leaves_no_file(
@@ -483,21 +475,3 @@ def test_an_output_path_spelled_like_a_class_names_no_class(
     sentence = refusal(main, predict_words(workdir / "theirs.ckpt", rows, output), capsys)
     assert f"names '{PLANTED}.Optimizer'" in sentence
     assert not planted.exists()
-
-
-@pytest.mark.skipif("sweep" not in APPS, reason="src/apps/sweep/ was deleted")
-def test_a_sweep_never_writes_its_best_config_over_a_config_it_reads(workdir: Path, capsys) -> None:
-    mine = workdir / "logs" / "sweeps" / "digits-best.yaml"
-    mine.parent.mkdir(parents=True)
-    mine.write_text((CONFIGS / "spiral.yaml").read_text())
-    words = [
-        "--space",
-        str(ROOT / "src" / "apps" / "sweep" / "digits.yaml"),
-        "--trials=1",
-        "--config",
-        str(mine),
-    ]
-    sentence = refusal(APPS["sweep"].cli_main, words, capsys)
-    assert sentence.startswith("the sweep's best config='logs/sweeps/digits-best.yaml' is")
-    assert mine.read_text() == (CONFIGS / "spiral.yaml").read_text()
-    assert sorted(p.name for p in mine.parent.iterdir()) == ["digits-best.yaml"]  # no study was opened

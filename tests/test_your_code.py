@@ -17,11 +17,11 @@ from typing_extensions import override
 from src.cli import CLI, main
 from src.models import Classifier
 from src.predict import Predictor
-from tests.conftest import CONFIGS, ONE_PASS, PLANTED, QUIET
+from tests.conftest import CONFIGS, CORE_ONLY, ONE_PASS, PLANTED, QUIET
 
 SPIRAL = [
     "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", *ONE_PASS,
-    "--trainer.max_epochs=2", "--baselines=null", "--validation_figures=null",
+    "--trainer.max_epochs=2", *CORE_ONLY,
 ]  # fmt: skip
 TEMPERATURE = 3.0
 

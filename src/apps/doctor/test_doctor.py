@@ -7,6 +7,7 @@ the unmodified code, so a check that fired on everything would fail there; the s
 out clean too.
 """
 
+import importlib.util
 import logging
 import math
 import sys
@@ -36,7 +37,7 @@ from src.data import TabularDataModule
 from src.data.loading import Stage, TensorBatches
 from src.models import BaseTask, Classifier, Regressor
 from src.nets import MLP
-from tests.conftest import CONFIGS, QUIET, extra
+from tests.conftest import CONFIGS, QUIET
 from tests.helpers import ManyTargets, MultiLabelTask, MultiOutputTask
 
 ADAM = partial(torch.optim.Adam, lr=0.01)
@@ -211,7 +212,8 @@ def test_the_bar_is_the_loss_of_the_best_prediction_that_ignores_the_input() -> 
     entropy = float(-(frequencies * frequencies.log()).sum())
     task = classifier()
     assert input_free_loss(task.loss, torch.zeros(10, 3), labels) == pytest.approx(entropy, rel=1e-5)
-    if extra("text"):  # a language model's characters, where the text extra is part of the project
+    # a language model's characters, where the text extra is part of the project
+    if importlib.util.find_spec("src.extras.text") is not None:
         from src.extras.text.model import LanguageModel
         from src.extras.text.nets import CharTransformer
 

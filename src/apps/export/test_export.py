@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
+import tests.test_targets as targets
 from src.apps import export
 from src.predict import Predictor
 from tests.conftest import Trained
@@ -321,3 +322,27 @@ def test_a_checkpoint_of_a_datamodule_without_a_table_is_one_sentence(
     assert "carries no fitted preprocessing" in err
     assert "\n" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+# -- a regression target learnt as log(1 + y) (tests/test_targets.py): the graph answers in its units ------
+
+
+@pytest.fixture(scope="module")
+def skewed_run(tmp_path_factory: pytest.TempPathFactory):
+    return targets.fit_skewed(tmp_path_factory.mktemp("skewed"))
+
+
+@pytest.mark.slow
+def test_every_path_predicts_prices_in_their_own_units(skewed_run, tmp_path: Path) -> None:
+    """The exported graph of the raw columns, as the task's own predict_step."""
+    run, checkpoint, rows = skewed_run
+    assert run.model.target_log.item() == 1.0  # auto: prices are skewed amounts
+    x = run.datamodule.dataset("val").tensors[0]
+    run.model.eval()
+    with torch.no_grad():
+        expected = run.model.predict_step((x,), 0)["preds"]
+    assert expected.mean() > 1000  # prices, not logs
+    export.export(checkpoint, "onnx", tmp_path / "model.onnx")
+    graph = onnxruntime.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    (values,) = graph.run(["values"], export.graph_inputs(run.datamodule.preprocessor, rows))
+    np.testing.assert_allclose(values, expected.numpy(), rtol=1e-5)

@@ -13,7 +13,12 @@ from PIL import Image
 
 from src.apps import export
 from src.predict import Predictor
-from tests.conftest import CLASSES, PROBABILITIES
+
+# an image model's checkpoint: these tests need the images extra, and are skipped without it
+images = pytest.importorskip("src.extras.images.conftest")
+CLASSES, PROBABILITIES = images.CLASSES, images.PROBABILITIES
+image_folder, image_checkpoint = images.image_folder, images.image_checkpoint
+new_images, predicted_images = images.new_images, images.predicted_images
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,11 @@ from src.apps import generate as generate_app
 from src.apps.generate import bench as charlm_speed
 from src.apps.generate import main as generate_main
 from src.cli import CLI
-from tests.conftest import T, last_checkpoint
+from src.extras.text import conftest as text
+from src.extras.text.conftest import T, last_checkpoint
+
+#: the text extra's small text and the tiny model fitted on it (the app goes with the extra)
+small_text, trained_charlm = text.small_text, text.trained_charlm
 
 
 def generated(capsys: pytest.CaptureFixture[str], *words: str) -> str:

@@ -25,10 +25,16 @@ from PIL import Image, ImageFile
 
 from src.apps import serve
 from src.apps.serve.test_serve import READY_WITHIN, free_port
-from tests.conftest import CLASSES, PROBABILITIES, ROOT
+from tests.conftest import ROOT
 from tests.test_readme import page_blocks
 
 # -- serve ----------------------------------------------------------------------------------------------
+
+# an image model's checkpoint: these tests need the images extra, and are skipped without it
+images = pytest.importorskip("src.extras.images.conftest")
+CLASSES, PROBABILITIES = images.CLASSES, images.PROBABILITIES
+image_folder, image_checkpoint = images.image_folder, images.image_checkpoint
+new_images, predicted_images = images.new_images, images.predicted_images
 
 
 def b64(data: bytes) -> str:

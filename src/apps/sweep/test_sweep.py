@@ -1,5 +1,6 @@
 """Sweeps: Optuna searches, prunes, survives a killed process and shares a study between processes."""
 
+import importlib.util
 import os
 import signal
 import sqlite3
@@ -20,6 +21,7 @@ from lightning.pytorch.callbacks import Callback
 from optuna.trial import TrialState
 from typing_extensions import override
 
+import tests.test_trust as trust
 from src.apps.cv import run_metrics
 from src.apps.sweep import (
     OPEN_WAIT,
@@ -36,7 +38,7 @@ from src.apps.sweep import (
 )
 from src.cli import main
 from src.errors import UserInputError
-from tests.conftest import BARE, CONFIGS, QUIET, ROOT, extra
+from tests.conftest import BARE, CONFIGS, QUIET, ROOT
 
 #: the shipped search space, beside this file
 SPACE_FILE = Path(__file__).with_name("digits.yaml")
@@ -82,7 +84,7 @@ def test_a_sweep_finds_a_better_config_than_a_bad_start(workdir: Path, capsys) -
     out = capsys.readouterr().out
     assert f"Best val/acc: {study.best_value:.4f} (trial {study.best_trial.number})" in out
     # each trial is its own run, and TensorBoard's HParams row (the dashboard's) holds the trial's values
-    for trial in study.trials if extra("dashboard") else []:
+    for trial in study.trials if importlib.util.find_spec("src.extras.dashboard") else []:
         from src.extras.dashboard.test_dashboard import Run, read_events, session_hparams
 
         log_dir = workdir / "logs" / "spiral" / "better" / f"trial{trial.number:03d}"
@@ -472,3 +474,15 @@ def test_a_failed_trial_is_one_sentence_and_a_non_zero_exit(
     if not changes.get("cv"):
         assert errors[0].startswith("error: trial 0 (--model.init_args.")  # its values, as CLI words
         assert "--model.init_args.optimizer.init_args.lr=" in errors[0]
+
+
+def test_a_sweep_never_writes_its_best_config_over_a_config_it_reads(workdir: Path, capsys) -> None:
+    """As no output of the core lands on an input (tests/test_trust.py)."""
+    mine = workdir / "logs" / "sweeps" / "digits-best.yaml"
+    mine.parent.mkdir(parents=True)
+    mine.write_text((CONFIGS / "spiral.yaml").read_text())
+    words = ["--space", str(SPACE_FILE), "--trials=1", "--config", str(mine)]
+    sentence = trust.refusal(cli_main, words, capsys)
+    assert sentence.startswith("the sweep's best config='logs/sweeps/digits-best.yaml' is")
+    assert mine.read_text() == (CONFIGS / "spiral.yaml").read_text()
+    assert sorted(p.name for p in mine.parent.iterdir()) == ["digits-best.yaml"]  # no study was opened

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
+import src.extras.dashboard.test_clipping_logged as clipping_logged
 import src.extras.dashboard.test_dashboard as dashboard
-import tests.test_accumulation_clipping as accumulation_clipping
-import tests.test_any_module as any_module
+import src.extras.dashboard.test_plain_module as plain_module
 from src.extras.dashboard import Dashboard
 from src.extras.dashboard.steps import StepValues
 from tests.test_mutations import mutate
@@ -20,7 +20,7 @@ def test_clipping_test_catches_a_grad_norm_logged_after_clipping(
     clipped = f"{norm}.clamp(max=trainer.gradient_clip_val)"  # the norm of the clipped gradients
     mutate(monkeypatch, StepValues, "on_before_optimizer_step", norm, clipped)
     with pytest.raises(AssertionError, match="not close"):
-        accumulation_clipping.test_norm_clipping_bounds_the_global_norm_and_logs_the_norm_before(workdir)
+        clipping_logged.test_norm_clipping_bounds_the_global_norm_and_logs_the_norm_before(workdir)
 
 
 def test_any_module_catches_a_gap_of_the_wrong_sign(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -32,7 +32,7 @@ def test_any_module_catches_a_gap_of_the_wrong_sign(workdir: Path, monkeypatch: 
         'logged["train/loss"] - logged["val/loss"]',
     )
     with pytest.raises(AssertionError):
-        any_module.test_a_plain_lightning_module_trains_under_every_shipped_default(workdir)
+        plain_module.test_a_plain_lightning_module_trains_under_every_shipped_default(workdir)
 
 
 def test_the_k_target_test_catches_the_worst_epoch_taken_for_the_best(

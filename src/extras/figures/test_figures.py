@@ -22,12 +22,15 @@ from sklearn.metrics import multilabel_confusion_matrix
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typing_extensions import override
 
+import tests.test_any_module as any_module
+from src.cli import main
 from src.data import TabularDataModule
 from src.extras import painter
 from src.extras.figures.callback import ValidationFigures
 from src.extras.figures.drawing import DPI, MIN_CELL_IN, confusion_figure
 from src.models import Classifier
 from src.nets import MLP
+from tests.conftest import QUIET
 from tests.helpers import LABEL_NAMES, VALUE_NAMES, MultiLabelTask, many_targets
 
 BATCHES = 3
@@ -417,6 +420,54 @@ def test_a_killed_drawing_worker_costs_a_figure_not_the_run(
     events = EventAccumulator(logger.log_dir).Reload()
     assert events.Tags()["images"] == []  # the figures are what was lost
     assert len(events.Scalars("val/loss")) == 2
+
+
+def test_the_confusion_matrix_names_the_classes(messy_trained) -> None:
+    dashboard = pytest.importorskip("src.extras.dashboard.test_dashboard")  # reads the run's events
+    Run, parse_counts, read_events = dashboard.Run, dashboard.parse_counts, dashboard.read_events
+    run = messy_trained.run  # the shared fit on a messy CSV, its classes named (tests/conftest.py)
+    log_dir = Path(run.trainer.log_dir)
+    texts = Run(run, log_dir, read_events(log_dir)).texts("val/confusion_counts")
+    header = texts[-1][1].splitlines()[0]
+    assert header == "| true \\ predicted | high | low | mid |"
+    counts = parse_counts(texts[-1][1])
+    assert counts.sum() == len(run.datamodule.split_rows["val"])
+
+
+# -- a LightningModule of the user's own (tests/test_any_module.py's), under every shipped default ---------
+
+
+class SilentModule(any_module.TutorialModule):
+    """The same, with a validation_step that returns nothing, as many do."""
+
+    @override
+    def validation_step(self, batch: Any, batch_idx: int) -> None:  # type: ignore[override]
+        super().validation_step(batch, batch_idx)
+
+
+def images(run_dir: Path) -> list[str]:
+    events = EventAccumulator(str(run_dir), size_guidance={"images": 0})
+    events.Reload()
+    return list(events.Tags()["images"])
+
+
+def test_a_plain_lightning_module_trains_under_every_shipped_default(workdir: Path) -> None:
+    run = any_module.fit(workdir)
+    # ValidationFigures: the module returns preds and target, so the confusion matrix is drawn
+    drawn = sorted(images(Path(run.trainer.logger.log_dir)))
+    assert drawn == ["summary/confusion_matrix", "val/confusion_matrix"]
+
+
+def test_figures_say_in_one_line_what_they_need(workdir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO"):
+        words = [f"--model={__name__}.SilentModule", *any_module.DIGITS, "--trainer.max_epochs=1", *QUIET]
+        run = main(["fit", *words])
+    said = [r.getMessage() for r in caplog.records if "ValidationFigures" in r.getMessage()]
+    assert said == [
+        "ValidationFigures draws from the {'preds', 'target'} dict validation_step returns; "
+        "SilentModule.validation_step returns none, so no figures are drawn."
+    ]
+    assert images(Path(run.trainer.logger.log_dir)) == []
 
 
 # -- a task of the user's own with K targets: K labels, or K values --------------------------------------

@@ -11,6 +11,8 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 import src.extras.guard
+import tests.test_any_module as any_module
+import tests.test_distributed as distributed
 from src.cli import CLI, main
 from src.errors import UserInputError
 from src.extras.gradients import step_norm, total_norm
@@ -408,3 +410,21 @@ def test_step_norm_is_reused_only_for_the_same_optimizer_step_and_gradients() ->
     for args in others:
         assert step_norm(*args) is not first
         first = step_norm(grads, optimizer, 5)
+
+
+def test_the_guard_skips_a_plain_modules_nan_step(workdir: Path) -> None:
+    """A LightningModule of the user's own (tests/test_any_module.py's, which knows nothing of this project)
+    under every shipped default: its one NaN step is skipped, counted and logged."""
+    run = any_module.fit(workdir, "--model.init_args.nan_at=4", "--trainer.max_epochs=1")
+    guard = next(c for c in run.trainer.callbacks if isinstance(c, NonFiniteGuard))
+    assert guard.skipped == 1
+    assert all(torch.isfinite(p).all() for p in run.model.parameters())
+    assert run.trainer.global_step == run.trainer.num_training_batches  # the skipped step is still counted
+    assert read_scalars(Path(run.trainer.logger.log_dir))["train/skipped_steps"][-1][1] == 1.0
+
+
+@pytest.mark.slow
+def test_fsdp2_shards_checkpoints_resumes_and_consolidates(tmp_path: Path, cli, workdir: Path) -> None:
+    """tests/test_distributed.py's FSDP2 runs with the guard back on after BARE: its checks work on sharded
+    (DTensor) gradients and weights."""
+    distributed.fsdp2_round_trip(tmp_path, cli, workdir, "--nonfinite_guard=src.extras.guard.NonFiniteGuard")

@@ -13,6 +13,7 @@ import threading
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import numpy as np
@@ -27,6 +28,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch.utils.data import DataLoader, DistributedSampler
 from typing_extensions import override
 
+import tests.test_data as data_tests
 from src.cli import CLI, main
 from src.data.loading import ResumableLoader, keep_batch
 from src.errors import UserInputError
@@ -1145,3 +1147,11 @@ def test_a_fifo_among_the_inputs_is_refused_before_it_is_opened(folder: Path, tm
     assert str(error).startswith(
         f"data.csv={str(folder / 'l.csv')!r} row 2 names {str(fifo)!r}, which is a named pipe"
     )
+
+
+@pytest.mark.parametrize(("setting", "sentence"), data_tests.REFUSED)
+def test_every_shipped_datamodule_refuses_loader_and_split_settings_alike(
+    setting: dict[str, Any], sentence: str
+) -> None:
+    """As the table's DataModule does (tests/test_data.py)."""
+    data_tests.assert_refused(ImageDataModule, setting, sentence)

@@ -10,11 +10,13 @@ import pytest
 import torch
 from PIL import Image
 
+from src.cli import main
 from src.errors import UserInputError
 from src.extras.images import ImageDataModule, decode
+from src.extras.images.conftest import PROBABILITIES
 from src.extras.images.predict import ImagePreprocessing
 from src.predict import Predictor
-from tests.conftest import PROBABILITIES
+from tests.conftest import QUIET
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +135,40 @@ def test_a_file_that_is_no_image_or_a_checkpoint_without_images_is_one_sentence(
         "checkpoint 't.ckpt' carries no fitted image statistics (it was not written by a run of "
         "ImageDataModule); train a new one."
     )
+
+
+# -- where predict may write --------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["--output", "the prediction writer's output_path"])
+@pytest.mark.parametrize(
+    "target",
+    ["an image in it", "an image in a sub-folder", "a new file in it", "a hard link to an image in it"],
+)
+def test_no_output_lands_inside_a_folder_predict_reads_even_when_overwriting(
+    image_checkpoint: Path, workdir: Path, capsys, target: str, how: str
+) -> None:
+    from src.extras.images.test_images import write_images
+
+    folder = write_images(workdir / "imgs" / "a", per_class=2)
+    output = {
+        "an image in it": folder / "cat" / "000.png",
+        "an image in a sub-folder": folder / "dog" / "001.png",
+        "a new file in it": folder / "predictions.csv",
+        "a hard link to an image in it": workdir / "linked.png",
+    }[target]
+    if target.startswith("a hard link"):
+        output.hardlink_to(folder / "owl" / "000.png")
+    before = {path: path.read_bytes() for path in workdir.rglob("*") if path.is_file()}
+    option = "--output" if how == "--output" else "--prediction_writer.init_args.output_path"
+    words = ["predict", "--ckpt_path", str(image_checkpoint), f"--data.predict_path={folder}"]
+    overwrite = "--overwrite=true" if how == "--output" else "--prediction_writer.init_args.overwrite=true"
+    with pytest.raises(SystemExit) as exit_:
+        main([*words, f"{option}={output}", overwrite, *QUIET])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: --output={str(output)!r} is inside {str(folder)!r}, a folder this run reads; name a file "
+        "outside it."
+    )
+    assert {path: path.read_bytes() for path in workdir.rglob("*") if path.is_file()} == before

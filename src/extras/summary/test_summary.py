@@ -14,6 +14,7 @@ import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from lightning.pytorch.callbacks import ModelSummary as LightningModelSummary
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -21,10 +22,11 @@ from typing_extensions import override
 
 from src.cli import main
 from src.errors import UserInputError
-from src.extras.summary import ROOT, RunSummary, summary_text, viewers
+from src.extras.summary import ROOT, ModelSummary, RunSummary, summary_text, viewers
 from src.extras.summary.progress import ProgressBar
-from tests.conftest import CONFIGS
+from tests.conftest import CONFIGS, QUIET
 from tests.helpers import MANY_LABELS, MANY_VALUES
+from tests.test_cli import SMALL
 
 # these tests also need the extras below; without one of them they are skipped
 NonFiniteGuard = pytest.importorskip("src.extras.guard").NonFiniteGuard
@@ -366,6 +368,23 @@ def test_a_refusal_before_the_first_step_is_the_one_sentence_alone(
     assert [line for line in err.splitlines() if line.startswith("error:")] == [
         next(line for line in err.splitlines() if "warmup_steps=9999 must lie in" in line)
     ]
+
+
+def test_the_progress_bar_section_unless_the_bar_is_off(workdir: Path) -> None:
+    run = main([*SMALL, "--trainer.enable_model_summary=false"], run=False)
+    assert type(run.trainer.progress_bar_callback) is ProgressBar
+    plain = main([*SMALL, "--trainer.enable_model_summary=false", "--progress_bar=null"], run=False)
+    assert type(plain.trainer.progress_bar_callback).__name__ == "TQDMProgressBar"  # Lightning's own
+    quiet = main([*SMALL, *QUIET], run=False)
+    assert quiet.trainer.progress_bar_callback is None
+
+
+def test_the_bar_and_the_model_summary_make_train_turns_on_stand_in_for_lightnings_own(workdir: Path) -> None:
+    """Lightning's own bar and summary step aside for this extra's, which are no further callbacks."""
+    run = main(["--config", str(CONFIGS / "digits.yaml")], run=False)
+    assert type(run.trainer.progress_bar_callback) is ProgressBar
+    summaries = [c for c in run.trainer.callbacks if isinstance(c, LightningModelSummary)]
+    assert [type(c) for c in summaries] == [ModelSummary]
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,8 @@ from src.cli import CLI, main
 from src.data.loading import check_split
 from src.errors import UserInputError
 from src.extras.text import TextDataModule
-from tests.conftest import BARE, QUIET, tiny
+from src.extras.text.conftest import tiny
+from tests.conftest import BARE, QUIET
 from tests.test_resumed_data import assert_refused_then_resplit
 from tests.test_run_folders import refused
 

@@ -16,11 +16,13 @@ from tensorboard.util.tensor_util import make_ndarray
 from torch.utils.data import DataLoader, DistributedSampler
 from typing_extensions import override
 
+import tests.test_data as data_tests
 from src.cli import CLI, main
 from src.data.loading import ResumableLoader, keep_batch
 from src.errors import UserInputError
 from src.extras.text import UNKNOWN_ID, UNKNOWN_TEXT, TextDataModule, Vocabulary, bundled_text
 from src.extras.text.callback import TextSamples
+from src.extras.text.conftest import T, last_checkpoint, tiny
 from src.extras.text.model import (
     LanguageModel,
     filter_top_k,
@@ -30,7 +32,7 @@ from src.extras.text.model import (
     stream,
 )
 from src.extras.text.nets import CharGRU, CharTransformer
-from tests.conftest import BARE, CONFIGS, QUIET, T, last_checkpoint, tiny
+from tests.conftest import BARE, CONFIGS, QUIET
 
 # these tests also need the extras below; without one of them they are skipped
 NonFiniteGuard = pytest.importorskip("src.extras.guard").NonFiniteGuard
@@ -640,3 +642,11 @@ def test_the_shipped_config_beats_the_unigram_baseline_by_far(cli) -> None:
     assert unigram > 20
     assert metrics["val/perplexity"] < unigram / 4
     torch.testing.assert_close(metrics["val/perplexity"], metrics["val/loss"].exp(), rtol=1e-4, atol=0)
+
+
+@pytest.mark.parametrize(("setting", "sentence"), data_tests.REFUSED)
+def test_every_shipped_datamodule_refuses_loader_and_split_settings_alike(
+    setting: dict[str, Any], sentence: str
+) -> None:
+    """As the table's DataModule does (tests/test_data.py)."""
+    data_tests.assert_refused(TextDataModule, setting, sentence)
