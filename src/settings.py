@@ -142,24 +142,32 @@ def is_checkpoint_file(ckpt_path: str) -> bool:
     return ckpt_path not in ("last", "best", "hpc") and not ckpt_path.startswith("registry")
 
 
-def carried_settings(config: Any, ckpt_path: str, named: Container[str] = ()) -> dict[str, Any]:
+def carried_settings(
+    config: Any, ckpt_path: str, named: Container[str] = (), choices: bool = True
+) -> dict[str, Any]:
     """What of a checkpoint's carried config a later run takes: what :class:`SaveConfig` writes there (the
     model, the data, the seed, the logger and the callback sections the run had on or off), and nothing
     else a file from elsewhere could add (an output path, a checkpoint folder of its choosing); the data
     reads the checkpoint's fitted preprocessing when its DataModule takes one (``preprocessing_from``).
 
     The logger and each section whose class is neither trusted nor named (``named``), or is no longer
-    here (an extra taken off), are left off, in one line each.
+    here (an extra taken off), are left off, in one line each. Without ``choices`` (a resumed fit, whose
+    command gives its sections again) only the logger's run name is taken.
     """
     config = config if isinstance(config, dict) else {}
     taken = {key: copy.deepcopy(config[key]) for key in CARRIED if key in config}
     trainer = config.get("trainer") if isinstance(config.get("trainer"), dict) else {}
-    if "logger" in trainer:
+    logger = trainer.get("logger")
+    name = (logger.get("init_args") or {}).get("name") if isinstance(logger, dict) else None
+    if not choices and isinstance(name, str):
+        taken["trainer"] = {"logger": {"init_args": {"name": name}}}
+    if choices and "logger" in trainer:
         logger = choice_of("trainer.logger", trainer["logger"], ckpt_path, named)
         if logger is not LEFT_OFF:
             taken["trainer"] = {"logger": logger}
-    for section in callback_sections():
-        if section in config:
+    for section in callback_sections() if choices else ():
+        # predict's writer acts only in predict: a fit that had it off says nothing of its predictions
+        if section in config and not writes_predictions(section):
             kept = choice_of(section, config[section], ckpt_path, named)
             if kept is not LEFT_OFF:
                 taken[section] = kept
@@ -176,8 +184,9 @@ def carried_settings(config: Any, ckpt_path: str, named: Container[str] = ()) ->
 
 #: a carried choice that is not taken
 LEFT_OFF = object()
-#: arguments of a carried callback that name where it writes: the run decides that, not the checkpoint
-WHERE = ("dirpath",)
+#: arguments of a carried logger or callback that say where it writes: the run decides that (its folder,
+#: the words typed), never the checkpoint
+WHERE = ("dirpath", "save_dir", "version", "output_path", "overwrite")
 
 
 def choice_of(key: str, value: Any, ckpt_path: str, named: Container[str]) -> Any:
@@ -200,6 +209,14 @@ def choice_of(key: str, value: Any, ckpt_path: str, named: Container[str]) -> An
     for argument in WHERE:
         (kept.get("init_args") or {}).pop(argument, None)
     return kept
+
+
+@functools.cache
+def writes_predictions(section: str) -> bool:
+    """Whether ``configs/defaults.yaml``'s ``section`` is a prediction writer (Lightning's kind)."""
+    value = yaml.safe_load(DEFAULTS.read_text()).get(section) if section in callback_sections() else None
+    found = resolve(value["class_path"]) if isinstance(value, dict) else None
+    return isinstance(found, type) and issubclass(found, BasePredictionWriter)
 
 
 def core_settings(checkpoint: dict[str, Any]) -> dict[str, Any]:
@@ -343,7 +360,7 @@ def checkpoint_layer(words: list[str]) -> Iterator[Layer]:
     resumed = checkpoint.get("config") if subcommand == "fit" else None
     with tempfile.TemporaryDirectory(prefix="checkpoint-settings-") as folder:
         carried = Path(folder) / "carried.yaml"
-        layer = carried_settings(checkpoint.get("config"), typed, NamedByUser(words))
+        layer = carried_settings(checkpoint.get("config"), typed, NamedByUser(words), subcommand != "fit")
         carried.write_text(yaml.safe_dump(layer))
         yield Layer([str(DEFAULTS), str(carried)], typed, resumed)
 

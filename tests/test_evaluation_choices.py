@@ -68,17 +68,17 @@ def test_a_carried_section_that_is_gone_or_untrusted_is_left_off_in_one_line(
 ) -> None:
     checkpoint = torch.load(csv_run, weights_only=True)
     checkpoint["config"]["early_stopping"] = {"class_path": "src.no_such_module.Gone"}
-    checkpoint["config"]["prediction_writer"] = {"class_path": "os.system"}
+    checkpoint["config"]["trainer"]["logger"] = {"class_path": "os.system"}
     planted = csv_run.with_name("planted.ckpt")
     torch.save(checkpoint, planted)
     with caplog.at_level(logging.INFO):
         run = main(["validate", f"--ckpt_path={planted}", *QUIET])
     said = [record.getMessage() for record in caplog.records if "it is left off" in record.getMessage()]
     assert said == [
+        f"--ckpt_path {planted}: its run's trainer.logger os.system is code outside this project that a "
+        "checkpoint does not name by itself; it is left off.",
         f"--ckpt_path {planted}: its run's early_stopping src.no_such_module.Gone is not in this project "
         "(an extra taken off?); it is left off.",
-        f"--ckpt_path {planted}: its run's prediction_writer os.system is code outside this project that a "
-        "checkpoint does not name by itself; it is left off.",
     ]
     # left off: configs/defaults.yaml's sections stand in for them
     defaults = yaml.safe_load(DEFAULTS.read_text())

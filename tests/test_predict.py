@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 import torch
 
-from src.cli import main
+from src.cli import CLI, main
 from src.data.preprocessing import CategoricalColumn, CellReport, Location, NumericColumn, Preprocessor
 from src.errors import UserInputError
 from src.files import check_output
 from src.predict import Predictor, prediction_frame
-from tests.conftest import BARE, PLANTED, QUIET, last_checkpoint
+from tests.conftest import BARE, PLANTED, QUIET
 from tests.helpers import LABEL_NAMES, MANY_LABELS, MANY_VALUES, VALUE_NAMES
 
 TINY = ["--trainer.max_epochs=3", "--trainer.limit_val_batches=2"]
@@ -324,6 +324,10 @@ def test_the_output_rule_covers_a_folder_the_run_reads_at_any_depth_and_through_
             check_output(output, [None, [str(tmp_path / "elsewhere.csv"), str(folder)]], overwrite=True)
     assert check_output(tmp_path / "out.csv", [str(folder)], overwrite=True) == tmp_path / "out.csv"
     assert inside.read_bytes() == b"x\n1\n"
+
+
+def last_checkpoint(run: CLI) -> Path:
+    return Path(str(run.trainer.log_dir)) / "checkpoints" / "last.ckpt"
 
 
 # -- a task of the user's own whose predict_step returns (N, K) outputs ------------------------------

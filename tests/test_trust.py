@@ -159,10 +159,11 @@ def test_a_checkpoints_own_file_name_names_no_class(
     assert not planted.exists()
 
 
-def test_a_checkpoint_carries_no_settings_beyond_its_model_data_seed_and_run_name(
+def test_a_checkpoint_says_nothing_of_where_a_later_run_writes(
     messy_trained: Trained, rows: Path, workdir: Path
 ) -> None:
-    """An output path, callbacks or a logger folder written into a checkpoint are not applied."""
+    """An output path, callbacks beyond the sections or a logger folder written into a checkpoint are not
+    applied: the run's choices it carries say what runs, never where it writes."""
     checkpoint = load_checkpoint(messy_trained.checkpoint)
     victim, elsewhere = workdir / "victim.csv", workdir / "elsewhere"
     victim.write_text("mine\n")

@@ -257,13 +257,16 @@ class TabularDataModule(ResumableDataModule):
     def out_features(self) -> int:
         """Class count for classification, 1 for regression, the target count with several targets: the
         width of the net's head."""
-        targets = self.target_names
+        targets = self.preprocessor.target_names
         return len(targets) if targets is not None else self.preprocessor.num_classes or 1
 
     @property
-    def target_names(self) -> list[str] | None:
-        """The target columns when there are several (``None`` for one): linked into the model's
-        ``target_names``, since ``out_features`` alone cannot tell 3 labels from 3 classes."""
+    def target_names(self) -> list[str]:
+        """The target columns when there are several: linked into the model's ``target_names``, since
+        ``out_features`` alone cannot tell 3 labels from 3 classes. One target has no such attribute, so
+        the link passes nothing and a module of yours that takes no ``target_names`` saves none."""
+        if self.preprocessor.target_names is None:
+            raise AttributeError("one target: no target_names to link")
         return self.preprocessor.target_names
 
     @property
@@ -289,7 +292,7 @@ class TabularDataModule(ResumableDataModule):
         each label's BCE ``pos_weight``: its training rows' negatives over its positives."""
         if self.preprocessor.num_classes is None:
             raise ValueError("class weights exist only for classification data")
-        if self.target_names is not None:
+        if self.preprocessor.target_names is not None:
             labels = self.train_targets()  # (N, K) 0/1
             positives = labels.sum(axis=0)
             negatives = len(labels) - positives
