@@ -101,8 +101,11 @@ class CLI(LightningCLI):
     @override
     def after_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
-        if not runs.prepare_folder(self.trainer, config, self.subcommand):
-            self.config_init[self.subcommand]["ckpt_path"] = None  # nothing to resume: a fresh start
+        resumed = runs.prepare_folder(self.trainer, config, self.subcommand)
+        if resumed != config.get("ckpt_path"):
+            # --ckpt_path last: the run folder's own file, or None (a fresh start), for every check and
+            # for the fit alike (Lightning's own search for "last" might pick another)
+            config["ckpt_path"] = self.config_init[self.subcommand]["ckpt_path"] = resumed
         for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
             if isinstance(callback, TakesCommand):
                 callback.command = self.typed
