@@ -213,8 +213,9 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
             auto_configure_optimizers=False,
         )
     except SIGTERMException as err:
-        # stopped from outside (the resume callback saved and said where): 128 + SIGTERM, as a shell
-        raise SystemExit(128 + signal.SIGTERM) from err
+        # stopped from outside (whoever stopped it saved and said where): the status it gave, else a
+        # shell's for SIGTERM (128 + SIGTERM)
+        raise SystemExit(err.code if isinstance(err.code, int) else 128 + signal.SIGTERM) from err
     except Exception as err:
         lost = lost_process(err)
         if lost is not None:  # not bad input: the run could not go on, so 1 rather than 2
