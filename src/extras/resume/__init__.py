@@ -39,9 +39,9 @@ class Resume(Callback):
     holding everything a resume needs, mid-epoch included, and the command that goes on from that very
     step: the run's own words (:attr:`command`, which the CLI sets) with ``--ckpt_path`` naming the saved
     file; the exit status is 143. Ctrl-C (SIGINT) does the same, with exit status 130: Lightning turns it
-    into a KeyboardInterrupt that ends every process at once with status 1, under DDP with no
-    ``last.ckpt``. With ``trainer.enable_checkpointing=false`` it writes nothing, and says so. On SLURM,
-    Lightning's own SIGUSR1 handling saves and requeues instead.
+    into a KeyboardInterrupt inside the step under way, which ends the fit with status 1 and, under DDP,
+    the other processes outright. With ``trainer.enable_checkpointing=false`` it writes nothing, and says
+    so. On SLURM, Lightning's own SIGUSR1 handling saves and requeues instead.
 
     During the fit this callback's own handler only notes the signal, and the fit stops at the end
     of the next training batch, never inside a validation or an epoch's end: Lightning's own handling
