@@ -225,10 +225,13 @@ class SaveConfig(SaveConfigCallback):
             resumed = str(folder / "checkpoints" / "last.ckpt")
         inside = resumed is not None and run_of(resumed) == folder.resolve()
         if held and not inside and not self.config.get("overwrite"):
+            last = folder / "checkpoints" / "last.ckpt"
+            # without a last.ckpt (killed in its first minute), last goes on from its newest checkpoint
+            resume = last if last.is_file() else "last"
             return (
                 f"{folder} holds the checkpoints of an earlier run ({', '.join(p.name for p in held[:3])}); "
-                f"resume it with --ckpt_path {folder / 'checkpoints' / 'last.ckpt'}, name another "
-                "trainer.logger.init_args.version, or pass --overwrite true to write over it."
+                f"resume it with --ckpt_path {resume}, name another trainer.logger.init_args.version, or "
+                "pass --overwrite true to write over it."
             )
         further = replaced_by_resuming(resumed, folder) if inside else None
         if further is not None and not self.config.get("overwrite"):

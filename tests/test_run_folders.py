@@ -243,7 +243,7 @@ class FailAt(Callback):
 
 
 def test_ckpt_path_last_without_a_last_ckpt_goes_on_from_the_runs_newest_checkpoint(
-    workdir: Path, caplog: pytest.LogCaptureFixture
+    workdir: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     """A run killed before its first last.ckpt (written at most once a minute) leaves its best checkpoints:
     the same command with ``--ckpt_path last`` goes on from the newest of them, by optimizer step, saying
@@ -261,6 +261,9 @@ def test_ckpt_path_last_without_a_last_ckpt_goes_on_from_the_runs_newest_checkpo
         killed.trainer.fit(killed.model, datamodule=killed.datamodule)
     run = Path("logs/spiral/K1/checkpoints")
     assert not (run / "last.ckpt").exists()  # the fit ended inside a step, before its first last.ckpt
+    # the command without --ckpt_path is refused, naming the way to go on that works there
+    sentence = refused(capsys, lambda: fit(*every_epoch_best, "--trainer.logger.init_args.version=K1"))
+    assert "resume it with --ckpt_path last, " in sentence
     with caplog.at_level(logging.INFO):
         resumed = fit(*every_epoch_best, "--trainer.logger.init_args.version=K1", "--ckpt_path=last")
     (newest,) = run.glob(f"best-epoch001-step{2 * steps}.ckpt")
