@@ -211,7 +211,9 @@ class Resume(Callback):
             rank_zero_info(self._sentence(trainer, saved, why=why))
         else:
             who = f"rank {trainer.global_rank} of {trainer.world_size}"
-            print(self._sentence(trainer, saved, who, why), flush=True)
+            # one write, newline included: the ranks share one output, and an unbuffered print
+            # (PYTHONUNBUFFERED) writes its end apart, so another rank's sentence could land in between
+            print(self._sentence(trainer, saved, who, why) + "\n", end="", flush=True)
         # Lightning's exception for a fit stopped from outside at a step's end, which the other callbacks
         # know to be saved already; its code is the exit status a shell gives the signal
         raise SIGTERMException(128 + signum)
