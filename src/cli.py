@@ -103,8 +103,11 @@ class CLI(LightningCLI):
     @override
     def after_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
-        if not runs.prepare_folder(self.trainer, config, self.subcommand):
-            self.config_init[self.subcommand]["ckpt_path"] = None  # nothing to resume: a fresh start
+        resumed = runs.prepare_folder(self.trainer, config, self.subcommand)
+        if resumed != config.get("ckpt_path"):
+            # --ckpt_path last: the run folder's own file, or None (a fresh start), for every check and
+            # for the fit alike (Lightning's own search for "last" might pick another)
+            config["ckpt_path"] = self.config_init[self.subcommand]["ckpt_path"] = resumed
         for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
             if isinstance(callback, TakesCommand):
                 callback.command = self.typed
@@ -238,8 +241,9 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
                 layer=layer,
             )
     except SIGTERMException as err:
-        # stopped from outside (the resume callback saved and said where): 128 + SIGTERM, as a shell
-        raise SystemExit(128 + signal.SIGTERM) from err
+        # stopped from outside (whoever stopped it saved and said where): the status it gave, else a
+        # shell's for SIGTERM (128 + SIGTERM)
+        raise SystemExit(err.code if isinstance(err.code, int) else 128 + signal.SIGTERM) from err
     except Exception as err:
         lost = lost_process(err)
         if lost is not None:  # not bad input: the run could not go on, so 1 rather than 2

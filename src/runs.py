@@ -22,9 +22,9 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
-from src.errors import notice
+from src.errors import UserInputError, notice
 from src.files import written
-from src.settings import CARRIED, PER_INVOCATION, callback_sections, check_last
+from src.settings import CARRIED, PER_INVOCATION, callback_sections
 
 
 def run_of(ckpt_path: str | Path) -> Path | None:
@@ -70,6 +70,57 @@ def replaced_by_resuming(ckpt_path: str | Path, run: Path) -> Path | None:
     if not last.is_file() or last.resolve() == Path(ckpt_path).resolve():
         return None
     return last if step_of(last) > step_of(ckpt_path) else None
+
+
+def resumable_step(ckpt_path: Path) -> int | None:
+    """The optimizer steps of a whole checkpoint of a fit's full state, read without loading its tensors;
+    ``None`` for anything else (a weights-only save has no optimizer or loops)."""
+    try:
+        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # not a whole checkpoint
+        return None
+    full = isinstance(checkpoint, dict) and all(key in checkpoint for key in ("optimizer_states", "loops"))
+    step = checkpoint.get("global_step") if full else None
+    return step if isinstance(step, int) else None
+
+
+def last_of_run(base: Path, version: Any) -> Path | None:
+    """The checkpoint ``--ckpt_path last`` goes on from in the named run folder under ``base``
+    (``<save_dir>/<name>``): its ``last.ckpt``, else its newest whole checkpoint by optimizer step (a run
+    killed before its first ``last.ckpt``, written at most once a minute, leaves best ones), in one line
+    saying which. ``None`` where the folder holds no checkpoint: the fit starts afresh there, in one line,
+    as a requeued job's first start does, and the next start with the same command resumes. Without a
+    named folder, or in one whose checkpoints are none of them whole, one sentence; another run's
+    checkpoint is never the one to go on from."""
+    if version is None:
+        raise UserInputError(
+            f"--ckpt_path last goes on from the run folder under {base} that "
+            "trainer.logger.init_args.version names, and none is named; name it (the same on every start of "
+            "the run), or give --ckpt_path the path of the checkpoint to resume from."
+        )
+    checkpoints = base / str(version) / "checkpoints"
+    if (checkpoints / "last.ckpt").is_file():
+        return checkpoints / "last.ckpt"
+    held = checkpoints_in(checkpoints)
+    steps = {path: step for path in held if (step := resumable_step(path)) is not None}
+    if steps:
+        newest = max(steps, key=lambda path: (steps[path], path.stat().st_mtime))
+        notice(
+            f"--ckpt_path last finds no last.ckpt in {checkpoints}: this fit goes on from its newest "
+            f"checkpoint, {newest.name} (step {steps[newest]})."
+        )
+        return newest
+    if held:
+        raise UserInputError(
+            f"--ckpt_path last finds no last.ckpt in {checkpoints}, and none of its checkpoints "
+            f"({', '.join(path.name for path in held[:3])}) holds a whole fit's state; give --ckpt_path the "
+            "checkpoint to resume from, or name another trainer.logger.init_args.version."
+        )
+    notice(
+        f"--ckpt_path last finds no last.ckpt in {checkpoints}: this fit starts afresh there, and the "
+        "same command resumes from the checkpoints it writes."
+    )
+    return None
 
 
 def checkpoints_in(folder: Path) -> list[Path]:
@@ -171,10 +222,13 @@ class SaveConfig(SaveConfigCallback):
             resumed = str(folder / "checkpoints" / "last.ckpt")
         inside = resumed is not None and run_of(resumed) == folder.resolve()
         if held and not inside and not self.config.get("overwrite"):
+            last = folder / "checkpoints" / "last.ckpt"
+            # without a last.ckpt (killed in its first minute), last goes on from its newest checkpoint
+            resume = last if last.is_file() else "last"
             return (
                 f"{folder} holds the checkpoints of an earlier run ({', '.join(p.name for p in held[:3])}); "
-                f"resume it with --ckpt_path {folder / 'checkpoints' / 'last.ckpt'}, name another "
-                "trainer.logger.init_args.version, or pass --overwrite true to write over it."
+                f"resume it with --ckpt_path {resume}, name another trainer.logger.init_args.version, or "
+                "pass --overwrite true to write over it."
             )
         further = replaced_by_resuming(resumed, folder) if inside else None
         if further is not None and not self.config.get("overwrite"):
@@ -271,15 +325,15 @@ def place_logging(config: Any, subcommand: str, ckpt_path: str, words: list[str]
     logger["init_args"]["version"] = version
 
 
-def prepare_folder(trainer: Any, config: Any, subcommand: str | None) -> bool:
+def prepare_folder(trainer: Any, config: Any, subcommand: str | None) -> Any:
     """Tell the run's :class:`SaveConfig` what this run will create, found without fixing the version
-    number now (two runs built before either starts must still get version_0 and version_1); and check
-    what ``--ckpt_path last`` finds (:func:`settings.check_last`): ``False`` when it names a version with
-    nothing to resume yet, which then starts fresh."""
+    number now (two runs built before either starts must still get version_0 and version_1); and return
+    the ``ckpt_path`` the run goes on from: as given, but for a fit's ``last``, the file :func:`last_of_run`
+    finds (``None``: nothing to resume yet, a fresh start)."""
     logger = trainer.logger
     saver = next((c for c in trainer.callbacks if isinstance(c, SaveConfig)), None)
     if not isinstance(logger, TensorBoardLogger) or saver is None:
-        return True
+        return config.get("ckpt_path")
     base = Path(logger.save_dir) / logger.name
     if not base.exists():
         made = base
@@ -288,4 +342,7 @@ def prepare_folder(trainer: Any, config: Any, subcommand: str | None) -> bool:
         saver.made_folder = made
     named = config["trainer"]["logger"]["init_args"].get("version")
     saver.new_version = named is None or not (base / str(named)).exists()
-    return not (subcommand == "fit" and config.get("ckpt_path") == "last") or check_last(base, named)
+    if subcommand != "fit" or config.get("ckpt_path") != "last":
+        return config.get("ckpt_path")
+    found = last_of_run(base, named)
+    return None if found is None else str(found.resolve())  # absolute, as Lightning's own "last" names it

@@ -95,27 +95,6 @@ def differences(old: Any, new: Any, where: str) -> list[tuple[str, Any, Any]]:
     return [] if old == new else [(where, old, new)]
 
 
-def check_last(base: Path, version: Any) -> bool:
-    """Whether ``--ckpt_path last`` has a ``last.ckpt`` to resume from in the named run folder under
-    ``base`` (``<save_dir>/<name>``). A named folder without checkpoints has nothing to resume: the fit
-    starts afresh there, in one line, as a requeued job's first start does (Lightning's own "last" would
-    too, with a warning); the next start with the same command resumes. Without a named folder, or in one
-    holding other checkpoints, one sentence with the path to give instead."""
-    checkpoints = base / str(version) / "checkpoints"
-    if version is not None and (checkpoints / "last.ckpt").is_file():
-        return True
-    if version is not None and not any(checkpoints.rglob("*.ckpt")):
-        notice(
-            f"--ckpt_path last finds no last.ckpt in {checkpoints}: this fit starts afresh there, and the "
-            "same command resumes from the last.ckpt it writes."
-        )
-        return False
-    found = sorted(base.glob("*/checkpoints/last.ckpt"), key=lambda path: path.stat().st_mtime)
-    where = f"{base / str(version) / 'checkpoints'}" if version is not None else f"a new version of {base}"
-    hint = f"--ckpt_path {found[-1]}" if found else "the path of the checkpoint to resume from"
-    raise UserInputError(f"--ckpt_path last finds no last.ckpt in {where}; give {hint}.")
-
-
 def plain(value: Any) -> Any:
     """A value as YAML writes it: namespaces as mappings, tuples as lists."""
     if isinstance(value, Namespace):

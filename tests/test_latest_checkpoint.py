@@ -1,6 +1,8 @@
 """last.ckpt, the state a resume goes on from: at most every ``every_seconds``, and always at the fit's end
 and on an exception between two steps, never of a step half taken."""
 
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +102,27 @@ def test_an_exception_between_steps_writes_the_state_it_stopped_at(tmp_path: Pat
         fit(tmp_path, latest, Tiny(), FailAtEpochEnd())
     saved = torch.load(tmp_path / "last.ckpt", weights_only=True)
     assert saved["global_step"] == 2 * STEPS_PER_EPOCH  # the end of epoch 1, both epochs' steps taken
+
+
+class CtrlCAtEpochEnd(Callback):
+    @override
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # Python's own handler raises KeyboardInterrupt here
+
+
+def test_a_ctrl_c_between_steps_writes_the_state_it_stopped_at(tmp_path: Path) -> None:
+    """Lightning's own handling of Ctrl-C, as a fit gets it where no callback takes SIGINT: a
+    KeyboardInterrupt that ends the fit with exit status 1, after this save."""
+    latest = LatestCheckpoint(dirpath=str(tmp_path), every_seconds=3600)
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            fit(tmp_path, latest, Tiny(), CtrlCAtEpochEnd())
+    finally:
+        signal.signal(signal.SIGINT, handler)  # Lightning ignores every later Ctrl-C of the process
+    assert stopped.value.code == 1
+    assert torch.load(tmp_path / "last.ckpt", weights_only=True)["global_step"] == 2 * STEPS_PER_EPOCH
 
 
 def test_an_exception_inside_a_step_writes_nothing_of_it(

@@ -8,9 +8,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 import yaml
+from lightning.pytorch.callbacks import Callback
 
 from src.cli import CLI, main
 from tests.conftest import CONFIGS, CORE_ONLY, ONE_PASS, QUIET
@@ -136,11 +138,14 @@ time.sleep(120)
 """
 
 
-def test_ckpt_path_last_without_a_named_run_says_which_file_to_give(workdir: Path, capsys) -> None:
+def test_ckpt_path_last_without_a_named_run_asks_for_one_and_names_no_other_runs_checkpoint(
+    workdir: Path, capsys
+) -> None:
     first = fit("--trainer.max_epochs=1")
     last = Path(first.trainer.log_dir) / "checkpoints" / "last.ckpt"
     sentence = refused(capsys, lambda: fit("--trainer.max_epochs=2", "--ckpt_path=last"))
-    assert f"--ckpt_path {last}" in sentence
+    assert "trainer.logger.init_args.version" in sentence
+    assert ".ckpt" not in sentence  # another run's checkpoint is never the one to go on from
     # nothing was started: no new version folder
     assert sorted(p.name for p in last.parent.parent.parent.iterdir()) == ["version_0"]
 
@@ -158,17 +163,69 @@ def test_ckpt_path_last_into_a_named_version_with_nothing_to_resume_starts_fresh
     said = [r.getMessage() for r in caplog.records if "--ckpt_path last" in r.getMessage()]
     assert said == [
         f"--ckpt_path last finds no last.ckpt in {run / 'checkpoints'}: this fit starts afresh there, and "
-        "the same command resumes from the last.ckpt it writes."
+        "the same command resumes from the checkpoints it writes."
     ]
     second = fit("--trainer.max_epochs=2", *job)
     assert Path(second.trainer.log_dir) == run
     assert second.trainer.global_step == 2 * first.trainer.global_step
-    # a named version that holds other checkpoints but no last.ckpt has nothing to start afresh in
+    # a named version whose checkpoints none of them holds a fit's whole state has nothing to go on from
     held = Path("logs/spiral/other/checkpoints")
     held.mkdir(parents=True)
     (held / "best.ckpt").write_bytes(b"")
     sentence = refused(capsys, lambda: fit("--trainer.logger.init_args.version=other", "--ckpt_path=last"))
-    assert sentence.startswith(f"error: --ckpt_path last finds no last.ckpt in {held};")
+    assert sentence.startswith(f"error: --ckpt_path last finds no last.ckpt in {held}, and none of its ")
+
+
+class FailAt(Callback):
+    """Raises as optimizer step ``step`` starts (after last.ckpt's own hook: inside the step, which saves
+    nothing): the fit ends there, leaving what a kill leaves."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: object) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError("killed")
+
+
+def test_ckpt_path_last_without_a_last_ckpt_goes_on_from_the_runs_newest_checkpoint(
+    workdir: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run killed before its first last.ckpt (written at most once a minute) leaves its best checkpoints:
+    the same command with ``--ckpt_path last`` goes on from the newest of them, by optimizer step, saying
+    so in one line, to the state the uninterrupted run ends with; another run's newer last.ckpt beside it
+    plays no part."""
+    every_epoch_best = [
+        "--trainer.max_epochs=3", "--best_checkpoint.init_args.monitor=step",
+        "--best_checkpoint.init_args.mode=max", "--best_checkpoint.init_args.save_top_k=-1",
+    ]  # fmt: skip
+    uninterrupted = fit(*every_epoch_best, "--trainer.logger.init_args.version=U")
+    steps = uninterrupted.trainer.global_step // 3  # one epoch's
+    killed = main([*SPIRAL, *every_epoch_best, "--trainer.logger.init_args.version=K1", *QUIET], run=False)
+    killed.trainer.callbacks.append(FailAt(2 * steps + 1))
+    with pytest.raises(RuntimeError, match="killed"):
+        killed.trainer.fit(killed.model, datamodule=killed.datamodule)
+    run = Path("logs/spiral/K1/checkpoints")
+    assert not (run / "last.ckpt").exists()  # the fit ended inside a step, before its first last.ckpt
+    # the command without --ckpt_path is refused, naming the way to go on that works there
+    sentence = refused(capsys, lambda: fit(*every_epoch_best, "--trainer.logger.init_args.version=K1"))
+    assert "resume it with --ckpt_path last, " in sentence
+    with caplog.at_level(logging.INFO):
+        resumed = fit(*every_epoch_best, "--trainer.logger.init_args.version=K1", "--ckpt_path=last")
+    (newest,) = run.glob(f"best-epoch001-step{2 * steps}.ckpt")
+    said = [r.getMessage() for r in caplog.records if "--ckpt_path last" in r.getMessage()]
+    assert said == [
+        f"--ckpt_path last finds no last.ckpt in {run}: this fit goes on from its newest checkpoint, "
+        f"{newest.name} (step {2 * steps})."
+    ]
+    assert Path(resumed.trainer.ckpt_path).resolve() == newest.resolve()  # the file said and checked
+    assert resumed.trainer.global_step == uninterrupted.trainer.global_step == 3 * steps
+    assert Path(resumed.trainer.log_dir) == run.parent
+    torch.testing.assert_close(resumed.model.state_dict(), uninterrupted.model.state_dict(), rtol=0, atol=0)
+    torch.testing.assert_close(
+        resumed.trainer.optimizers[0].state_dict(), uninterrupted.trainer.optimizers[0].state_dict(), rtol=0,
+        atol=0,
+    )  # fmt: skip
 
 
 def test_settings_typed_beside_ckpt_path_take_effect_or_are_refused(workdir: Path, capsys) -> None:

@@ -8,6 +8,7 @@ would import Lightning), so they start in the time their own imports take.
 """
 
 import importlib
+import signal
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Future
 from typing import Any, TypeVar
@@ -18,6 +19,12 @@ T = TypeVar("T")
 #: an idle worker exits after this many seconds; the next submission starts another
 IDLE_SECONDS = 300
 _pools: dict[str, ProcessPoolExecutor] = {}
+
+
+def ignore_ctrl_c() -> None:
+    """A worker's start: a terminal's Ctrl-C reaches every process of the command, and the training's own
+    decides how the run ends (its end shuts the workers down); a worker would only print its traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def ready(module: str) -> None:
@@ -41,7 +48,9 @@ def submit(purpose: str, function: Callable[..., T], *args: Any) -> "Future[T]":
             # at the training's own CPU priority: the fit waits for what its workers owe at its end, and a
             # worker of a lower one gets next to no CPU on a machine busy with other work, so that the
             # wait would last as long as the other work does
-            pool = _pools[purpose] = ProcessPoolExecutor(max_workers=1, timeout=IDLE_SECONDS)
+            pool = _pools[purpose] = ProcessPoolExecutor(
+                max_workers=1, timeout=IDLE_SECONDS, initializer=ignore_ctrl_c
+            )
         try:
             return pool.submit(function, *args)
         except (BrokenExecutor, RuntimeError):  # its worker died, or it was shut down: a new one

@@ -1,4 +1,5 @@
-"""Resuming a run: the random generators' state in each checkpoint, and a checkpoint when SIGTERM stops it."""
+"""Resuming a run: the random generators' state in each checkpoint, and a checkpoint when SIGTERM or Ctrl-C
+stops it."""
 
 import os
 import random
@@ -26,7 +27,7 @@ from src.extras.resume.threads import CpuThreads
 
 
 class Resume(Callback):
-    """What a resumed fit needs to go on bit for bit, and a checkpoint when SIGTERM stops the fit.
+    """What a resumed fit needs to go on bit for bit, and a checkpoint when SIGTERM or Ctrl-C stops the fit.
 
     ``random_state``: the state of torch's, numpy's and Python's generators goes into every checkpoint
     and is restored when training starts from one, so that dropout and anything else a user's code
@@ -37,20 +38,22 @@ class Resume(Callback):
     of the step under way with ``last.ckpt`` (where the checkpoint callback without a monitor keeps it)
     holding everything a resume needs, mid-epoch included, and the command that goes on from that very
     step: the run's own words (:attr:`command`, which the CLI sets) with ``--ckpt_path`` naming the saved
-    file. With ``trainer.enable_checkpointing=false`` it writes nothing, and says so. On SLURM,
-    Lightning's own SIGUSR1 handling saves and requeues instead.
+    file; the exit status is 143. Ctrl-C (SIGINT) does the same, with exit status 130: Lightning turns it
+    into a KeyboardInterrupt inside the step under way, which ends the fit with status 1 and, under DDP,
+    the other processes outright. With ``trainer.enable_checkpointing=false`` it writes nothing, and says
+    so. On SLURM, Lightning's own SIGUSR1 handling saves and requeues instead.
 
-    During the fit this callback's own SIGTERM handler only notes the signal, and the fit stops at the end
+    During the fit this callback's own handler only notes the signal, and the fit stops at the end
     of the next training batch, never inside a validation or an epoch's end: Lightning's own handling
     stops within a validation, whose metrics then never reach the checkpoint, the best model's tracking
     or early stopping's patience, and a resume counts that validation as run. A signal noted during the
     last epoch's closing validation stops the fit at its end, before a test after it. In several
     processes, the ranks agree at the end of each training batch (one all-reduce of the note) whether to
-    stop: all save together, say so and end; so do torchrun's workers whose torchrun was killed outright
-    (Lightning's handler broadcasts inside the signal handler, in the middle of whatever collective the
-    process was in, and the ranks hang). A rank that loses the others (a killed process, a taken port)
-    leaves its error a note naming the last checkpoint, and a launcher whose processes never met stops
-    the ones it started.
+    stop: all save together, say so and end (SIGTERM's status where any rank got one, else Ctrl-C's); so
+    do torchrun's workers whose torchrun was killed outright (Lightning's handler broadcasts inside the
+    signal handler, in the middle of whatever collective the process was in, and the ranks hang). A rank
+    that loses the others (a killed process, a taken port) leaves its error a note naming the last
+    checkpoint, and a launcher whose processes never met stops the ones it started.
 
     ``cpu_threads``: torch's threads within one operation while the fit runs on the CPU
     (:class:`~src.extras.resume.threads.CpuThreads`): the shipped small nets train fastest with 1, and a
@@ -58,7 +61,7 @@ class Resume(Callback):
 
     Args:
         random_state: Keep the generators' state in every checkpoint and restore it.
-        preemption: Save ``last.ckpt`` and stop on SIGTERM.
+        preemption: Save ``last.ckpt`` and stop on SIGTERM and on Ctrl-C.
         cpu_threads: Intra-op threads during the run on the CPU; ``None`` leaves torch's setting alone.
     """
 
@@ -73,9 +76,10 @@ class Resume(Callback):
         self.saved: Path | None = None
         #: the words that started the run (``fit --config ...``), repeated in the advice to resume
         self.command: list[str] | None = None
-        self._signalled = False  # SIGTERM arrived; the ranks act on it at the end of a training batch
-        self._noting = False  # this callback's SIGTERM handler is on
-        self._previous: Any = None  # the handler it replaced
+        self._signalled: int | None = None  # the signal that arrived (SIGTERM over SIGINT); the ranks act
+        # on it at the end of a training batch
+        self._noting = False  # this callback's handlers are on
+        self._previous: dict[int, Any] = {}  # the handlers they replaced, by signal
         self._launcher_pid: int | None = None  # torchrun's agent, which starts and watches this process
         self._stopped = False  # every rank saved and said so
 
@@ -119,11 +123,11 @@ class Resume(Callback):
 
     @override
     def on_sanity_check_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._take_sigterm(trainer)
+        self._take_signals(trainer)
 
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._take_sigterm(trainer)
+        self._take_signals(trainer)
         state, self._restored = self._restored, None
         if state is None:
             return
@@ -138,9 +142,10 @@ class Resume(Callback):
         if "cuda" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda"])
 
-    def _take_sigterm(self, trainer: L.Trainer) -> None:
+    def _take_signals(self, trainer: L.Trainer) -> None:
         """SIGTERM is noted by this callback's handler instead of Lightning's (which Lightning installs
-        before the sanity check and restores when the fit ends)."""
+        before the sanity check and restores when the fit ends), and so is SIGINT where Python's own
+        handler has it (not where it is ignored, as in a job started in the background)."""
         if not self.preemption or self._noting or trainer.received_sigterm:
             return  # (Lightning's handler heard it first: Lightning stops at its next check)
         if threading.current_thread() is not threading.main_thread():  # only the main thread may
@@ -154,16 +159,23 @@ class Resume(Callback):
         launcher = strategy.launcher
 
         def note(signum: int, frame: FrameType | None) -> None:
-            if not self._signalled and launcher is not None:
-                launcher.kill(signum)  # the processes this one started hear it too, as with Lightning's
-            self._signalled = True
+            if signum == signal.SIGTERM and self._signalled != signum and launcher is not None:
+                # the processes this one started hear it too, as with Lightning's. Not SIGINT: a terminal
+                # sends Ctrl-C to all of them already, as torchrun passes it on, and the ranks learn of a
+                # signal only one of them got at the next batch's end anyway
+                launcher.kill(signum)
+            if self._signalled != signal.SIGTERM:
+                self._signalled = signum
 
-        self._previous = signal.signal(signal.SIGTERM, note)
+        self._previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, note)}
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, note)
         self._noting = True
 
-    def _give_back_sigterm(self) -> None:
+    def _give_back_signals(self) -> None:
         if self._noting and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._previous)
+            for signum, handler in self._previous.items():
+                signal.signal(signum, handler)
             self._noting = False
 
     @override
@@ -175,11 +187,16 @@ class Resume(Callback):
         orphaned = self._launcher_pid is not None and os.getppid() != self._launcher_pid
         # every rank ends every training batch here, so this all-reduce pairs up across ranks; any rank's
         # note stops them all at the same step
-        if trainer.strategy.reduce_boolean_decision(self._signalled or orphaned, all=False):
+        if trainer.strategy.reduce_boolean_decision(self._signalled is not None or orphaned, all=False):
             self._stop(trainer, orphaned)
 
     def _stop(self, trainer: L.Trainer, orphaned: bool = False) -> None:
-        """Every rank saves, says so and ends the fit."""
+        """Every rank saves, says so and ends the fit, with the same exit status: SIGTERM's where any rank
+        got SIGTERM or lost its launcher, else Ctrl-C's."""
+        terminated = trainer.strategy.reduce_boolean_decision(
+            self._signalled == signal.SIGTERM or orphaned, all=False
+        )
+        signum = signal.SIGTERM if terminated else signal.SIGINT
         saved = self._save(trainer)
         if saved is not None:
             # the run ends here: the file is whole before any rank leaves (Lightning's launcher kills
@@ -187,18 +204,26 @@ class Resume(Callback):
             trainer.strategy.checkpoint_io.teardown()
         trainer.strategy.barrier()
         self._stopped = True
+        why = "by SIGTERM" if terminated else "by Ctrl-C (SIGINT)"
+        if orphaned and self._signalled != signal.SIGTERM:
+            why = "because its launcher is gone"
         if trainer.world_size == 1:
-            rank_zero_info(self._sentence(trainer, saved))
+            rank_zero_info(self._sentence(trainer, saved, why=why))
         else:
             who = f"rank {trainer.global_rank} of {trainer.world_size}"
-            why = "because its launcher is gone" if orphaned and not self._signalled else "by SIGTERM"
-            print(self._sentence(trainer, saved, who, why), flush=True)
-        raise SIGTERMException
+            # one write, newline included: the ranks share one output, and an unbuffered print
+            # (PYTHONUNBUFFERED) writes its end apart, so another rank's sentence could land in between
+            print(self._sentence(trainer, saved, who, why) + "\n", end="", flush=True)
+        # Lightning's exception for a fit stopped from outside at a step's end, which the other callbacks
+        # know to be saved already; its code is the exit status a shell gives the signal
+        raise SIGTERMException(128 + signum)
 
     @override
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        noted = self._noting and trainer.strategy.reduce_boolean_decision(self._signalled, all=False)
-        self._give_back_sigterm()
+        noted = self._noting and trainer.strategy.reduce_boolean_decision(
+            self._signalled is not None, all=False
+        )
+        self._give_back_signals()
         if noted:
             # noted after the last training batch (in the closing validation, at the epoch's end): the fit
             # is over, and the stop goes before anything after it (a test)
@@ -209,7 +234,7 @@ class Resume(Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
         self.threads.on_exception(trainer, pl_module, exception)
-        self._give_back_sigterm()
+        self._give_back_signals()
         if not self.preemption:
             return
         lost = process_group_error(exception)

@@ -23,9 +23,11 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from src.checkpoint_io import AtomicCheckpointIO
+from src.cli import main
 from src.extras.resume import Resume
-from src.extras.resume.test_resume import BATCHES, COSINE, EPOCHS, fitted
+from src.extras.resume.test_resume import ARGS, BATCHES, COSINE, EPOCHS, fitted
 from src.extras.resume.test_resume import build as build_constant
+from tests.conftest import QUIET
 
 # A checkpoint written between an epoch's last step and its end (a best checkpoint written at the
 # validation's end) resumes with that epoch's validation counted as run, as Lightning resumes its own step
@@ -170,6 +172,28 @@ def test_a_sigterm_in_the_sanity_check_stops_after_the_first_step(workdir: Path,
     (last,) = workdir.rglob("*.ckpt")
     assert torch.load(last, weights_only=True)["global_step"] == 1
     assert f"Stopped by SIGTERM after step 1; saved {last.relative_to(workdir)}. Resume with:" in caplog.text
+
+
+def test_a_ctrl_c_stops_at_the_steps_end_exits_130_and_resumes_exactly(
+    workdir: Path, uninterrupted: dict[str, torch.Tensor], caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGINT, as Ctrl-C sends it, is noted like SIGTERM: the step under way ends, last.ckpt is saved once,
+    the command says so and exits 130 (Lightning's own KeyboardInterrupt would exit 1), and the saved
+    state goes on exactly."""
+    step = BATCHES + 2  # in the middle of epoch 1
+    words = [
+        "--trainer.callbacks+=tests.helpers.SignalAt", f"--trainer.callbacks.step={step}",
+        f"--trainer.callbacks.folder={workdir}", "--trainer.callbacks.name=SIGINT",
+    ]  # fmt: skip
+    handler = signal.getsignal(signal.SIGINT)
+    with pytest.raises(SystemExit) as stopped:
+        main(["fit", *ARGS, *COSINE, *words, *QUIET])
+    assert stopped.value.code == 128 + signal.SIGINT
+    (last,) = workdir.rglob("last.ckpt")
+    assert torch.load(last, weights_only=True)["global_step"] == step + 1
+    assert caplog.text.count(f"Stopped by Ctrl-C (SIGINT) after step {step + 1}; saved ") == 1
+    assert signal.getsignal(signal.SIGINT) is handler  # given back
+    assert_exact(fitted(build(), str(last)), uninterrupted)
 
 
 def heard_by_lightning() -> SigtermAtHook:
