@@ -132,7 +132,9 @@ class Regressor(BaseTask):
 
     def to_original_units(self, output: torch.Tensor) -> torch.Tensor:
         """(B, 1) net output → (B,) predictions in the target's units; (B, K) → (B, K) with several."""
-        values = output.squeeze(-1) * self.target_std + self.target_mean
+        # the squeeze only where there is one target: an exported graph keeps a squeeze of a K-wide axis
+        values = (output if self.hparams.get("target_names") else output.squeeze(-1)) * self.target_std
+        values = values + self.target_mean
         return torch.where(self.target_log > 0, torch.expm1(values), values)
 
     @override

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
+import tests.test_multitarget as multitarget
 import tests.test_targets as targets
 from src.apps import export
 from src.predict import Predictor
@@ -346,3 +347,38 @@ def test_every_path_predicts_prices_in_their_own_units(skewed_run, tmp_path: Pat
     graph = onnxruntime.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
     (values,) = graph.run(["values"], export.graph_inputs(run.datamodule.preprocessor, rows))
     np.testing.assert_allclose(values, expected.numpy(), rtol=1e-5)
+
+
+# -- a table of several target columns (tests/test_multitarget.py's): the raw-column graph answers each -----
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("config", "task", "names", "words"),
+    [
+        ("spiral.yaml", "classification", multitarget.LABELS, []),
+        (
+            "friedman.yaml",
+            "regression",
+            multitarget.VALUES,
+            ["--model.init_args.net.init_args.hidden_sizes=[16]"],
+        ),
+    ],
+    ids=["labels", "values"],
+)
+def test_a_table_of_several_targets_exports_a_graph_that_answers_each(
+    config: str, task: str, names: list[str], words: list[str], tmp_path: Path
+) -> None:
+    run, checkpoint = multitarget.fitted(tmp_path, config, task, names, *words)
+    export.main(["--ckpt_path", str(checkpoint), "--output", str(tmp_path / "model.onnx")])
+    predictor = Predictor.from_checkpoint(checkpoint)
+    rows = run.datamodule.table.features.iloc[run.datamodule.split_rows["val"]].reset_index(drop=True)
+    predicted = predictor.predict(rows)
+    got = run_raw(tmp_path / "model.onnx", predictor, rows)
+    if task == "classification":  # each label's 0/1 choice, as predict_step makes it: probability > 0.5
+        chosen = predicted[[f"probability({name})" for name in names]].to_numpy() > 0.5
+        expected = chosen.astype(np.float32)
+    else:
+        expected = predicted[[f"prediction({name})" for name in names]].to_numpy(np.float32)
+    assert np.asarray(got["values"]).shape == (len(rows), len(names))
+    np.testing.assert_allclose(got["values"], expected, rtol=1e-5, atol=1e-5)

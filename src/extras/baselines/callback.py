@@ -111,7 +111,7 @@ def raw_rows(
     """One split's rows as the baselines read them: the columns the net reads, numbers by the preprocessing's
     rule (NaN for missing cells and stray text), categories as their canonical text (missing ones
     :data:`~src.data.preprocessing.MISSING`); and the targets, class ids as the net's or values: ``(N,)``,
-    or ``(N, K)`` for a table of K target columns (K labels of 0 or 1, or K values, as written).
+    or ``(N, K)`` for a table of K target columns (K labels as the net's 0 or 1, or K values).
 
     ``rows``: positions within the split to keep (all of them when ``None``).
     """
@@ -124,10 +124,10 @@ def raw_rows(
     for category in prep.categorical:
         frame[category.name] = category_strings(table.features[category.name].iloc[positions], prep.na_values)
     target = table.target.iloc[positions]
-    if isinstance(target, pd.DataFrame):  # (N, K) targets
-        return frame, target.to_numpy(np.int64 if prep.task == "classification" else np.float64, copy=True)
-    if prep.task == "classification":
+    if prep.task == "classification":  # (N,) class ids, or (N, K) 0/1 of each label's positive value
         return frame, prep.encode_labels(target, table.location)
+    if isinstance(target, pd.DataFrame):  # (N, K) values
+        return frame, target.to_numpy(np.float64, copy=True)
     return frame, target.to_numpy(np.float64)
 
 
