@@ -124,10 +124,11 @@ def raw_rows(
     for category in prep.categorical:
         frame[category.name] = category_strings(table.features[category.name].iloc[positions], prep.na_values)
     target = table.target.iloc[positions]
+    if isinstance(target, pd.DataFrame) and (prep.task != "classification" or prep.labels is None):
+        # (N, K) values, or labels already written as 0/1
+        return frame, target.to_numpy(np.int64 if prep.task == "classification" else np.float64, copy=True)
     if prep.task == "classification":  # (N,) class ids, or (N, K) 0/1 of each label's positive value
         return frame, prep.encode_labels(target, table.location)
-    if isinstance(target, pd.DataFrame):  # (N, K) values
-        return frame, target.to_numpy(np.float64, copy=True)
     return frame, target.to_numpy(np.float64)
 
 
