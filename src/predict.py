@@ -220,9 +220,13 @@ class Predictor:
         (``report.columns``) instead of the logged warning. Images: ``path`` when all are files (as
         ``predict``'s CSV file), else ``row``, their positions.
         """
-        if isinstance(items, pd.DataFrame):
+        if isinstance(items, pd.DataFrame) and isinstance(self.reading, Preprocessor):
             outputs = self.outputs(self.encode(items, source, report))
             return prediction_frame(outputs, self.labels, items.index.to_numpy())
+        if isinstance(items, pd.DataFrame):  # rows that the run's own reading stacks (arrays)
+            x = self.read(items, [source if isinstance(source, str) else source.what])
+            index = pd.Index(items.index.to_numpy(), name="row")
+            return prediction_frame(self.outputs(x), self.labels, index)
         files = all(isinstance(item, str | Path) for item in items)
         index = pd.Index(
             [str(i) for i in items] if files else range(len(items)), name="path" if files else "row"

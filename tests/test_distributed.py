@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from typing_extensions import override
 
 from src.cli import CLI, main
-from src.data.datamodule import TabularDataModule
+from src.data.arrays import ArrayDataModule
 from src.data.loading import keep_batch
 from tests.conftest import BARE, CONFIGS, ONE_PASS, QUIET, ROOT
 
@@ -60,7 +60,7 @@ class RankReport(Callback):
         torch.save(report, self.folder / f"rank{trainer.global_rank}.pt")
 
 
-class SameOrderAsTwoProcesses(TabularDataModule):
+class SameOrderAsTwoProcesses(ArrayDataModule):
     """One process, batches of 2B in the order that two DDP processes together see them.
 
     A ``DistributedSampler`` gives rank ``r`` the positions ``r::2`` of one seeded permutation per epoch,

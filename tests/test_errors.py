@@ -30,6 +30,7 @@ def csv_args(path: Path | str, target: str = "label", task: str = "classificatio
     return [
         "--config",
         str(CONFIGS / "digits.yaml"),
+        "--data=src.data.TabularDataModule",
         f"--data.source={source}",
         f"--data.path={path}",
         f"--data.target_column={target}",
@@ -120,7 +121,9 @@ def test_unknown_file_suffix(cli, capsys, tmp_path: Path, nothing_written) -> No
 
 def test_a_path_with_a_bundled_source(cli, capsys, write_csv, nothing_written) -> None:
     path = write_csv({"a": [1.0, 2.0], "label": [0, 1]})
-    line = fails(cli, capsys, "--config", "digits.yaml", f"--data.path={path}")
+    line = fails(
+        cli, capsys, "--config", "digits.yaml", "--data=src.data.TabularDataModule", f"--data.path={path}"
+    )
     assert f"data.path={str(path)!r} is set, but data.source='digits' reads bundled data" in line
 
 
@@ -136,6 +139,7 @@ def test_a_column_both_numeric_and_categorical(cli, capsys, nothing_written) -> 
         capsys,
         "--config",
         "digits.yaml",
+        "--data=src.data.TabularDataModule",
         "--data.columns.numeric=[a]",
         "--data.columns.categorical=[a, b]",
     )
@@ -150,10 +154,10 @@ def test_split_fractions_that_do_not_fit(cli, capsys, val: float, test: float, n
         capsys,
         "--config",
         "digits.yaml",
-        f"--data.split.val_fraction={val}",
-        f"--data.split.test_fraction={test}",
+        f"--data.val_fraction={val}",
+        f"--data.test_fraction={test}",
     )
-    assert f"data.split.val_fraction={val} and data.split.test_fraction={test} do not fit" in line
+    assert f"data.val_fraction={val} and data.test_fraction={test} do not fit" in line
 
 
 def test_too_few_rows_to_split(cli, capsys, write_csv, nothing_written) -> None:
@@ -181,7 +185,9 @@ def test_a_class_too_rare_to_stratify_is_one_sentence(cli, capsys, write_csv, no
 
 
 def test_csv_needs_its_arguments(cli, capsys, nothing_written) -> None:
-    line = fails(cli, capsys, "--config", "digits.yaml", "--data.source=csv")
+    line = fails(
+        cli, capsys, "--config", "digits.yaml", "--data=src.data.TabularDataModule", "--data.source=csv"
+    )
     assert "needs data.path, data.target_column and data.task" in line
 
 
@@ -241,8 +247,8 @@ NET = "--model.init_args.net.init_args"
         (["--model.init_args.optimizer=torch.optim.Adamm"], "module 'torch.optim' has no attribute 'Adamm'"),
         (
             ["--data.batch_sise=3"],
-            "data.batch_sise is not an option of src.data.TabularDataModule; --data.help "
-            "src.data.TabularDataModule lists its options.",
+            "data.batch_sise is not an option of src.data.ArrayDataModule; --data.help "
+            "src.data.ArrayDataModule lists its options.",
         ),
         (
             ["--early_stopping.patiense=5"],
