@@ -23,7 +23,8 @@ given ``max_epochs=1`` and ``limit_train_batches=steps``. The variants:
    ``batch_size=None``: one fancy index per batch, PyTorch's own way to batch in-memory tensors by
    indexing, so that this row measures Lightning, not per-sample collation.
 5. ``template``: :class:`src.models.Classifier` (its metrics and logging) with the same quiet Trainer,
-   fed by :class:`src.data.TabularDataModule`. The DataModule takes no in-memory arrays, so the rows are
+   fed by :class:`src.extras.tables.TabularDataModule`. The DataModule takes no in-memory arrays, so the
+   rows are
    written to a Parquet file in a temporary folder (``source: parquet``), with 5 % validation and 5 %
    test rows added on top so that the training split holds the ``--rows`` rows' worth; the file's
    reading, splitting and scaling happen in setup, before the clock starts.
@@ -82,7 +83,7 @@ from typing_extensions import override
 from benchmarks import report
 from examples.loop import fit
 from src.cli import main
-from src.data import Split, TabularDataModule
+from src.extras.tables import Split, TabularDataModule
 from src.models import Classifier
 from src.nets import MLP
 

@@ -205,6 +205,21 @@ def _imported_module_class(name: str) -> bool:
     return isinstance(found, type) and issubclass(found, torch.nn.Module)
 
 
+#: names a checkpoint written before a move may carry, and where they live now (prefixes of dotted names)
+MOVED = {
+    "src.data.TabularDataModule": "src.extras.tables.TabularDataModule",
+    "src.data.datamodule.": "src.extras.tables.datamodule.",
+    "src.data.options.": "src.extras.tables.options.",
+    "src.data.preprocessing.": "src.extras.tables.preprocessing.",
+    "src.data.sources.": "src.extras.tables.sources.",
+}
+
+
+def moved_to(name: str) -> str | None:
+    """Where a dotted name that moved (:data:`MOVED`) lives now; ``None`` for one that did not move."""
+    return next((new + name[len(old) :] for old, new in MOVED.items() if name.startswith(old)), None)
+
+
 def check_names(
     checkpoint: dict[str, Any], path: str | Path, allowed: Container[str] = (), import_trusted: bool = True
 ) -> None:
@@ -230,6 +245,11 @@ def check_names(
             )
         found = resolve(name) if import_trusted else None
         if import_trusted and not (isinstance(found, type) or (yours and callable(found))):
+            if found is None and (new := moved_to(name)) is not None:
+                raise UserInputError(
+                    f"checkpoint {str(path)!r} names {name!r} (at {key}), which moved to {new!r}; its "
+                    "settings name the old place, so train a new run."
+                )
             gone = found is None and name.startswith("src.") and not _importable_module(name)
             why = (
                 "which this project does not have: put back the extra or module it was written with, if it "

@@ -139,7 +139,8 @@ def messy_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     frame = messy_frame(n=300)
     frame.to_csv(folder / "train.csv", index=False)
     run = fit_in(
-        folder, "--config", str(CONFIGS / "digits.yaml"), "--data.source=csv", "--data.path=train.csv",
+        folder, "--config", str(CONFIGS / "digits.yaml"), "--data=src.extras.tables.TabularDataModule",
+        "--data.source=csv", "--data.path=train.csv",
         "--data.target_column=label", "--data.task=classification", "--data.encoding.max_categories=4",
         "--data.encoding.missing_indicator=true", "--model.init_args.net=null",
     )  # fmt: skip
@@ -151,7 +152,7 @@ def regression_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
     """A short fit of the friedman regression; returns its last checkpoint and raw validation rows."""
     folder = tmp_path_factory.mktemp("regression-trained")
     run = fit_in(folder, "--config", str(CONFIGS / "friedman.yaml"), "--data.num_samples=400")
-    rows = run.datamodule.table.features.iloc[run.datamodule.split_rows["val"]]
+    rows = run.datamodule.predict_frame  # the validation rows' feature columns
     return Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt", rows
 
 

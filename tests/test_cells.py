@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from src.cli import main
-from src.data import TabularDataModule
-from src.data.preprocessing import CellReport
+from src.extras.tables import TabularDataModule
+from src.extras.tables.preprocessing import CellReport
 from src.predict import Predictor
 from tests.conftest import QUIET, ROOT, Trained, app, fit_in
 

@@ -24,13 +24,16 @@ def fails(cli, capsys, *args: str) -> str:
     return lines[0]
 
 
+TABLES = "--data=src.extras.tables.TabularDataModule"
+
+
 def csv_args(path: Path | str, target: str = "label", task: str = "classification") -> list[str]:
     # digits.yaml names its bundled source; a file's source is its format, or left to the suffix
     source = {".csv": "csv", ".parquet": "parquet"}.get(Path(path).suffix, "null")
     return [
         "--config",
         str(CONFIGS / "digits.yaml"),
-        "--data=src.data.TabularDataModule",
+        TABLES,
         f"--data.source={source}",
         f"--data.path={path}",
         f"--data.target_column={target}",
@@ -122,7 +125,12 @@ def test_unknown_file_suffix(cli, capsys, tmp_path: Path, nothing_written) -> No
 def test_a_path_with_a_bundled_source(cli, capsys, write_csv, nothing_written) -> None:
     path = write_csv({"a": [1.0, 2.0], "label": [0, 1]})
     line = fails(
-        cli, capsys, "--config", "digits.yaml", "--data=src.data.TabularDataModule", f"--data.path={path}"
+        cli,
+        capsys,
+        "--config",
+        "digits.yaml",
+        TABLES,
+        f"--data.path={path}",
     )
     assert f"data.path={str(path)!r} is set, but data.source='digits' reads bundled data" in line
 
@@ -139,7 +147,7 @@ def test_a_column_both_numeric_and_categorical(cli, capsys, nothing_written) -> 
         capsys,
         "--config",
         "digits.yaml",
-        "--data=src.data.TabularDataModule",
+        TABLES,
         "--data.columns.numeric=[a]",
         "--data.columns.categorical=[a, b]",
     )
@@ -186,7 +194,12 @@ def test_a_class_too_rare_to_stratify_is_one_sentence(cli, capsys, write_csv, no
 
 def test_csv_needs_its_arguments(cli, capsys, nothing_written) -> None:
     line = fails(
-        cli, capsys, "--config", "digits.yaml", "--data=src.data.TabularDataModule", "--data.source=csv"
+        cli,
+        capsys,
+        "--config",
+        "digits.yaml",
+        TABLES,
+        "--data.source=csv",
     )
     assert "needs data.path, data.target_column and data.task" in line
 

@@ -12,8 +12,14 @@ import pytest
 import torch
 
 from src.cli import main
-from src.data.preprocessing import CategoricalColumn, CellReport, Location, NumericColumn, Preprocessor
 from src.errors import UserInputError
+from src.extras.tables.preprocessing import (
+    CategoricalColumn,
+    CellReport,
+    Location,
+    NumericColumn,
+    Preprocessor,
+)
 from src.files import check_output
 from src.predict import Predictor
 from tests.conftest import PLANTED, QUIET, fit_in
@@ -167,13 +173,13 @@ def test_regression_predictions_are_in_the_targets_units(cli) -> None:
     run = cli("fit", "--config", "friedman.yaml", "--data.num_samples=400", *TINY)
     dm = run.datamodule
     predictor = Predictor.from_checkpoint(Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt")
-    out = predictor.predict(dm.table.features.iloc[dm.split_rows["val"]])
+    out = predictor.predict(dm.predict_frame)  # the validation rows' feature columns
     assert list(out.columns) == ["row", "prediction"]
     run.model.eval()
     with torch.inference_mode():
         expected = run.model.predict_step((dm.dataset("val").tensors[0],), 0)["preds"]
     torch.testing.assert_close(torch.tensor(out["prediction"].to_numpy(), dtype=torch.float32), expected)
-    assert out["row"].tolist() == dm.split_rows["val"].tolist()
+    assert out["row"].tolist() == dm.predict_frame.index.tolist()
 
 
 def test_a_checkpoint_does_not_choose_what_code_to_import(trained, planted: Path, tmp_path: Path) -> None:
@@ -211,7 +217,7 @@ def test_text_and_numbers_beyond_float32_in_a_numeric_column_read_as_missing_in_
             "city": ["a", "b", "a", "a", "a", "a"],
         }
     )
-    with caplog.at_level(logging.WARNING, logger="src.data.preprocessing"):
+    with caplog.at_level(logging.WARNING, logger="src.extras.tables.preprocessing"):
         x = prep.transform(rows, Location("the request"))
     filled = (7.0 - 1.0) / 2.0
     np.testing.assert_array_equal(x[:, 0], [1.0, filled, filled, filled, filled, 2.0])

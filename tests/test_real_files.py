@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from src.cli import main
-from src.data import Columns, TabularDataModule, sources
-from src.data.preprocessing import Location, infer_kinds
 from src.errors import UserInputError
+from src.extras.tables import Columns, TabularDataModule, sources
+from src.extras.tables.preprocessing import Location, infer_kinds
 from src.predict import Predictor
 from tests.conftest import CONFIGS, QUIET
 from tests.test_preprocessing import messy_frame

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from src.cli import CLI, main
-from src.data import sources
+from src.extras.tables import sources
 from tests.conftest import CONFIGS, ONE_PASS, QUIET
 from tests.test_run_folders import contents, refused
 

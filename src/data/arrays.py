@@ -95,7 +95,7 @@ class ArrayReading:
         self.labels: list[Any] | None = state["labels"]
         self.mean, self.std = state["mean"], state["std"]
 
-    def stack(self, items: Any, names: Sequence[str] | None = None) -> torch.Tensor:
+    def stack(self, items: Any, names: Sequence[str] | None = None, report: Any = None) -> torch.Tensor:
         """A DataFrame of the feature columns (others ignored) → raw float32 ``(N, F)``."""
         frame = pd.DataFrame(items)
         missing = [c for c in self.columns if c not in frame.columns]

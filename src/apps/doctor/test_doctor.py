@@ -30,8 +30,8 @@ from src.apps.doctor.__main__ import main as doctor_main
 from src.apps.doctor.model import layers_in_python_lists
 from src.apps.doctor.probe import OVERFIT_STEPS, input_free_loss, overfit_one_batch
 from src.cli import main
-from src.data import TabularDataModule
 from src.data.loading import Stage, TensorBatches
+from src.extras.tables import TabularDataModule
 from src.models import Classifier, Regressor
 from src.nets import MLP
 from tests.conftest import CONFIGS, QUIET, extra

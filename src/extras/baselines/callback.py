@@ -18,13 +18,13 @@ from torchmetrics import MeanAbsoluteError, MeanSquaredError, R2Score
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 from typing_extensions import override
 
-from src.data.preprocessing import Preprocessor, category_strings, read_numbers
-from src.data.sources import Table
 from src.errors import UserInputError
 from src.extras import workers
 from src.extras.baselines import models as baseline_models
 from src.extras.baselines.models import Spec
 from src.extras.loggers import last_by_cap
+from src.extras.tables.preprocessing import Preprocessor, category_strings, read_numbers
+from src.extras.tables.sources import Table
 
 Split = Literal["train", "val", "test"]
 #: the baselines, by the name their figures carry
@@ -71,9 +71,9 @@ def tag(split: str, metric: str, model: str) -> str:
 
 @runtime_checkable
 class FittedTable(Protocol):
-    """What the baselines read from a DataModule (:class:`src.data.TabularDataModule` offers it): the raw
-    rows of each split, and what the preprocessing made of their columns. Any other DataModule gets no
-    baselines."""
+    """What the baselines read from a DataModule (:class:`src.extras.tables.TabularDataModule` offers
+    it): the raw rows of each split, and what the preprocessing made of their columns. Any other
+    DataModule gets no baselines."""
 
     @property
     def preprocessor(self) -> Preprocessor:
@@ -94,7 +94,7 @@ def raw_rows(
 ) -> tuple[pd.DataFrame, np.ndarray]:
     """One split's rows as the baselines read them: the columns the net reads, numbers by the preprocessing's
     rule (NaN for missing cells and stray text), categories as their canonical text (missing ones
-    :data:`~src.data.preprocessing.MISSING`); and the targets, class ids as the net's or values.
+    :data:`~src.extras.tables.preprocessing.MISSING`); and the targets, class ids as the net's or values.
 
     ``rows``: positions within the split to keep (all of them when ``None``).
     """

@@ -30,9 +30,9 @@ from threadpoolctl import threadpool_limits
 import src.extras.baselines.callback as callback_module
 import src.extras.baselines.models as fitting
 from src.cli import main
-from src.data import Split, TabularDataModule
-from src.data.preprocessing import MISSING
 from src.extras.baselines.callback import TAG, Baselines
+from src.extras.tables import Split, TabularDataModule
+from src.extras.tables.preprocessing import MISSING
 from src.models import Classifier
 from tests.conftest import BARE, CONFIGS, QUIET
 from tests.test_preprocessing import messy_frame

@@ -23,10 +23,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from typing_extensions import override
 
 from examples.manual import ManualClassifier
-from src.data import TabularDataModule
 from src.extras.dashboard import Dashboard
 from src.extras.dashboard.logger import TensorBoardLogger, read_scalars
 from src.extras.dashboard.steps import StepValues
+from src.extras.tables import TabularDataModule
 from src.models import BaseTask, Classifier
 from src.nets import MLP
 

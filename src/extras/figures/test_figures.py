@@ -20,10 +20,10 @@ from matplotlib.figure import Figure
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typing_extensions import override
 
-from src.data import TabularDataModule
 from src.extras import painter
 from src.extras.figures.callback import ValidationFigures
 from src.extras.figures.drawing import DPI, MIN_CELL_IN, confusion_figure
+from src.extras.tables import TabularDataModule
 from src.models import Classifier
 from src.nets import MLP
 

@@ -84,7 +84,9 @@ class ImagePreprocessing:
     def channels(self) -> int:
         return CHANNELS[self.mode]
 
-    def stack(self, images: Sequence[ImageInput], names: Sequence[str] | None = None) -> torch.Tensor:
+    def stack(
+        self, images: Sequence[ImageInput], names: Sequence[str] | None = None, report: Any = None
+    ) -> torch.Tensor:
         """Images → uint8 ``(N, H, W, C)``; ``names`` say what each is in a sentence (a file: its path)."""
         if names is None:
             names = [

@@ -94,7 +94,7 @@ def measure(kind: str, path: str) -> dict[str, Any]:
     data = (
         ["--data=src.extras.streaming.StreamingTableDataModule", f"--data.path={path}"]
         if kind == "streaming"
-        else ["--data=src.data.TabularDataModule", f"--data.path={path}", "--data.source=parquet"]
+        else ["--data=src.extras.tables.TabularDataModule", f"--data.path={path}", "--data.source=parquet"]
     )
     torch.set_num_threads(1)  # as the shipped resume section's cpu_threads sets it
     start = time.perf_counter()

@@ -6,7 +6,7 @@ import os
 from dataclasses import asdict
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 import numpy as np
 import pandas as pd
@@ -17,10 +17,11 @@ from sklearn.utils.class_weight import compute_class_weight
 from typing_extensions import override
 
 from src.checkpoints import load_checkpoint
-from src.data import sources
 from src.data.loading import ResumableDataModule, Stage, TensorBatches, check_split
-from src.data.options import Columns, Encoding, Split, check_split_size, group, split_record_of
-from src.data.preprocessing import (
+from src.errors import UserInputError
+from src.extras.tables import sources
+from src.extras.tables.options import Columns, Encoding, Split, check_split_size, group, split_record_of
+from src.extras.tables.preprocessing import (
     Label,
     Options,
     Preprocessor,
@@ -29,7 +30,9 @@ from src.data.preprocessing import (
     label_values,
     preprocessing_of,
 )
-from src.errors import UserInputError
+
+if TYPE_CHECKING:
+    from src.extras.tables.predict import TableReading
 
 Source = Literal["digits", "diabetes", "spiral", "friedman", "penguins", "csv", "parquet"]
 
@@ -66,6 +69,13 @@ class TabularDataModule(ResumableDataModule):
         num_samples: Row count of a synthetic source.
         noise: Noise of a synthetic source (spiral: angle jitter; friedman: target std).
     """
+
+    @classmethod
+    def reading_of(cls, checkpoint: dict[str, Any], path: str) -> "TableReading":
+        """How the checkpoint's run reads new rows (:class:`src.predict.Predictor` asks)."""
+        from src.extras.tables.predict import TableReading
+
+        return TableReading.of(checkpoint, path)
 
     def __init__(
         self,
@@ -196,7 +206,7 @@ class TabularDataModule(ResumableDataModule):
     @cached_property
     def split_record(self) -> dict[str, Any]:
         """What the split was made from, saved in every checkpoint for a resumed fit to compare
-        (:func:`check_split`): :func:`src.data.options.split_record_of` the table as read."""
+        (:func:`check_split`): :func:`src.extras.tables.options.split_record_of` the table as read."""
         return split_record_of(self.table, self.split_rows, self.settings.seed, self.split)
 
     # -- what is fitted on the training rows ----------------------------------------------------------

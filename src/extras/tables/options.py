@@ -145,7 +145,7 @@ def check_split_size(stage: str, count: int, total: int, task: str, split: Split
 
 def split_record_of(table: Any, rows: dict[str, np.ndarray], seed: int, split: Split) -> dict[str, Any]:
     """What a table's split was made from: a hash of each row, its features and target as read
-    (``table``, a :class:`src.data.sources.Table`), which split it went to (``rows``: positions per
+    (``table``, a :class:`src.extras.tables.sources.Table`), which split it went to (``rows``: positions per
     split), and the settings that split the rows (:func:`src.data.loading.split_record`)."""
     # (N,) hashes of the features and of the target, combined: one frame of both would copy the table
     x, y = (pd.util.hash_pandas_object(part, index=False) for part in (table.features, table.target))
