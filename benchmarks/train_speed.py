@@ -120,7 +120,7 @@ class Setup:
     def net(self) -> MLP:
         """The MLP every variant starts from: seeded, so all start with the same weights."""
         torch.manual_seed(self.seed)
-        return MLP(self.features, self.classes, hidden_sizes=self.hidden_sizes, periodic_frequencies=0)
+        return MLP(self.features, self.classes, hidden_sizes=self.hidden_sizes)
 
 
 @dataclass
@@ -360,7 +360,7 @@ def run_template(setup: Setup, data: Data) -> Run:
     model = Classifier(
         in_features=datamodule.in_features,  # reads, splits and scales the file now, outside the clock
         out_features=datamodule.out_features,
-        net=partial(MLP, hidden_sizes=list(setup.hidden_sizes), periodic_frequencies=0),
+        net=partial(MLP, hidden_sizes=list(setup.hidden_sizes)),
         optimizer=partial(torch.optim.AdamW, lr=setup.lr),
     )
     model.net.load_state_dict(setup.net().state_dict())
@@ -374,7 +374,6 @@ def cli_words(setup: Setup, data: Data) -> list[str]:
         "--model=src.models.Classifier",
         "--model.init_args.net=src.nets.MLP",
         f"--model.init_args.net.init_args.hidden_sizes=[{', '.join(map(str, setup.hidden_sizes))}]",
-        "--model.init_args.net.init_args.periodic_frequencies=0",  # the plain MLP of every variant
         "--model.init_args.optimizer=torch.optim.AdamW",
         f"--model.init_args.optimizer.init_args.lr={setup.lr}",
         "--data.source=parquet",

@@ -25,7 +25,6 @@ import src.models.base
 import tests.test_accumulation_clipping as accumulation_clipping
 import tests.test_best_checkpoint as best_checkpoint
 import tests.test_checkpointing as checkpointing
-import tests.test_models as models
 import tests.test_predict as predict
 import tests.test_trust as trust
 from examples.manual import ManualClassifier
@@ -367,20 +366,3 @@ def test_predict_catches_an_output_check_that_looks_only_at_an_input_folder_itse
             monkeypatch.setattr(module, "check_output", src.files.check_output)
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
         predict.test_the_output_rule_covers_a_folder_the_run_reads_at_any_depth_and_through_links(tmp_path)
-
-
-@pytest.mark.filterwarnings(
-    "ignore:You are trying to `self.log\\(\\)`:UserWarning"
-)  # a step without a Trainer
-def test_the_ensemble_test_catches_a_task_that_trains_the_members_mean(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    mutate(
-        monkeypatch,
-        BaseTask,
-        "_shared_step",
-        "loss = self.loss(output.flatten(0, 1), target.repeat_interleave(members, dim=0))",
-        "loss = self.loss(output.mean(dim=1), target)",
-    )
-    with pytest.raises(AssertionError, match="not close"):
-        models.test_an_ensemble_trains_each_member_on_every_row_and_predicts_their_mean()

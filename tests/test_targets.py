@@ -23,7 +23,7 @@ PRICES = np.random.default_rng(0).lognormal(11, 0.8, 400)  # skewed amounts, as 
 
 
 def regressor(transform: str) -> Regressor:
-    net = functools.partial(MLP, hidden_sizes=[8], periodic_frequencies=0)
+    net = functools.partial(MLP, hidden_sizes=[8])
     return Regressor(in_features=3, out_features=1, net=net, target_transform=transform)
 
 

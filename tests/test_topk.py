@@ -25,7 +25,7 @@ def fit(folder: Path, epochs: int, k: int, ckpt_path: Path | None = None) -> Mod
     model = Classifier(
         in_features=data.in_features,
         out_features=data.out_features,
-        net=functools.partial(MLP, hidden_sizes=[8], periodic_frequencies=0),
+        net=functools.partial(MLP, hidden_sizes=[8]),
     )
     best = ModelCheckpoint(dirpath=folder, monitor="step", mode="max", save_top_k=k, filename="best-{step}")
     last = ModelCheckpoint(dirpath=folder, filename="last", enable_version_counter=False)

@@ -53,7 +53,7 @@ def spiral(**settings: Any) -> TabularDataModule:
 
 def mlp(**settings: Any) -> partial[MLP]:
     """The shipped net as a task's net factory: ``mlp()(in_features, out_features)``."""
-    return partial(MLP, hidden_sizes=[64, 64], **{"periodic_frequencies": 0, **settings})
+    return partial(MLP, hidden_sizes=[64, 64], **settings)
 
 
 def classifier(cls: type[Classifier] = Classifier, **settings: Any) -> Classifier:
@@ -191,7 +191,7 @@ def test_a_model_that_cannot_overfit_one_batch() -> None:
     settings = {
         "in_features": 10,
         "out_features": 1,
-        "net": partial(MLP, hidden_sizes=[32], periodic_frequencies=0),
+        "net": partial(MLP, hidden_sizes=[32]),
         "optimizer": ADAM,
     }
     found = doctor(BroadcastingLoss(**settings), data)
@@ -306,7 +306,7 @@ def test_a_gradient_norm_that_explodes() -> None:
     model = Regressor(
         in_features=10,
         out_features=1,
-        net=partial(MLP, hidden_sizes=[32], periodic_frequencies=0),
+        net=partial(MLP, hidden_sizes=[32]),
         optimizer=partial(torch.optim.SGD, lr=3.0),
     )
     assert "grad-norm-exploding" in doctor(model, data, gradient_clip_val=None)
@@ -389,9 +389,7 @@ class FunctionalDropout(MLP):
             id="train-in-validation_step",
         ),
         pytest.param(
-            lambda: classifier(
-                net=partial(FunctionalDropout, hidden_sizes=[64, 64], dropout=0.2, periodic_frequencies=0)
-            ),
+            lambda: classifier(net=partial(FunctionalDropout, hidden_sizes=[64, 64], dropout=0.2)),
             "gave different outputs",
             id="functional-dropout",
         ),
@@ -581,7 +579,7 @@ def on_file(path: Path, **settings: Any) -> dict[str, Finding]:
     model = Classifier(
         in_features=data.in_features,
         out_features=data.out_features,
-        net=partial(MLP, hidden_sizes=[32], periodic_frequencies=0),
+        net=partial(MLP, hidden_sizes=[32]),
         optimizer=ADAM,
         **settings,
     )

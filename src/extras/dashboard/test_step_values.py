@@ -152,9 +152,7 @@ def shares(fired: list[bool], logged: list[int]) -> dict[int, float]:
 def model(cls: type[BaseTask] = Classifier, **hparams: Any) -> BaseTask:
     torch.manual_seed(0)  # the same initial weights in every run: the preconditions below hold in each
     sgd = functools.partial(torch.optim.SGD, lr=LR)  # a constant learning rate to compare with
-    net = functools.partial(
-        MLP, hidden_sizes=[16], periodic_frequencies=0
-    )  # the norms the preconditions hold for
+    net = functools.partial(MLP, hidden_sizes=[16])  # the norms the preconditions hold for
     return cls(in_features=2, out_features=3, **{"net": net, "optimizer": sgd, **hparams})
 
 

@@ -103,7 +103,6 @@ def measure(kind: str, path: str) -> dict[str, Any]:
             "--config", str(ROOT / "configs" / "trainer" / "bare.yaml"), *data,
             "--data.target_column=label", "--data.task=classification", "--data.batch_size=256",
             "--model=src.models.Classifier", "--model.net=src.nets.MLP", "--model.net.hidden_sizes=[256,256]",
-            "--model.net.periodic_frequencies=0",
             "--trainer.max_epochs=1", "--trainer.limit_val_batches=0", "--trainer.logger=false",
             "--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false",
             "--trainer.enable_model_summary=false",
