@@ -133,7 +133,7 @@ def messy_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     """One short fit on a messy CSV (text, yes/no words, booleans, empty cells, "?", named classes),
     shared by the tests of what comes after training: export and serving. No net named: the default one
     (src.nets.DEFAULT_NET) is what they export and serve."""
-    from tests.test_preprocessing import messy_frame
+    from src.extras.tables.test_preprocessing import messy_frame
 
     folder = tmp_path_factory.mktemp("messy-trained")
     frame = messy_frame(n=300)

@@ -26,7 +26,7 @@ indicators and one-hot blocks are inside the graph, then the net; it returns
 - regression: ``values`` ``(B,)``, in the target's units.
 
 So onnxruntime in any language predicts from raw rows with no code of ours (this folder's README.md has
-the example; ``test_export.py`` beside this file and ``tests/test_cells.py`` hold it equal to
+the example; ``test_export.py`` beside this file and ``src/extras/tables/test_cells.py`` hold it equal to
 :class:`src.predict.Predictor`).
 **A torch.export program** takes ``features``, the encoded float32 matrix ``(B, F)`` that
 :meth:`src.predict.Predictor.encode` makes (F = ``len(feature_names)``), and returns ``logits`` or

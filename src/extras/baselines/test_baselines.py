@@ -33,9 +33,9 @@ from src.cli import main
 from src.extras.baselines.callback import TAG, Baselines
 from src.extras.tables import Split, TabularDataModule
 from src.extras.tables.preprocessing import MISSING
+from src.extras.tables.test_preprocessing import messy_frame
 from src.models import Classifier
 from tests.conftest import BARE, CONFIGS, QUIET
-from tests.test_preprocessing import messy_frame
 
 ON = ["--baselines=src.extras.baselines.callback.Baselines"]  # back after bare.yaml
 EPOCHS = ["--trainer.max_epochs=2", "--trainer.logger=false", "--trainer.enable_checkpointing=false"]

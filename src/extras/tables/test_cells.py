@@ -25,6 +25,9 @@ from src.extras.tables.preprocessing import CellReport
 from src.predict import Predictor
 from tests.conftest import QUIET, ROOT, Trained, app, fit_in
 
+#: the table DataModule in place of the array one the shipped array configs name
+TABLE_DATA = "--data=src.extras.tables.TabularDataModule"
+
 #: the apps among the paths, where they are still there (each can be deleted)
 export, serve = app("export"), app("serve")
 
@@ -70,13 +73,13 @@ def docs_example(folder: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
 def target_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     """The messy fit of ``messy_trained`` with its columns of more than 4 values (region, city) read by
     their target means (``data.encoding.high_cardinality: target``)."""
-    from tests.test_preprocessing import messy_frame
+    from src.extras.tables.test_preprocessing import messy_frame
 
     folder = tmp_path_factory.mktemp("target-trained")
     frame = messy_frame(n=300)
     frame.to_csv(folder / "train.csv", index=False)
     run = fit_in(
-        folder, "--config", str(ROOT / "configs" / "digits.yaml"), "--data.source=csv",
+        folder, "--config", str(ROOT / "configs" / "digits.yaml"), TABLE_DATA, "--data.source=csv",
         "--data.path=train.csv", "--data.target_column=label", "--data.task=classification",
         "--data.encoding.max_categories=4", "--data.encoding.missing_indicator=true",
         "--model.init_args.net=null",
