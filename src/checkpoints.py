@@ -205,19 +205,20 @@ def _imported_module_class(name: str) -> bool:
     return isinstance(found, type) and issubclass(found, torch.nn.Module)
 
 
-#: names a checkpoint written before a move may carry, and where they live now (prefixes of dotted names)
+#: names a checkpoint written before a move may carry (prefixes of dotted names), and the plug-in that
+#: holds them now (its README names the new paths)
 MOVED = {
-    "src.data.TabularDataModule": "src.extras.tables.TabularDataModule",
-    "src.data.datamodule.": "src.extras.tables.datamodule.",
-    "src.data.options.": "src.extras.tables.options.",
-    "src.data.preprocessing.": "src.extras.tables.preprocessing.",
-    "src.data.sources.": "src.extras.tables.sources.",
+    "src.data.TabularDataModule": "tables",
+    "src.data.datamodule.": "tables",
+    "src.data.options.": "tables",
+    "src.data.preprocessing.": "tables",
+    "src.data.sources.": "tables",
 }
 
 
 def moved_to(name: str) -> str | None:
-    """Where a dotted name that moved (:data:`MOVED`) lives now; ``None`` for one that did not move."""
-    return next((new + name[len(old) :] for old, new in MOVED.items() if name.startswith(old)), None)
+    """The plug-in a dotted name that moved lives in now (:data:`MOVED`); ``None`` for one that did not."""
+    return next((kind for old, kind in MOVED.items() if name.startswith(old)), None)
 
 
 def check_names(
@@ -247,8 +248,8 @@ def check_names(
         if import_trusted and not (isinstance(found, type) or (yours and callable(found))):
             if found is None and (new := moved_to(name)) is not None:
                 raise UserInputError(
-                    f"checkpoint {str(path)!r} names {name!r} (at {key}), which moved to {new!r}; its "
-                    "settings name the old place, so train a new run."
+                    f"checkpoint {str(path)!r} names {name!r} (at {key}), which moved to the {new} plug-in "
+                    f"(its README names the new path); its settings name the old place, so train a new run."
                 )
             gone = found is None and name.startswith("src.") and not _importable_module(name)
             why = (
