@@ -23,8 +23,8 @@ import pandas as pd
 from sklearn.metrics import accuracy_score, root_mean_squared_error
 from sklearn.preprocessing import LabelEncoder
 
-from src.data.preprocessing import category_strings, infer_kinds, label_values, numeric_values
-from src.data.sources import Table
+from src.extras.tables.preprocessing import category_strings, infer_kinds, label_values, numeric_values
+from src.extras.tables.sources import Table
 
 #: gradient boosting libraries: the bar the template is held to
 BOOSTING = ("catboost", "lightgbm", "xgboost")
@@ -47,7 +47,7 @@ class Rows:
 
 
 def rows_of(table: Table, split_rows: dict[str, np.ndarray]) -> Rows:
-    """The template's table (:attr:`src.data.TabularDataModule.table`) at its split's positions.
+    """The template's table (:attr:`src.extras.tables.TabularDataModule.table`) at its split's positions.
 
     Numbers by the template's rule (NaN for missing and stray text); categories as canonical text, the
     same kinds the template infers; labels encoded on the training split.

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from src.cli import main
-from src.data.sources import penguins_path
+from src.extras.tables.sources import penguins_path
 
 CONFIG = Path(__file__).resolve().parent.parent / "configs" / "penguins.yaml"
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]

@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 from src.cli import main
-from src.data.sources import penguins_path
+from src.extras.tables.sources import penguins_path
 from src.predict import Predictor
 
 CONFIG = Path(__file__).resolve().parent.parent / "configs" / "penguins.yaml"
@@ -68,7 +68,7 @@ def run(rows: int, rounds: int) -> str:
 
     predictor = Predictor.from_checkpoint(checkpoint)
     results = {
-        "encode": timed(lambda: predictor.encode(frame), rounds),
+        "encode": timed(lambda: predictor.read(frame), rounds),
         "Predictor.predict": timed(lambda: predictor.predict(frame), rounds),
         "src.cli predict (CSV in, CSV out)": timed(
             lambda: quietly(

@@ -50,8 +50,8 @@ from typing_extensions import override
 
 from benchmarks import competitors, report
 from benchmarks.child import run_python
-from src.data import Columns, TabularDataModule
-from src.data.preprocessing import Task
+from src.extras.tables import Columns, TabularDataModule
+from src.extras.tables.preprocessing import Task
 
 #: the goals: mean ratio to the best gradient boosting library, no table's worst seed below the second,
 #: and the median fit of a table under 1,000 rows within this many times CatBoost's wall time
@@ -112,7 +112,7 @@ def sklearn_frame(loader: Callable[..., Any]) -> pd.DataFrame:
 
 
 def penguins_frame() -> pd.DataFrame:
-    from src.data.sources import penguins_path
+    from src.extras.tables.sources import penguins_path
 
     return pd.read_csv(penguins_path())
 

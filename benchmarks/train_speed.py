@@ -23,7 +23,8 @@ given ``max_epochs=1`` and ``limit_train_batches=steps``. The variants:
    ``batch_size=None``: one fancy index per batch, PyTorch's own way to batch in-memory tensors by
    indexing, so that this row measures Lightning, not per-sample collation.
 5. ``template``: :class:`src.models.Classifier` (its metrics and logging) with the same quiet Trainer,
-   fed by :class:`src.data.TabularDataModule`. The DataModule takes no in-memory arrays, so the rows are
+   fed by :class:`src.extras.tables.TabularDataModule`. The DataModule takes no in-memory arrays, so the
+   rows are
    written to a Parquet file in a temporary folder (``source: parquet``), with 5 % validation and 5 %
    test rows added on top so that the training split holds the ``--rows`` rows' worth; the file's
    reading, splitting and scaling happen in setup, before the clock starts.
@@ -82,7 +83,7 @@ from typing_extensions import override
 from benchmarks import report
 from examples.loop import fit
 from src.cli import main
-from src.data import Split, TabularDataModule
+from src.extras.tables import Split, TabularDataModule
 from src.models import Classifier
 from src.nets import MLP
 
@@ -119,7 +120,7 @@ class Setup:
     def net(self) -> MLP:
         """The MLP every variant starts from: seeded, so all start with the same weights."""
         torch.manual_seed(self.seed)
-        return MLP(self.features, self.classes, hidden_sizes=self.hidden_sizes, periodic_frequencies=0)
+        return MLP(self.features, self.classes, hidden_sizes=self.hidden_sizes)
 
 
 @dataclass
@@ -359,7 +360,7 @@ def run_template(setup: Setup, data: Data) -> Run:
     model = Classifier(
         in_features=datamodule.in_features,  # reads, splits and scales the file now, outside the clock
         out_features=datamodule.out_features,
-        net=partial(MLP, hidden_sizes=list(setup.hidden_sizes), periodic_frequencies=0),
+        net=partial(MLP, hidden_sizes=list(setup.hidden_sizes)),
         optimizer=partial(torch.optim.AdamW, lr=setup.lr),
     )
     model.net.load_state_dict(setup.net().state_dict())
@@ -373,7 +374,6 @@ def cli_words(setup: Setup, data: Data) -> list[str]:
         "--model=src.models.Classifier",
         "--model.init_args.net=src.nets.MLP",
         f"--model.init_args.net.init_args.hidden_sizes=[{', '.join(map(str, setup.hidden_sizes))}]",
-        "--model.init_args.net.init_args.periodic_frequencies=0",  # the plain MLP of every variant
         "--model.init_args.optimizer=torch.optim.AdamW",
         f"--model.init_args.optimizer.init_args.lr={setup.lr}",
         "--data.source=parquet",

@@ -9,11 +9,11 @@ tutorials and Lightning part ways (the last, shorter accumulation group of an ep
 
     import torch
 
-    from src.data import TabularDataModule
+    from src.data import ArrayDataModule
     from examples.loop import fit
     from src.nets import MLP
 
-    data = TabularDataModule(source="spiral", num_samples=600)
+    data = ArrayDataModule(source="spiral", num_samples=600)
     data.setup("fit")
     net = MLP(data.in_features, data.out_features, hidden_sizes=[64, 64])
     result = fit(net, data.train_dataloader(), data.val_dataloader(),

@@ -26,9 +26,7 @@ def make_batches(sizes: Sequence[int], seed: int = 0, features: int = 4, classes
 
 def make_net(seed: int = 0, **kwargs) -> MLP:
     torch.manual_seed(seed)
-    return MLP(
-        4, 3, hidden_sizes=[8], periodic_frequencies=0, **kwargs
-    )  # the plain MLP the algebra below writes out
+    return MLP(4, 3, hidden_sizes=[8], **kwargs)  # the plain MLP the algebra below writes out
 
 
 def descend_by_hand(

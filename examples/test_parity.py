@@ -24,7 +24,7 @@ from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, OneCycleLR, Re
 
 from examples.loop import FitResult, fit
 from examples.manual import ManualClassifier
-from src.data import TabularDataModule
+from src.data import ArrayDataModule
 from src.models import Classifier
 from src.nets import MLP
 
@@ -76,8 +76,8 @@ CASES = {
 }
 
 
-def data() -> TabularDataModule:
-    return TabularDataModule(
+def data() -> ArrayDataModule:
+    return ArrayDataModule(
         source="spiral", num_samples=600, batch_size=64, seed=0, min_batches_per_epoch=None
     )
 

@@ -205,6 +205,22 @@ def _imported_module_class(name: str) -> bool:
     return isinstance(found, type) and issubclass(found, torch.nn.Module)
 
 
+#: names a checkpoint written before a move may carry (prefixes of dotted names), and the plug-in that
+#: holds them now (its README names the new paths)
+MOVED = {
+    "src.data.TabularDataModule": "tables",
+    "src.data.datamodule.": "tables",
+    "src.data.options.": "tables",
+    "src.data.preprocessing.": "tables",
+    "src.data.sources.": "tables",
+}
+
+
+def moved_to(name: str) -> str | None:
+    """The plug-in a dotted name that moved lives in now (:data:`MOVED`); ``None`` for one that did not."""
+    return next((kind for old, kind in MOVED.items() if name.startswith(old)), None)
+
+
 def check_names(
     checkpoint: dict[str, Any], path: str | Path, allowed: Container[str] = (), import_trusted: bool = True
 ) -> None:
@@ -230,6 +246,11 @@ def check_names(
             )
         found = resolve(name) if import_trusted else None
         if import_trusted and not (isinstance(found, type) or (yours and callable(found))):
+            if found is None and (new := moved_to(name)) is not None:
+                raise UserInputError(
+                    f"checkpoint {str(path)!r} names {name!r} (at {key}), which moved to the {new} plug-in "
+                    f"(its README names the new path); its settings name the old place, so train a new run."
+                )
             gone = found is None and name.startswith("src.") and not _importable_module(name)
             why = (
                 "which this project does not have: put back the extra or module it was written with, if it "

@@ -4,14 +4,13 @@ export's check share.
 ```python
 from src.predict import Predictor
 
-predictor = Predictor.from_checkpoint("logs/penguins/version_0/checkpoints/last.ckpt")
-predictor.predict(pandas.read_csv("new_penguins.csv"))  # a DataFrame: row, prediction, probabilities
-Predictor.from_checkpoint("logs/images/version_0/checkpoints/last.ckpt").predict(["cat.png"])  # path, ...
+predictor = Predictor.from_checkpoint("logs/digits/version_0/checkpoints/last.ckpt")
+predictor.predict(pandas.read_csv("new_rows.csv"))  # a DataFrame: row, prediction, probabilities
 ```
 
-Raw rows go through the checkpoint's own fitted preprocessing (:mod:`src.data.preprocessing`); other items
-(images) through what the run's DataModule says its run fitted to read them (:class:`ItemReading`); then
-the model's ``predict_step``, then :func:`prediction_frame`, which names each class by its label.
+New inputs go through what the run's DataModule says its run fitted to read them (:class:`ItemReading`:
+the arrays' standardization, a table's preprocessing, an image run's statistics), then the model's
+``predict_step``, then :func:`prediction_frame`, which names each class by its label.
 ``python -m src.cli predict`` runs the same pieces under the Trainer.
 """
 
@@ -24,7 +23,6 @@ import pandas as pd
 import torch
 
 from src.checkpoints import load_model, resolve
-from src.data.preprocessing import CellReport, Location, Preprocessor, preprocessing_of
 from src.errors import UserInputError
 
 if TYPE_CHECKING:  # Lightning is imported when a model is loaded
@@ -33,15 +31,19 @@ if TYPE_CHECKING:  # Lightning is imported when a model is loaded
 
 @runtime_checkable
 class ItemReading(Protocol):
-    """How a run of items other than a table's rows (images, say) reads new ones: what its DataModule's
-    ``reading_of(checkpoint, path)`` gives back (:class:`ReadsItems`)."""
+    """How a run reads new items (rows, images): what its DataModule's ``reading_of(checkpoint, path)``
+    gives back (:class:`ReadsItems`)."""
 
     #: class labels in class-id order; ``None`` for regression
     labels: Any
+    #: the target columns when there are several, one prediction each; ``None`` for one target
+    target_names: Sequence[str] | None
 
-    def stack(self, items: Sequence[Any], names: Sequence[str] | None = None) -> torch.Tensor:
-        """Items → one tensor of them, each read as the run read its own; ``names`` say what each is in a
-        sentence (a file: its path)."""
+    def stack(self, items: Any, names: Sequence[str] | None = None, report: Any = None) -> torch.Tensor:
+        """Items (a DataFrame of rows, a list of images) → one tensor of them, each read as the run read
+        its own; ``names`` say what they are in a sentence (a file: its path); ``report`` collects what
+        was read otherwise than written, where the kind counts that (a table's cells), instead of a
+        logged warning."""
         ...
 
     def graph(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -52,7 +54,7 @@ class ItemReading(Protocol):
 
 @runtime_checkable
 class ReadsItems(Protocol):
-    """A DataModule class that says how its runs read new items (images): :class:`Predictor` asks it."""
+    """A DataModule class that says how its runs read new items: :class:`Predictor` asks it."""
 
     @classmethod
     def reading_of(cls, checkpoint: dict[str, Any], path: str) -> ItemReading:
@@ -60,15 +62,18 @@ class ReadsItems(Protocol):
         ...
 
 
-def reading_of(checkpoint: dict[str, Any], path: str) -> "Preprocessor | ItemReading":
-    """What a checkpoint's run fitted to read new inputs: its DataModule's own reading (:class:`ReadsItems`),
-    else a table's fitted preprocessing. The DataModule's class is the one its carried config names, which
-    :func:`src.checkpoints.load_model` has checked."""
+def reading_of(checkpoint: dict[str, Any], path: str) -> ItemReading:
+    """What a checkpoint's run fitted to read new inputs: its DataModule's own reading (:class:`ReadsItems`).
+    The DataModule's class is the one its carried config names, which :func:`src.checkpoints.load_model`
+    has checked."""
     data = (checkpoint.get("config") or {}).get("data") or {}
     found = resolve(data["class_path"]) if isinstance(data.get("class_path"), str) else None
-    if isinstance(found, type) and isinstance(found, ReadsItems):
-        return found.reading_of(checkpoint, path)
-    return preprocessing_of(checkpoint, path)
+    if not (isinstance(found, type) and isinstance(found, ReadsItems)):
+        raise UserInputError(
+            f"checkpoint {path!r} names no DataModule that says how to read new inputs (one with a "
+            "reading_of classmethod); predict with python -m src.cli predict, under its DataModule."
+        )
+    return found.reading_of(checkpoint, path)
 
 
 def beside_the_run(ckpt_path: str | Path) -> Path:
@@ -169,40 +174,37 @@ def accelerator(device: str | torch.device) -> str | torch.device:
 
 
 class Predictor:
-    """A trained model with what its run fitted to read new data: raw rows of a table, or images, in;
-    labelled predictions out. Every way of predicting outside the Trainer (Python, the server, the export's
-    check) goes through it, and it through the model's own ``predict_step``.
+    """A trained model with what its run fitted to read new data: raw rows or images in, labelled
+    predictions out. Every way of predicting outside the Trainer (Python, the server, the export's check)
+    goes through it, and it through the model's own ``predict_step``.
 
     Args:
         model: The trained LightningModule, whose ``predict_step`` answers (the shipped tasks', or yours).
-        reading: What the same run fitted to read its inputs: a table's
-            :class:`~src.data.preprocessing.Preprocessor`, or an :class:`ItemReading` (images).
-        batch_size: Rows (or items) per forward pass; left out, 8192 rows or 256 items.
+        reading: What the same run fitted to read its inputs (:class:`ItemReading`).
+        batch_size: Items per forward pass.
         device: Where the model runs: ``auto`` is the GPU when one is present, else the CPU.
     """
 
     def __init__(
         self,
         model: "LightningModule",
-        reading: "Preprocessor | ItemReading",
-        batch_size: int | None = None,
+        reading: ItemReading,
+        batch_size: int = 1024,
         device: str | torch.device = "auto",
     ) -> None:
         self.device = torch.device(accelerator(device))
         self.model = model.eval().to(self.device)
         self.reading = reading
-        #: items: the module an exported graph holds (stacked items in, the run's input transform, the net)
-        self.graph: Any = None
-        if not isinstance(reading, Preprocessor):
-            self.graph = reading.graph(self.model).to(self.device).eval()
-        self.batch_size = batch_size or (8192 if self.graph is None else 256)
+        #: what an exported graph holds: stacked items in, the run's input transform, the model
+        self.graph: Any = reading.graph(self.model).to(self.device).eval()
+        self.batch_size = batch_size
 
     @classmethod
     def from_checkpoint(
         cls,
         path: str | Path,
         model_class: "type[LightningModule] | None" = None,
-        batch_size: int | None = None,
+        batch_size: int = 1024,
         device: str | torch.device = "auto",
     ) -> "Predictor":
         """The checkpoint's model (:func:`src.checkpoints.load_model`: read as data, its names checked, its
@@ -211,81 +213,49 @@ class Predictor:
         return cls(model, reading_of(checkpoint, str(path)), batch_size, device)
 
     @property
-    def preprocessor(self) -> Preprocessor:
-        """A table's fitted preprocessing (one sentence for an image model's predictor)."""
-        if not isinstance(self.reading, Preprocessor):
-            raise UserInputError("this model reads images, not a table's rows; give it images.")
-        return self.reading
-
-    @property
-    def preprocessing(self) -> ItemReading:
-        """How a run of items (images) reads new ones (one sentence for a table's)."""
-        if isinstance(self.reading, Preprocessor):
-            raise UserInputError("this model reads a table's rows, not images; give it rows.")
-        return self.reading
-
-    @property
-    def reads_rows(self) -> bool:
-        """Whether the model reads a table's rows (else items, such as images)."""
-        return isinstance(self.reading, Preprocessor)
-
-    @property
     def labels(self) -> list[Any] | None:
         """The class labels in class-id order (with several targets, each one's two values); ``None`` for
         regression."""
         return self.reading.labels
 
     @property
-    def target_names(self) -> list[str] | None:
-        """A table's target columns when it has several, one prediction each; ``None`` for one."""
-        return self.reading.target_names if isinstance(self.reading, Preprocessor) else None
+    def target_names(self) -> Sequence[str] | None:
+        """The data's target columns when it has several, one prediction each; ``None`` for one."""
+        return self.reading.target_names
 
-    def encode(
-        self, frame: pd.DataFrame, source: str | Location = "the rows", report: CellReport | None = None
-    ) -> torch.Tensor:
-        """Raw rows → the ``(N, F)`` float32 matrix the net reads, by the one rule for every cell
-        (:mod:`src.data.preprocessing`): the cells it read otherwise than written are counted into
-        ``report``, or logged as one warning naming ``source`` when there is none."""
-        where = Location(source) if isinstance(source, str) else source
-        return torch.from_numpy(self.preprocessor.transform(frame, where, report=report))
-
-    def read(self, items: Sequence[Any], names: Sequence[str] | None = None) -> torch.Tensor:
-        """Items (images: files, their bytes, Pillow images → uint8 ``(N, H, W, C)``), each read as the run
-        read its own; ``names`` say what each is in a sentence (a file: its path)."""
-        return self.preprocessing.stack(items, names)
+    def read(self, items: Any, names: Sequence[str] | None = None, report: Any = None) -> torch.Tensor:
+        """Items (a DataFrame of rows; images: files, their bytes, Pillow images) → one tensor, each read as
+        the run read its own (:meth:`ItemReading.stack`)."""
+        return (
+            self.reading.stack(items, names, report)
+            if report is not None
+            else self.reading.stack(items, names)
+        )
 
     @torch.inference_mode()
     def outputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Encoded rows ``(N, F)``, or uint8 pixels ``(N, H, W, C)``, → the model's ``predict_step`` outputs
-        for all of them, ``batch_size`` per forward pass (the server calls this on the inputs of several
-        requests at once)."""
+        """Stacked items (:meth:`read`) → the model's ``predict_step`` outputs for all of them,
+        ``batch_size`` per forward pass (the server calls this on the inputs of several requests at once)."""
         batches = x.split(self.batch_size) or (x,)  # an empty frame still gives its (empty) columns
         outputs = [
-            self.model.predict_step((self._net_input(batch.to(self.device, non_blocking=True)),), i)
+            self.model.predict_step((self.graph.normalize(batch.to(self.device, non_blocking=True)),), i)
             for i, batch in enumerate(batches)
         ]
         return {key: torch.cat([o[key] for o in outputs]).cpu() for key in outputs[0]}
 
-    def _net_input(self, batch: torch.Tensor) -> torch.Tensor:
-        """Items are transformed per batch, as the run transformed its own; rows are encoded already."""
-        return batch if self.graph is None else self.graph.normalize(batch)
-
     def predict(
-        self,
-        items: "pd.DataFrame | Sequence[Any]",
-        source: str | Location = "the rows",
-        report: CellReport | None = None,
+        self, items: "pd.DataFrame | Sequence[Any]", source: str = "the rows", report: Any = None
     ) -> pd.DataFrame:
         """One line per row (or image) of ``items``, in order (see :func:`prediction_frame`).
 
-        A table's rows: ``row`` is the frame's index; pass a :class:`src.data.preprocessing.CellReport` to
-        get the per-column counts of cells read as missing or as another category back
-        (``report.columns``) instead of the logged warning. Images: ``path`` when all are files (as
-        ``predict``'s CSV file), else ``row``, their positions.
+        Rows: ``row`` is the frame's index, ``source`` names them in a sentence; a table's run counts the
+        cells it read otherwise than written into ``report`` (a ``CellReport``) instead of logging them.
+        Images: ``path`` when all are files (as ``predict``'s CSV file), else ``row``, their positions.
         """
         if isinstance(items, pd.DataFrame):
-            outputs = self.outputs(self.encode(items, source, report))
-            return prediction_frame(outputs, self.labels, items.index.to_numpy(), self.target_names)
+            index = pd.Index(items.index.to_numpy(), name="row")
+            outputs = self.outputs(self.read(items, [source], report))
+            return prediction_frame(outputs, self.labels, index, self.target_names)
         files = all(isinstance(item, str | Path) for item in items)
         index = pd.Index(
             [str(i) for i in items] if files else range(len(items)), name="path" if files else "row"

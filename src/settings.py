@@ -153,9 +153,7 @@ def carried_settings(
     data = taken.setdefault("data", {})
     for key in PER_INVOCATION:
         (data.get("init_args") or {}).pop(key, None)
-    from src.data import TabularDataModule  # the data a config names none of
-
-    found = resolve(data["class_path"]) if isinstance(data.get("class_path"), str) else TabularDataModule
+    found = resolve(data["class_path"]) if isinstance(data.get("class_path"), str) else None
     if isinstance(found, type) and "preprocessing_from" in inspect.signature(found).parameters:
         data.setdefault("init_args", {})["preprocessing_from"] = ckpt_path
     return taken

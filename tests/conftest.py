@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -34,6 +35,13 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # the CLI reads its words from main(args); pytest's own argv must not look like extra arguments
     monkeypatch.setattr(sys, "argv", ["src.cli"])
     return tmp_path
+
+
+@pytest.fixture
+def nothing_written(workdir: Path) -> Iterator[None]:
+    """Whatever fails must leave no run folder, checkpoint or half-written file behind."""
+    yield
+    assert [p.name for p in workdir.rglob("*") if p.suffix not in (".csv", ".parquet")] == []
 
 
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
@@ -120,42 +128,13 @@ def fit_in(folder: Path, *words: str) -> CLI:
 
 
 @pytest.fixture(scope="session")
-def messy_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
-    """One short fit on a messy CSV (text, yes/no words, booleans, empty cells, "?", named classes),
-    shared by the tests of what comes after training, here and in the folders of the apps that take a
-    checkpoint further. No net named: the default one (src.nets.DEFAULT_NET, an ensemble with a periodic
-    embedding) is what they take."""
-    from tests.test_preprocessing import messy_frame
-
-    folder = tmp_path_factory.mktemp("messy-trained")
-    frame = messy_frame(n=300)
-    frame.to_csv(folder / "train.csv", index=False)
-    run = fit_in(
-        folder, "--config", str(CONFIGS / "digits.yaml"), "--data.source=csv", "--data.path=train.csv",
-        "--data.target_column=label", "--data.task=classification", "--data.encoding.max_categories=4",
-        "--data.encoding.missing_indicator=true", "--model.init_args.net=null",
-    )  # fmt: skip
-    return Trained(run, frame, Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt")
-
-
-@pytest.fixture(scope="session")
-def target_trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
-    """The messy fit of ``messy_trained`` with its columns of more than 4 values (region, city) read by
-    their target means (``data.encoding.high_cardinality: target``)."""
-    from tests.test_preprocessing import messy_frame
-
-    folder = tmp_path_factory.mktemp("target-trained")
-    frame = messy_frame(n=300)
-    frame.to_csv(folder / "train.csv", index=False)
-    run = fit_in(
-        folder, "--config", str(CONFIGS / "digits.yaml"), "--data.source=csv", "--data.path=train.csv",
-        "--data.target_column=label", "--data.task=classification", "--data.encoding.max_categories=4",
-        "--data.encoding.missing_indicator=true", "--model.init_args.net=null",
-        "--data.encoding.high_cardinality=target",
-    )  # fmt: skip
-    assert [c.name for c in run.datamodule.preprocessor.categorical if c.encodings is not None] == [
-        "region", "city"
-    ]  # fmt: skip
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    """One short fit of the digits, shared by the tests of what comes after training: its raw rows are the
+    64 pixel columns and ``label``."""
+    folder = tmp_path_factory.mktemp("trained")
+    run = fit_in(folder, "--config", str(CONFIGS / "digits.yaml"))
+    data = run.datamodule
+    frame = pd.DataFrame(data.x, columns=data.columns).assign(label=np.asarray(data.label_names)[data.y])
     return Trained(run, frame, Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt")
 
 
@@ -164,7 +143,7 @@ def regression_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
     """A short fit of the friedman regression; returns its last checkpoint and raw validation rows."""
     folder = tmp_path_factory.mktemp("regression-trained")
     run = fit_in(folder, "--config", str(CONFIGS / "friedman.yaml"), "--data.num_samples=400")
-    rows = run.datamodule.table.features.iloc[run.datamodule.split_rows["val"]]
+    rows = run.datamodule.predict_frame  # the validation rows' feature columns
     return Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt", rows
 
 

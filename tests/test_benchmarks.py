@@ -94,8 +94,8 @@ def test_a_child_reports_its_own_peak_not_its_parents() -> None:
 
 def test_the_libraries_read_the_templates_split_of_the_raw_columns(tmp_path) -> None:
     from benchmarks import competitors
-    from src.data import TabularDataModule
-    from tests.test_preprocessing import messy_frame
+    from src.extras.tables import TabularDataModule
+    from src.extras.tables.test_preprocessing import messy_frame
 
     messy_frame(n=240).to_csv(tmp_path / "messy.csv", index=False)
     data = TabularDataModule(path=str(tmp_path / "messy.csv"), target_column="label", task="classification")

@@ -176,15 +176,15 @@ def test_a_fit_whose_tensorboard_writer_has_no_room_ends_in_one_sentence(disk: P
 
 
 @pytest.fixture
-def rows(messy_trained: Trained, tmp_path: Path) -> Path:
+def rows(trained: Trained, tmp_path: Path) -> Path:
     path = tmp_path / "new.csv"  # every row of the training file: their predictions take some 30 KB
-    messy_trained.frame.drop(columns="label").to_csv(path, index=False)
+    trained.frame.drop(columns="label").to_csv(path, index=False)
     return path
 
 
 def test_predictions(
     disk: Path,
-    messy_trained: Trained,
+    trained: Trained,
     rows: Path,
     workdir: Path,
     capsys: pytest.CaptureFixture[str],
@@ -192,7 +192,7 @@ def test_predictions(
     output = disk / "predictions.csv"
     output.write_text("my old predictions\n")
     fill(disk)
-    words = ["predict", "--ckpt_path", str(messy_trained.checkpoint), f"--data.predict_path={rows}"]
+    words = ["predict", "--ckpt_path", str(trained.checkpoint), f"--data.predict_path={rows}"]
     words += [f"--output={output}", "--overwrite=true"]
     sentence = refused(main, [*words, *QUIET], capsys)
     assert sentence == f"cannot write {str(output)!r}: no space left on device {SENTENCE_END}"

@@ -18,7 +18,6 @@ from src.cli import main
 from src.errors import UserInputError
 from src.models import BaseTask, Classifier, Regressor
 from src.nets import MLP
-from src.nets.mlp import PeriodicEmbedding
 from tests.conftest import CONFIGS
 
 # The steps are called here without a Trainer, to compare them with direct computations; Lightning
@@ -32,59 +31,17 @@ def mlp(*hidden_sizes: int, **kwargs: Any) -> functools.partial[MLP]:
 
 
 def test_mlp_registers_every_layer_and_shapes() -> None:
-    net = MLP(5, 3, hidden_sizes=[8, 4], dropout=0.1, batch_norm=True, periodic_frequencies=0)
+    net = MLP(5, 3, hidden_sizes=[8, 4], dropout=0.1, batch_norm=True)
     # 5*8 (no bias before BatchNorm) + 2*8 BN, 8*4 + 2*4 BN, head 4*3+3
     assert sum(p.numel() for p in net.parameters()) == 40 + 16 + 32 + 8 + 15
     assert net(torch.randn(7, 5)).shape == (7, 3)
     assert sum(isinstance(m, torch.nn.Dropout) for m in net.modules()) == 2
-    assert MLP(5, 1, hidden_sizes=[], periodic_frequencies=0).head.in_features == 5
+    assert MLP(5, 1, hidden_sizes=[]).head.in_features == 5
     # plain PyTorch: ValueErrors naming the net, which a task turns into a sentence about its option
     with pytest.raises(ValueError, match=re.escape("MLP activation='swish' is unknown")):
         MLP(5, 1, activation="swish")
     with pytest.raises(ValueError, match=re.escape("MLP dropout=1.0 must lie in [0, 1).")):
         MLP(5, 1, dropout=1.0)
-
-
-def test_the_periodic_embedding_is_the_papers_formula_and_feeds_the_mlp() -> None:
-    torch.manual_seed(0)
-    net = MLP(3, 2, hidden_sizes=[8], periodic_frequencies=4, periodic_dim=5, periodic_scale=0.1)
-    embedding = net.body[0]
-    assert isinstance(embedding, PeriodicEmbedding)
-    x = torch.randn(6, 3)
-    # feature by feature: ReLU(W [cos(2π c_f x_f), sin(2π c_f x_f)] + b), concatenated in feature order
-    expected = torch.cat(
-        [
-            torch.relu(
-                embedding.linear(
-                    torch.cat(
-                        [
-                            torch.cos(2 * torch.pi * x[:, [f]] * embedding.frequencies[f]),
-                            torch.sin(2 * torch.pi * x[:, [f]] * embedding.frequencies[f]),
-                        ],
-                        dim=1,
-                    )
-                )
-            )
-            for f in range(3)
-        ],
-        dim=1,
-    )
-    torch.testing.assert_close(embedding(x), expected)
-    assert net.body[1].in_features == 3 * 5  # the first hidden layer reads every feature's embedding
-    assert net(x).shape == (6, 2)
-    assert embedding.frequencies.requires_grad  # trained, not fixed
-    # on by default, with 8 frequencies and embeddings 16 wide (benchmarks/results/tables.md); 0: off
-    default = MLP(3, 2)
-    assert isinstance(default.body[0], PeriodicEmbedding)
-    assert default.body[0].frequencies.shape == (3, 8)
-    assert default.body[1].in_features == 3 * 16
-    assert not any(isinstance(m, PeriodicEmbedding) for m in MLP(3, 2, periodic_frequencies=0).modules())
-    # up to 128 input columns; a wider input goes in as it is, unless the limit is lifted
-    assert isinstance(MLP(128, 2).body[0], PeriodicEmbedding)
-    assert MLP(129, 2).body[0].in_features == 129
-    assert isinstance(MLP(129, 2, periodic_max_features=None).body[0], PeriodicEmbedding)
-    with pytest.raises(ValueError, match=re.escape("MLP periodic_frequencies=-1, periodic_dim=16")):
-        MLP(3, 2, periodic_frequencies=-1)
 
 
 # -- the net is injected: any nn.Module built from the data's widths ------------------------------------
@@ -102,35 +59,10 @@ def test_the_net_is_built_by_the_factory_from_the_datas_widths() -> None:
     assert isinstance(model.net, nn.Linear)
     x = torch.randn(5, 4)
     torch.testing.assert_close(model(x), model.net(x))  # forward is the net's, nothing added
-    # no net given: src.nets.DEFAULT_NET, an ensemble of 8 MLPs sharing two hidden layers of 128
+    # no net given: src.nets.DEFAULT_NET, a plain MLP of two hidden layers of 128
     default = Classifier(in_features=4, out_features=3).net
     assert isinstance(default, MLP)
-    assert default.ensemble_size == 8
-    assert [m.out_features for m in default.modules() if isinstance(m, nn.Linear)] == [16, 128, 128]
-    assert default.heads_weight.shape == (8, 128, 3)
-
-
-def test_an_ensemble_trains_each_member_on_every_row_and_predicts_their_mean() -> None:
-    torch.manual_seed(0)
-    net = MLP(5, 3, hidden_sizes=[8], ensemble_size=4, periodic_frequencies=0)
-    x, y = torch.randn(6, 5), torch.tensor([0, 1, 2, 0, 1, 2])
-    # member i: its own signs on the input, the shared hidden layer, its own head
-    members = [
-        net.body(x * net.signs[i]) @ net.heads_weight[i] + net.heads_bias[i] for i in range(4)
-    ]  # each (6, 3)
-    torch.testing.assert_close(net(x), torch.stack(members, dim=1))  # training: (B, k, out)
-    net.eval()
-    torch.testing.assert_close(net(x), torch.stack(members).mean(0))  # evaluation: their mean
-    net.train()
-    # the task's training loss is the mean of the members' own losses, not the loss of their mean
-    task = Classifier(in_features=5, out_features=3, net=lambda i, o: net)
-    loss = task.training_step((x, y), 0)
-    torch.testing.assert_close(loss, torch.stack([F.cross_entropy(m, y) for m in members]).mean())
-    assert not torch.allclose(loss, F.cross_entropy(torch.stack(members).mean(0), y))
-    regressor = Regressor(in_features=5, out_features=1, net=functools.partial(MLP, ensemble_size=3))
-    assert regressor.training_step((x, torch.randn(6)), 0).dim() == 0
-    with pytest.raises(ValueError, match=re.escape("MLP ensemble_size=0 must be at least 1")):
-        MLP(5, 3, ensemble_size=0)
+    assert [m.out_features for m in default.modules() if isinstance(m, nn.Linear)] == [128, 128, 3]
 
 
 def test_a_bad_net_argument_is_one_sentence_naming_the_option() -> None:
@@ -259,17 +191,12 @@ def test_a_net_named_in_yaml_is_saved_as_its_config(workdir: Path) -> None:
             "activation": "tanh",
             "dropout": 0.0,
             "batch_norm": False,
-            "periodic_frequencies": 8,
-            "periodic_dim": 16,
-            "periodic_scale": 0.1,
-            "periodic_max_features": 128,
-            "ensemble_size": 1,
             "activation_checkpointing": False,
         },
     }
     assert is_primitive(hparams)
     assert isinstance(run.model.net, MLP)
-    assert [m.out_features for m in run.model.net.modules() if isinstance(m, nn.Linear)] == [16, 64, 64, 3]
+    assert [m.out_features for m in run.model.net.modules() if isinstance(m, nn.Linear)] == [64, 64, 3]
 
 
 # -- the subclasses declare their own arguments; BaseTask's pass through **kwargs -----------------------

@@ -29,15 +29,13 @@ import tests.test_accumulation_clipping as accumulation_clipping
 import tests.test_best_checkpoint as best_checkpoint
 import tests.test_checkpointing as checkpointing
 import tests.test_errors as errors
-import tests.test_models as models
-import tests.test_multitarget as multitarget
 import tests.test_predict as predict
 import tests.test_schedules as schedules
 import tests.test_trust as trust
 from examples.manual import ManualClassifier
 from src.callbacks import PredictionWriter
 from src.cli import CLI
-from src.models import BaseTask, Classifier
+from src.models import BaseTask
 from src.predict import Predictor
 from tests.helpers import LABEL_NAMES
 
@@ -326,7 +324,7 @@ def test_predictions_catch_lines_shifted_against_the_rows_they_name(
 
 
 def test_trust_catches_a_walk_that_stops_at_the_top_level(
-    messy_trained, planted: Path, workdir: Path, capsys, monkeypatch: pytest.MonkeyPatch
+    trained, planted: Path, workdir: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A check of the names a checkpoint carries at its top level only: a nested class path gets in."""
     mutate(
@@ -338,12 +336,12 @@ def test_trust_catches_a_walk_that_stops_at_the_top_level(
     )
     with pytest.raises((AssertionError, pytest.fail.Exception)):
         trust.test_a_checkpoint_names_no_code_at_any_depth_at_any_entry_point(
-            messy_trained, planted, workdir, capsys, "Predictor", "deep in a list"
+            trained, planted, workdir, capsys, "Predictor", "deep in a list"
         )
 
 
 def test_trust_catches_an_output_check_that_forgets_the_inputs(
-    messy_trained, workdir: Path, capsys, monkeypatch: pytest.MonkeyPatch
+    trained, workdir: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Asked to overwrite, the check lets an output land on the checkpoint the run reads."""
     original = src.files.check_output
@@ -359,7 +357,7 @@ def test_trust_catches_an_output_check_that_forgets_the_inputs(
             monkeypatch.setattr(module, "check_output", src.files.check_output)
     with pytest.raises((AssertionError, pytest.fail.Exception)):
         trust.test_no_output_lands_on_an_input_even_when_overwriting(
-            messy_trained, workdir, capsys, "the checkpoint", True
+            trained, workdir, capsys, "the checkpoint", True
         )
 
 
@@ -374,64 +372,6 @@ def test_predict_catches_an_output_check_that_looks_only_at_an_input_folder_itse
             monkeypatch.setattr(module, "check_output", src.files.check_output)
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
         predict.test_the_output_rule_covers_a_folder_the_run_reads_at_any_depth_and_through_links(tmp_path)
-
-
-@pytest.mark.filterwarnings(
-    "ignore:You are trying to `self.log\\(\\)`:UserWarning"
-)  # a step without a Trainer
-def test_the_ensemble_test_catches_a_task_that_trains_the_members_mean(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    mutate(
-        monkeypatch,
-        BaseTask,
-        "_shared_step",
-        "loss = self.loss(output.flatten(0, 1), target.repeat_interleave(members, dim=0))",
-        "loss = self.loss(output.mean(dim=1), target)",
-    )
-    with pytest.raises(AssertionError, match="not close"):
-        models.test_an_ensemble_trains_each_member_on_every_row_and_predicts_their_mean()
-
-
-# -- several targets ----------------------------------------------------------------------------------
-
-
-@pytest.mark.filterwarnings(
-    "ignore:You are trying to `self.log\\(\\)`:UserWarning"
-)  # a step without a Trainer
-def test_the_multilabel_loss_test_catches_cross_entropy_in_place_of_bce(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    mutate(
-        monkeypatch,
-        Classifier,
-        "loss",
-        "return F.binary_cross_entropy_with_logits(output, soft, pos_weight=weight)",
-        "return F.cross_entropy(output, soft, weight=weight)",
-    )
-    with pytest.raises(AssertionError, match="not close"):
-        multitarget.test_the_multilabel_loss_is_bce_per_label_smoothed_as_cross_entropy_smooths_two_classes()
-
-
-@pytest.mark.filterwarnings(
-    "ignore:You are trying to `self.log\\(\\)`:UserWarning"
-)  # a step without a Trainer
-def test_the_multilabel_prediction_test_catches_a_softmax_across_labels(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    mutate(
-        monkeypatch, Classifier, "predict_step", "probs = logits.sigmoid()", "probs = logits.softmax(dim=-1)"
-    )
-    with pytest.raises(AssertionError, match="not close"):
-        multitarget.test_multilabel_metrics_and_predictions_threshold_each_label_at_half()
-
-
-def test_the_per_target_columns_test_catches_every_target_predicted_from_the_first(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    mutate(monkeypatch, src.predict, "per_target", "column = preds[:, k]", "column = preds[:, 0]")
-    with pytest.raises(AssertionError):
-        multitarget.test_a_prediction_per_target_named_by_its_column()
 
 
 def test_k_target_predictions_catch_entries_numbered_although_the_data_names_them(

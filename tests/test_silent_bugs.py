@@ -66,7 +66,7 @@ def classifier(**kwargs) -> Classifier:
     model = Classifier(
         in_features=4,
         out_features=3,
-        net=partial(MLP, hidden_sizes=[8], periodic_frequencies=0),
+        net=partial(MLP, hidden_sizes=[8]),
         optimizer=SGD,
         **kwargs,
     )
@@ -339,7 +339,7 @@ def test_lightning_keeps_no_old_step_graph_alive() -> None:
 def test_softmax_before_cross_entropy_changes_the_gradients() -> None:
     x, y = make_batches([16])[0]
     torch.manual_seed(0)
-    linear = MLP(4, 3, hidden_sizes=[], periodic_frequencies=0)  # logits = x @ W.T + b
+    linear = MLP(4, 3, hidden_sizes=[])  # logits = x @ W.T + b
     w, b = linear.head.weight.detach().clone(), linear.head.bias.detach().clone()
     fit(linear, [(x, y)], optimizer=SGD)
     # closed form: d cross_entropy / d logits = (softmax(logits) - onehot(y)) / B
@@ -348,7 +348,7 @@ def test_softmax_before_cross_entropy_changes_the_gradients() -> None:
     torch.testing.assert_close(linear.head.bias, b - 0.1 * delta.sum(0))
 
     torch.manual_seed(0)
-    softmaxed = MLP(4, 3, hidden_sizes=[], periodic_frequencies=0)
+    softmaxed = MLP(4, 3, hidden_sizes=[])
 
     def softmax_then_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(logits.softmax(-1), target)  # BUG: cross_entropy applies log-softmax itself

@@ -10,7 +10,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from src.checkpoint_io import AtomicCheckpointIO
-from src.data import TabularDataModule
+from src.data import ArrayDataModule
 from src.models import Classifier
 from src.nets import MLP
 
@@ -21,11 +21,11 @@ def fit(folder: Path, epochs: int, k: int, ckpt_path: Path | None = None) -> Mod
     """A short fit whose every epoch is a new best (the monitor is the step, highest best), in a new
     checkpoint IO: as a new process would."""
     torch.manual_seed(0)
-    data = TabularDataModule(source="spiral", num_samples=300, batch_size=50, min_batches_per_epoch=None)
+    data = ArrayDataModule(source="spiral", num_samples=300, batch_size=50, min_batches_per_epoch=None)
     model = Classifier(
         in_features=data.in_features,
         out_features=data.out_features,
-        net=functools.partial(MLP, hidden_sizes=[8], periodic_frequencies=0),
+        net=functools.partial(MLP, hidden_sizes=[8]),
     )
     best = ModelCheckpoint(dirpath=folder, monitor="step", mode="max", save_top_k=k, filename="best-{step}")
     last = ModelCheckpoint(dirpath=folder, filename="last", enable_version_counter=False)

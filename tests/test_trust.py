@@ -109,9 +109,9 @@ PLACES = [
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
 @pytest.mark.parametrize("where", PLACES)
 def test_a_checkpoint_names_no_code_at_any_depth_at_any_entry_point(
-    messy_trained: Trained, planted: Path, workdir: Path, capsys, entry: str, where: str
+    trained: Trained, planted: Path, workdir: Path, capsys, entry: str, where: str
 ) -> None:
-    assert_names_no_code(entry_points(workdir)[entry], messy_trained, planted, workdir, capsys, where)
+    assert_names_no_code(entry_points(workdir)[entry], trained, planted, workdir, capsys, where)
 
 
 def assert_names_no_code(
@@ -130,16 +130,16 @@ def assert_names_no_code(
     assert not planted.exists()
 
 
-def test_a_class_the_user_names_is_imported_and_used(messy_trained: Trained, planted: Path, workdir) -> None:
+def test_a_class_the_user_names_is_imported_and_used(trained: Trained, planted: Path, workdir) -> None:
     """The rule refuses a checkpoint's word, not the user's: named in the user's config, the class runs."""
-    checkpoint = load_checkpoint(messy_trained.checkpoint)
+    checkpoint = load_checkpoint(trained.checkpoint)
     plant(checkpoint, "the optimizer in the hyperparameters")
     torch.save(checkpoint, workdir / "mine.ckpt")
     (workdir / "mine.yaml").write_text(
         "model:\n  init_args:\n    optimizer:\n"
         f"      class_path: {PLANTED}.Optimizer\n      init_args: {{lr: 0.1}}\n"
     )
-    folder = messy_trained.checkpoint.parent.parent
+    folder = trained.checkpoint.parent.parent
     words = ["--ckpt_path", str(workdir / "mine.ckpt"), "--config", str(folder / "config.yaml")]
     words += ["--config", str(workdir / "mine.yaml"), f"--data.path={folder.parents[2] / 'train.csv'}"]
     run = main(["validate", *words, *QUIET])
@@ -148,10 +148,10 @@ def test_a_class_the_user_names_is_imported_and_used(messy_trained: Trained, pla
 
 
 def test_a_checkpoints_own_file_name_names_no_class(
-    messy_trained: Trained, planted: Path, workdir: Path, capsys
+    trained: Trained, planted: Path, workdir: Path, capsys
 ) -> None:
     """``planted_trust_probe.ckpt`` on the command line is a path the user gave, not a class they named."""
-    checkpoint = load_checkpoint(messy_trained.checkpoint)
+    checkpoint = load_checkpoint(trained.checkpoint)
     checkpoint["config"]["model"]["init_args"]["optimizer"] = {"class_path": f"{PLANTED}.ckpt"}
     torch.save(checkpoint, workdir / f"{PLANTED}.ckpt")
     sentence = refusal(main, ["predict", "--ckpt_path", f"{PLANTED}.ckpt", *QUIET], capsys)
@@ -160,11 +160,11 @@ def test_a_checkpoints_own_file_name_names_no_class(
 
 
 def test_a_checkpoint_says_nothing_of_where_a_later_run_writes(
-    messy_trained: Trained, rows: Path, workdir: Path
+    trained: Trained, rows: Path, workdir: Path
 ) -> None:
     """An output path, callbacks beyond the sections or a logger folder written into a checkpoint are not
     applied: the run's choices it carries say what runs, never where it writes."""
-    checkpoint = load_checkpoint(messy_trained.checkpoint)
+    checkpoint = load_checkpoint(trained.checkpoint)
     victim, elsewhere = workdir / "victim.csv", workdir / "elsewhere"
     victim.write_text("mine\n")
     checkpoint["config"]["output"] = str(victim)
@@ -187,10 +187,10 @@ def test_a_checkpoint_says_nothing_of_where_a_later_run_writes(
 
 
 def test_load_from_checkpoint_loads_the_projects_checkpoints_and_refuses_a_url(
-    messy_trained: Trained,
+    trained: Trained,
 ) -> None:
-    model = Classifier.load_from_checkpoint(messy_trained.checkpoint)
-    expected = load_checkpoint(messy_trained.checkpoint)["state_dict"]
+    model = Classifier.load_from_checkpoint(trained.checkpoint)
+    expected = load_checkpoint(trained.checkpoint)["state_dict"]
     for name, tensor in model.state_dict().items():
         torch.testing.assert_close(tensor, expected[name], rtol=0, atol=0)
     # Lightning's own loader would read an http(s) URL with weights_only=False
@@ -297,10 +297,10 @@ def test_resuming_from_last_when_last_is_no_checkpoint(workdir: Path, capsys) ->
 
 
 @pytest.fixture(scope="module")
-def rows(messy_trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def rows(trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """New rows to predict, in a folder of their own (the tests look at what lands in theirs)."""
     path = tmp_path_factory.mktemp("rows") / "new.csv"
-    messy_trained.raw_rows("val").to_csv(path, index=False)
+    trained.raw_rows("val").to_csv(path, index=False)
     return path
 
 
@@ -316,14 +316,14 @@ def fingerprint(path: Path) -> tuple[bool, bytes | None]:
 @pytest.mark.parametrize("overwrite", [False, True])
 @pytest.mark.parametrize("target", ["the checkpoint", "the data file", "the config file", "a link to it"])
 def test_no_output_lands_on_an_input_even_when_overwriting(
-    messy_trained: Trained, workdir: Path, capsys, target: str, overwrite: bool
+    trained: Trained, workdir: Path, capsys, target: str, overwrite: bool
 ) -> None:
     checkpoint = workdir / "model.ckpt"
-    checkpoint.write_bytes(messy_trained.checkpoint.read_bytes())
+    checkpoint.write_bytes(trained.checkpoint.read_bytes())
     data = workdir / "new.csv"
-    messy_trained.raw_rows("val").to_csv(data, index=False)
+    trained.raw_rows("val").to_csv(data, index=False)
     config = workdir / "run.yaml"  # the run's own settings, as a config file of the user's
-    config.write_text((messy_trained.checkpoint.parent.parent / "config.yaml").read_text())
+    config.write_text((trained.checkpoint.parent.parent / "config.yaml").read_text())
     (workdir / "link.ckpt").symlink_to(checkpoint)
     output = {"the checkpoint": checkpoint, "the data file": data, "the config file": config}.get(
         target, workdir / "link.ckpt"
@@ -340,11 +340,11 @@ def test_no_output_lands_on_an_input_even_when_overwriting(
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["a pipe", "/dev/full"])
 def test_only_regular_files_are_written(
-    messy_trained: Trained, rows: Path, workdir: Path, capsys, kind: str
+    trained: Trained, rows: Path, workdir: Path, capsys, kind: str
 ) -> None:
     output = special_file(workdir, kind)
     device = output.stat()
-    words = predict_words(messy_trained.checkpoint, rows, f"--output={output}", "--overwrite=true")
+    words = predict_words(trained.checkpoint, rows, f"--output={output}", "--overwrite=true")
     assert refusal(main, words, capsys) == (
         f"--output={str(output)!r} is not a regular file (a device, pipe or socket); name a file."
     )
@@ -364,26 +364,26 @@ def special_file(folder: Path, kind: str) -> Path:
 
 @pytest.mark.slow
 def test_an_existing_file_is_replaced_only_when_asked(
-    messy_trained: Trained, rows: Path, workdir: Path, capsys
+    trained: Trained, rows: Path, workdir: Path, capsys
 ) -> None:
     notes = workdir / "notes.txt"
     notes.write_text("my notes\n")
-    assert refusal(main, predict_words(messy_trained.checkpoint, rows, f"--output={notes}"), capsys).endswith(
+    assert refusal(main, predict_words(trained.checkpoint, rows, f"--output={notes}"), capsys).endswith(
         "exists; pass --overwrite true to replace it, or name another file."
     )
     assert notes.read_text() == "my notes\n"
     assert sorted(p.name for p in workdir.iterdir()) == ["notes.txt"]
-    main(predict_words(messy_trained.checkpoint, rows, f"--output={notes}", "--overwrite=true"))
+    main(predict_words(trained.checkpoint, rows, f"--output={notes}", "--overwrite=true"))
     assert pd.read_csv(notes).columns[:2].tolist() == ["row", "prediction"]
 
 
 @pytest.mark.slow
 def test_predicts_default_file_is_not_replaced_by_the_next_predict(
-    messy_trained: Trained, rows: Path, workdir: Path, capsys
+    trained: Trained, rows: Path, workdir: Path, capsys
 ) -> None:
     copy_ = workdir / "run" / "checkpoints" / "last.ckpt"
     copy_.parent.mkdir(parents=True)
-    copy_.write_bytes(messy_trained.checkpoint.read_bytes())
+    copy_.write_bytes(trained.checkpoint.read_bytes())
     main(predict_words(copy_, rows))
     default = workdir / "run" / "predictions.csv"
     first = default.read_bytes()
@@ -397,10 +397,10 @@ def test_predicts_default_file_is_not_replaced_by_the_next_predict(
 
 @pytest.mark.slow
 def test_a_killed_writers_leftovers_are_removed_by_the_next_write(
-    messy_trained: Trained, rows: Path, workdir: Path
+    trained: Trained, rows: Path, workdir: Path
 ) -> None:
     alive = plant_leftovers(workdir)
-    main(predict_words(messy_trained.checkpoint, rows, f"--output={workdir / 'predictions.csv'}"))
+    main(predict_words(trained.checkpoint, rows, f"--output={workdir / 'predictions.csv'}"))
     assert sorted(p.name for p in workdir.iterdir()) == sorted([alive.name, "predictions.csv"])
 
 
@@ -417,7 +417,7 @@ def plant_leftovers(folder: Path) -> Path:
 
 
 def test_a_failed_predict_leaves_no_file(
-    messy_trained: Trained, rows: Path, workdir: Path, monkeypatch, capsys
+    trained: Trained, rows: Path, workdir: Path, monkeypatch, capsys
 ) -> None:
     """Written whole or not at all: a CSV writer that dies halfway leaves neither file nor leftover."""
 
@@ -426,7 +426,7 @@ def test_a_failed_predict_leaves_no_file(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(pd.DataFrame, "to_csv", dies)
-    words = predict_words(messy_trained.checkpoint, rows, f"--output={workdir / 'out.csv'}")
+    words = predict_words(trained.checkpoint, rows, f"--output={workdir / 'out.csv'}")
     assert refusal(main, words, capsys).startswith(
         f"cannot write {str(workdir / 'out.csv')!r}: no space left"
     )
@@ -434,29 +434,29 @@ def test_a_failed_predict_leaves_no_file(
 
 
 def test_the_projects_own_defaults_are_an_input_too(
-    messy_trained: Trained, rows: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys
+    trained: Trained, rows: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     defaults = workdir / "defaults.yaml"  # a copy: were the rule broken, the test breaks only its copy
     defaults.write_text(src.cli.DEFAULTS.read_text())
     monkeypatch.setattr(src.cli, "DEFAULTS", defaults)
     monkeypatch.setattr(src.settings, "DEFAULTS", defaults)
-    words = predict_words(messy_trained.checkpoint, rows, f"--output={defaults}", "--overwrite=true")
+    words = predict_words(trained.checkpoint, rows, f"--output={defaults}", "--overwrite=true")
     assert refusal(main, words, capsys).endswith("an input of this run; name another file.")
     assert defaults.read_text() == CONFIGS.joinpath("defaults.yaml").read_text()
 
 
 def test_a_link_is_not_replaced_and_a_folder_that_refuses_files_is_said_first(
-    messy_trained: Trained, rows: Path, workdir: Path, capsys
+    trained: Trained, rows: Path, workdir: Path, capsys
 ) -> None:
     (workdir / "theirs.csv").write_text("theirs\n")
     (workdir / "link.csv").symlink_to(workdir / "theirs.csv")
     link = f"--output={workdir / 'link.csv'}"
-    words = predict_words(messy_trained.checkpoint, rows, link, "--overwrite=true")
+    words = predict_words(trained.checkpoint, rows, link, "--overwrite=true")
     assert refusal(main, words, capsys).endswith("is a symbolic link; name the file itself.")
     assert (workdir / "link.csv").is_symlink()
     assert (workdir / "theirs.csv").read_text() == "theirs\n"
     if Path("/proc").is_dir():  # nothing can be created there, not even by root
-        words = predict_words(messy_trained.checkpoint, rows, "--output=/proc/predictions.csv")
+        words = predict_words(trained.checkpoint, rows, "--output=/proc/predictions.csv")
         assert "cannot be written: '/proc' refuses new files" in refusal(main, words, capsys)
 
 
@@ -467,9 +467,9 @@ def test_a_url_as_ckpt_path_in_a_config_file_is_one_sentence(workdir: Path, caps
 
 
 def test_an_output_path_spelled_like_a_class_names_no_class(
-    messy_trained: Trained, rows: Path, planted: Path, workdir: Path, capsys
+    trained: Trained, rows: Path, planted: Path, workdir: Path, capsys
 ) -> None:
-    checkpoint = load_checkpoint(messy_trained.checkpoint)
+    checkpoint = load_checkpoint(trained.checkpoint)
     plant(checkpoint, "the scheduler in the settings")
     torch.save(checkpoint, workdir / "theirs.ckpt")
     output = f"--output={workdir / 'out' / f'{PLANTED}.Optimizer'}"

@@ -109,7 +109,7 @@ def fitted(*words: str) -> tuple[CLI, Path]:
 def rows(workdir: Path) -> tuple[pd.DataFrame, Path]:
     """Rows to predict, as a file: the first 40 of the spiral's validation split."""
     run = main([*SPIRAL, *QUIET], run=False)
-    frame = run.datamodule.table.features.iloc[run.datamodule.split_rows["val"][:40]]
+    frame = run.datamodule.predict_frame.iloc[:40]  # the validation rows' feature columns
     frame.to_csv(workdir / "rows.csv", index=False)
     return frame.reset_index(drop=True), workdir / "rows.csv"
 
@@ -127,7 +127,7 @@ def test_an_edit_to_predict_step_answers_on_every_path(
     pd.testing.assert_frame_equal(written, predictor.predict(frame), check_dtype=False, atol=1e-6)
     # the edit took effect: the probabilities are the tempered ones, not the plain softmax
     with torch.no_grad():
-        logits = predictor.model(predictor.encode(frame))
+        logits = predictor.graph(predictor.read(frame))  # the run's standardization, then the model
     probs = written.filter(like="probability(").to_numpy()
     torch.testing.assert_close(
         torch.from_numpy(probs).float(), (logits / TEMPERATURE).softmax(-1), atol=1e-6, rtol=0
@@ -146,7 +146,7 @@ def test_an_edit_to_the_decision_names_the_class_on_every_path(
     predictor = Predictor.from_checkpoint(ckpt)
     pd.testing.assert_frame_equal(written, predictor.predict(frame), check_dtype=False, atol=1e-6)
     probs = written.filter(like="probability(").to_numpy()
-    labels = [str(label) for label in predictor.preprocessor.labels]
+    labels = [str(label) for label in predictor.labels]
     chosen = np.where(probs.max(axis=1) > SURE, probs.argmax(axis=1), 0)
     assert written["prediction"].astype(str).tolist() == [labels[k] for k in chosen]
     assert (chosen != probs.argmax(axis=1)).any()  # rows where the edit and the likeliest class differ

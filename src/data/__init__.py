@@ -1,20 +1,18 @@
-"""Data: sources (bundled, synthetic, CSV) and the DataModule that splits, scales and batches them."""
+"""Data: the DataModule base every data kind shares, and the in-memory arrays one (digits and friends)."""
 
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from src.data.datamodule import TabularDataModule
+    from src.data.arrays import ArrayDataModule
     from src.data.loading import TensorBatches
-    from src.data.options import Columns, Encoding, Split
 
-__all__ = ["Columns", "Encoding", "Split", "TabularDataModule", "TensorBatches"]
+__all__ = ["ArrayDataModule", "TensorBatches"]
 
 
 def __getattr__(name: str) -> Any:
-    # src.data.TabularDataModule (as configs name it) is imported on first use, with Lightning; reading a
-    # file and applying a checkpoint's preprocessing (src.data.sources, src.data.preprocessing) need neither
+    # src.data.ArrayDataModule (as configs name it) is imported on first use, with Lightning and sklearn
     if name in __all__:
-        from src.data import datamodule, loading
+        from src.data import arrays, loading
 
-        return getattr(loading if name == "TensorBatches" else datamodule, name)
+        return getattr(arrays if name == "ArrayDataModule" else loading, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,7 +22,7 @@ from typing_extensions import override
 from src.checkpoints import check_for_class
 from src.errors import UserInputError
 from src.models.schedules import check_length, check_replaced, run_length, settings, spanned_by
-from src.nets import DEFAULT_NET, MLP, Ensemble, shard
+from src.nets import DEFAULT_NET, MLP, shard
 
 #: builds the net from the data's widths: ``net(in_features, out_features)``; in YAML, the ``class_path`` of
 #: any ``nn.Module`` whose first two arguments are those widths, with its other arguments as ``init_args``
@@ -46,7 +46,7 @@ class BaseTask(L.LightningModule, ABC):
             targets); linked from the DataModule.
         net: Builds the net from ``(in_features, out_features)``: in YAML the ``class_path`` of any
             ``nn.Module`` taking those two widths first, its other arguments as ``init_args``. ``None``
-            means :data:`src.nets.DEFAULT_NET` (an ensemble of MLPs for tables).
+            means :data:`src.nets.DEFAULT_NET` (a plain MLP).
         optimizer: Builds the optimizer from the parameters; chosen in YAML (``class_path`` + ``init_args``).
             ``None`` means ``AdamW(lr=1e-3)``. (No class default here on purpose: the parser would carry a
             default class's ``init_args``, say AdamW's ``weight_decay``, over to the class a config names.)
@@ -220,13 +220,7 @@ class BaseTask(L.LightningModule, ABC):
         the stage's mean loss and metrics updated with them."""
         x, target = batch
         output = self(x)  # (B, K) raw logits or (B, 1) values
-        members = self.net.ensemble_size if isinstance(self.net, Ensemble) and self.training else 1
-        if members > 1:
-            # (B, k, K): the ensemble's members, each trained on every row; the metrics see their mean
-            loss = self.loss(output.flatten(0, 1), target.repeat_interleave(members, dim=0))
-            output = output.mean(dim=1)
-        else:
-            loss = self.loss(output, target)
+        loss = self.loss(output, target)
         preds, metric_target = self.metric_inputs(output.detach(), target)
         loss_mean.update(loss.detach(), weight=len(target))  # detached: a graph would keep the activations
         metrics.update(preds, metric_target)

@@ -1,6 +1,6 @@
 """Plain `nn.Module`s that know nothing of Lightning: lift them out and use them anywhere."""
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
@@ -8,23 +8,8 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from src.nets.mlp import MLP
 
-
-@runtime_checkable
-class Ensemble(Protocol):
-    """A net of several members in one (:class:`MLP` with ``ensemble_size``): while training it returns
-    each member's output, ``(B, ensemble_size, ...)``, so that each member is trained on every row (the
-    task averages their losses); in evaluation it returns their mean, ``(B, ...)``, as any net would."""
-
-    ensemble_size: int
-
-
-#: the net of a task given none (``model.init_args.net`` left out), as a config: an ensemble of 8 MLPs
-#: sharing two hidden layers of 128, each input embedded periodically; on the tables benchmark it is level
-#: with the better of gradient boosting and a linear model (benchmarks/results/tables.md)
-DEFAULT_NET: dict[str, Any] = {
-    "class_path": "src.nets.MLP",
-    "init_args": {"hidden_sizes": [128, 128], "ensemble_size": 8},
-}
+#: the net of a task given none (``model.init_args.net`` left out), as a config: two hidden layers of 128
+DEFAULT_NET: dict[str, Any] = {"class_path": "src.nets.MLP", "init_args": {"hidden_sizes": [128, 128]}}
 
 
 def shard(net: nn.Module, mesh: DeviceMesh) -> None:
@@ -38,4 +23,4 @@ def shard(net: nn.Module, mesh: DeviceMesh) -> None:
     fully_shard(net, mesh=mesh)
 
 
-__all__ = ["DEFAULT_NET", "MLP", "Ensemble", "shard"]
+__all__ = ["DEFAULT_NET", "MLP", "shard"]

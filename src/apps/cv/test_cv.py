@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from src.apps.cv import cross_validate, mean_std, repeat
-from src.data import Split, TabularDataModule
 from src.errors import UserInputError
+from src.extras.tables import Split, TabularDataModule
 from tests.conftest import BARE, CONFIGS, QUIET
 
 TINY = [

@@ -35,8 +35,8 @@ from src.apps.doctor import data as data_checks
 from src.apps.doctor import model as model_checks
 from src.apps.doctor.findings import Finding
 from src.apps.doctor.schedule import check_schedule, scheduler_steps
-from src.data import TabularDataModule
 from src.errors import UserInputError
+from src.extras.tables import TabularDataModule
 from src.models import BaseTask, Classifier
 
 #: the kernel's account of this thread's time (Linux): nanoseconds on a CPU, waiting for one, time slices

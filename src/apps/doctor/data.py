@@ -1,4 +1,4 @@
-"""Checks of the encoded tensors a :class:`~src.data.TabularDataModule` feeds the net.
+"""Checks of the encoded tensors a :class:`~src.extras.tables.TabularDataModule` feeds the net.
 
 They read the train, validation and test tensors exactly as the net sees them (after imputation, scaling
 and one-hot encoding) and name columns by :attr:`Preprocessor.feature_names`.
@@ -10,9 +10,9 @@ from sklearn.metrics import balanced_accuracy_score, r2_score
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 from src.apps.doctor.findings import Finding
-from src.data import TabularDataModule
 from src.data.loading import Stage
 from src.errors import notice
+from src.extras.tables import TabularDataModule
 
 SPLITS: tuple[Stage, ...] = ("train", "val", "test")
 #: share of validation or test rows that may repeat a training row before it counts as leakage

@@ -33,8 +33,8 @@ from src.apps.doctor.__main__ import main as doctor_main
 from src.apps.doctor.model import layers_in_python_lists
 from src.apps.doctor.probe import OVERFIT_STEPS, input_free_loss, overfit_one_batch
 from src.cli import main
-from src.data import TabularDataModule
 from src.data.loading import Stage, TensorBatches
+from src.extras.tables import TabularDataModule
 from src.models import BaseTask, Classifier, Regressor
 from src.nets import MLP
 from tests.conftest import CONFIGS, QUIET
@@ -57,7 +57,7 @@ def spiral(**settings: Any) -> TabularDataModule:
 
 def mlp(**settings: Any) -> partial[MLP]:
     """The shipped net as a task's net factory: ``mlp()(in_features, out_features)``."""
-    return partial(MLP, hidden_sizes=[64, 64], **{"periodic_frequencies": 0, **settings})
+    return partial(MLP, hidden_sizes=[64, 64], **settings)
 
 
 def classifier(cls: type[Classifier] = Classifier, **settings: Any) -> Classifier:
@@ -195,7 +195,7 @@ def test_a_model_that_cannot_overfit_one_batch() -> None:
     settings = {
         "in_features": 10,
         "out_features": 1,
-        "net": partial(MLP, hidden_sizes=[32], periodic_frequencies=0),
+        "net": partial(MLP, hidden_sizes=[32]),
         "optimizer": ADAM,
     }
     found = doctor(BroadcastingLoss(**settings), data)
@@ -311,7 +311,7 @@ def test_a_gradient_norm_that_explodes() -> None:
     model = Regressor(
         in_features=10,
         out_features=1,
-        net=partial(MLP, hidden_sizes=[32], periodic_frequencies=0),
+        net=partial(MLP, hidden_sizes=[32]),
         optimizer=partial(torch.optim.SGD, lr=3.0),
     )
     assert "grad-norm-exploding" in doctor(model, data, gradient_clip_val=None)
@@ -394,9 +394,7 @@ class FunctionalDropout(MLP):
             id="train-in-validation_step",
         ),
         pytest.param(
-            lambda: classifier(
-                net=partial(FunctionalDropout, hidden_sizes=[64, 64], dropout=0.2, periodic_frequencies=0)
-            ),
+            lambda: classifier(net=partial(FunctionalDropout, hidden_sizes=[64, 64], dropout=0.2)),
             "gave different outputs",
             id="functional-dropout",
         ),
@@ -586,7 +584,7 @@ def on_file(path: Path, **settings: Any) -> dict[str, Finding]:
     model = Classifier(
         in_features=data.in_features,
         out_features=data.out_features,
-        net=partial(MLP, hidden_sizes=[32], periodic_frequencies=0),
+        net=partial(MLP, hidden_sizes=[32]),
         optimizer=ADAM,
         **settings,
     )

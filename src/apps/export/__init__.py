@@ -17,7 +17,7 @@ Its sidecar's ``graph`` says the ``layout``, ``dtype``, ``mode``, ``size``; its 
 
 **An ONNX table graph takes the raw columns**: one input per column of the training file, ``(B,)``
 each (B dynamic): ``double`` for a numeric column (``NaN`` for a missing cell), ``string`` for a
-categorical one (``""`` for a missing cell). The cell rule of :mod:`src.data.preprocessing` (missing
+categorical one (``""`` for a missing cell). The cell rule of :mod:`src.extras.tables.preprocessing` (missing
 texts, stray text in a number, unseen categories to ``(other)``), the imputation, scaling, missing
 indicators and one-hot blocks are inside the graph, then the net; it returns
 
@@ -28,7 +28,7 @@ indicators and one-hot blocks are inside the graph, then the net; it returns
   other outputs stay out of the graph, which a line says.
 
 So onnxruntime in any language predicts from raw rows with no code of ours (this folder's README.md has
-the example; ``test_export.py`` beside this file and ``tests/test_cells.py`` hold it equal to
+the example; ``test_export.py`` beside this file and ``src/extras/tables/test_cells.py`` hold it equal to
 :class:`src.predict.Predictor`).
 **A torch.export program** takes ``features``, the encoded float32 matrix ``(B, F)`` that
 :meth:`src.predict.Predictor.encode` makes (F = ``len(feature_names)``), and returns ``logits`` or
@@ -48,8 +48,8 @@ Lightning.
 - ``recipe``: the rules below, as sentences.
 
 The rules, as sentences, are :data:`RAW_RECIPE` (ONNX) and :data:`RECIPE` (torch.export);
-:mod:`src.data.preprocessing` applies them, and ``src/apps/export/test_export.py`` re-implements them from the
-sidecar alone and holds the two equal.
+:mod:`src.extras.tables.preprocessing` applies them, and ``src/apps/export/test_export.py``
+re-implements them from the sidecar alone and holds the two equal.
 """
 
 import argparse
@@ -69,7 +69,9 @@ import pandas as pd
 import torch
 from torch import nn
 
-from src.data.preprocessing import (
+from src.errors import UserInputError, notice
+from src.extras.tables.predict import TableReading, table_preprocessor
+from src.extras.tables.preprocessing import (
     FLOAT32_MAX,
     MISSING,
     CategoricalColumn,
@@ -78,7 +80,6 @@ from src.data.preprocessing import (
     cell_text,
     numbers_as_written,
 )
-from src.errors import UserInputError, notice
 from src.files import check_output, written
 
 if TYPE_CHECKING:
@@ -275,7 +276,7 @@ def check_raw(path: Path, predictor: Predictor, rows: pd.DataFrame) -> float:
 
     tolerance = TOLERANCES["onnx"]
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    preprocessor = predictor.preprocessor
+    preprocessor = table_preprocessor(predictor.reading)
     worst = 0.0
     for frame in (rows, rows.iloc[:1]):
         expected = predictor.predict(frame, "the probe rows", CellReport())  # counted, not logged
@@ -355,9 +356,9 @@ RAW_RECIPE = (
     "number; a categorical column (dtype string) takes the cell's text: '' for a missing cell, booleans "
     "as 'True' and 'False', a whole number without its decimal part (3.0 is '3'), other numbers as Python "
     "writes them, text as it is.",
-    "Inside the graph, as src.data.preprocessing applies it: a number that is NaN, infinite or beyond "
-    "float32's range (itself or once standardized) is missing and takes fill; a text that is blank or, "
-    "spaces around it ignored, one of na_values is missing_category; a text matching none of categories "
+    "Inside the graph, as src.extras.tables.preprocessing applies it: a number that is NaN, infinite or "
+    "beyond float32's range (itself or once standardized) is missing and takes fill; a text that is blank "
+    "or, spaces around it ignored, one of na_values is missing_category; a text matching none of categories "
     "sets the (other) value when other is true, and no value otherwise.",
     "A CSV file is read as pandas.read_csv reads it: the texts of csv.missing are missing cells.",
     "Outputs: classification: logits (B, K), probabilities (B, K) and label (B,), labels[argmax]; "
@@ -546,9 +547,9 @@ def table_export(ckpt_path: str | Path) -> Prepared:
     returns follows the model's ``predict_step`` on the probe rows: logits for one class of K (a table of
     class labels), else its ``preds`` as ``values``."""
     predictor = Predictor.from_checkpoint(ckpt_path)  # one sentence for a missing or unsafe file
-    preprocessor = predictor.preprocessor
+    preprocessor = table_preprocessor(predictor.reading)
     rows = probe_rows(preprocessor)
-    x = predictor.encode(rows, "the probe rows", CellReport())  # (16, F); its notices are no news
+    x = predictor.read(rows, ["the probe rows"], CellReport())  # (16, F); its notices are no news
     outputs = predictor.outputs(x)
     classification = preprocessor.labels is not None and one_class_of_k(outputs)
     model = type(predictor.model).__name__
@@ -577,8 +578,7 @@ def table_export(ckpt_path: str | Path) -> Prepared:
 def image_export(ckpt_path: str | Path) -> Prepared:
     """An image checkpoint: uint8 pixels ``(B, H, W, C)`` in, normalization and net inside the graph."""
     predictor = Predictor.from_checkpoint(ckpt_path, device="cpu")
-    preprocessing = predictor.preprocessing
-    assert predictor.graph is not None  # an image checkpoint's predictor
+    preprocessing = predictor.reading  # an image run's (src.extras.images.predict.ImagePreprocessing)
     return Prepared(
         predictor.graph,
         probe_images(preprocessing),  # (8, H, W, C)
@@ -600,7 +600,7 @@ def export(
     if fmt not in FORMATS:
         raise UserInputError(f"--format {fmt!r} is unknown; choose one of {', '.join(FORMATS)}.")
     # one sentence for a missing or unsafe file
-    reads_rows = Predictor.from_checkpoint(ckpt_path, device="cpu").reads_rows
+    reads_rows = isinstance(Predictor.from_checkpoint(ckpt_path, device="cpu").reading, TableReading)
     prepared = table_export(ckpt_path) if reads_rows else image_export(ckpt_path)
     option = "--output" if output is not None else "the default output beside the checkpoint"
     graph_path = Path(output) if output is not None else Path(ckpt_path).with_suffix(SUFFIXES[fmt])

@@ -21,6 +21,7 @@ import torch
 from benchmarks.penguins import raw_rows, train
 from benchmarks.predict_throughput import timed
 from src.apps import export
+from src.extras.tables.predict import table_preprocessor
 from src.predict import Predictor
 
 
@@ -39,11 +40,10 @@ def graphs(checkpoint: Path, folder: Path, rows: int, rounds: int) -> str:
         )
     predictor = Predictor.from_checkpoint(checkpoint)
     frame = raw_rows(rows)
-    x = predictor.encode(frame)  # (rows, F): what the checkpoint's net and the torch.export program take
-    columns = export.graph_inputs(predictor.preprocessor, frame)  # what the ONNX graph takes, once
-    eager = export.Exportable(
-        predictor.model, classification=predictor.preprocessor.labels is not None
-    ).eval()
+    x = predictor.read(frame)  # (rows, F): what the checkpoint's net and the torch.export program take
+    preprocessor = table_preprocessor(predictor.reading)
+    columns = export.graph_inputs(preprocessor, frame)  # what the ONNX graph takes, once
+    eager = export.Exportable(predictor.model, classification=preprocessor.labels is not None).eval()
     program = torch.export.load(folder / "model.pt2").module()
     lines = [
         f"{rows:,} raw rows (one call each), median of {rounds}: the net alone on the encoded rows, and"
@@ -73,7 +73,7 @@ def graphs(checkpoint: Path, folder: Path, rows: int, rounds: int) -> str:
             ("torch.export program, encoded rows", torch_export),
             (
                 "PyTorch, encoding and net (Predictor.outputs)",
-                lambda: predictor.outputs(predictor.encode(frame)),
+                lambda: predictor.outputs(predictor.read(frame)),
             ),
             ("onnxruntime, the ONNX graph, raw columns", functools.partial(session.run, ["logits"], columns)),
         ):

@@ -1,4 +1,4 @@
-"""One rule for every cell (tests/test_cells.py): the exported ONNX graph, run by this app's page's example
+"""One rule for every cell (tables/test_cells.py): the exported ONNX graph, run by this app's page's example
 (onnxruntime and numpy alone), answers random rows as :class:`src.predict.Predictor` does."""
 
 import re
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tests.test_cells as cells
+import src.extras.tables.test_cells as cells
 from src.apps import export
 from src.predict import Predictor
 from tests.conftest import Trained

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 import torch
 
-import tests.test_multitarget as multitarget
-import tests.test_targets as targets
+import src.extras.tables.test_multitarget as multitarget
+import src.extras.tables.test_targets as targets
 from src.apps import export
 from src.predict import Predictor
 from tests.conftest import Trained
@@ -325,7 +325,7 @@ def test_a_checkpoint_of_a_datamodule_without_a_table_is_one_sentence(
     assert list(tmp_path.iterdir()) == []
 
 
-# -- a regression target learnt as log(1 + y) (tests/test_targets.py): the graph answers in its units ------
+# -- a regression target learnt as log(1 + y) (tables/test_targets.py): the graph answers in its units
 
 
 @pytest.fixture(scope="module")
@@ -349,7 +349,7 @@ def test_every_path_predicts_prices_in_their_own_units(skewed_run, tmp_path: Pat
     np.testing.assert_allclose(values, expected.numpy(), rtol=1e-5)
 
 
-# -- a table of several target columns (tests/test_multitarget.py's): the raw-column graph answers each -----
+# -- a table of several target columns (tables/test_multitarget.py): the raw-column graph answers each
 
 
 @pytest.mark.slow

@@ -77,8 +77,9 @@ from litserve.utils import WorkerSetupStatus
 from pydantic import BaseModel, StrictBool, StrictFloat, StrictInt, StrictStr
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from src.data.preprocessing import CellReport, Location
 from src.errors import UserInputError
+from src.extras.tables.predict import TableReading
+from src.extras.tables.preprocessing import CellReport, Location
 from src.predict import Predictor, prediction_frame
 
 #: one cell of a row as JSON gives it; null is a missing cell
@@ -212,7 +213,7 @@ def _float(value: int) -> bool:
 
 def doubled_column(names: Iterable[str]) -> Refused | None:
     """A column named twice once the spaces around names are dropped (``"age"`` and ``" age"``), as
-    :meth:`src.data.preprocessing.Preprocessor.transform` drops them."""
+    :meth:`src.extras.tables.preprocessing.Preprocessor.transform` drops them."""
     seen: dict[str, str] = {}
     for name in names:
         if (first := seen.setdefault(key := name.strip(), name)) != name:
@@ -400,7 +401,7 @@ class TabularAPI(BatchedAPI):
 
     def encode(self, rows: list[dict[str, Any]]) -> Encoded | Refused:
         """Every check of one request's cells, then the checkpoint's own encoding of them, with the count
-        of cells it read otherwise than written (the one rule of :mod:`src.data.preprocessing`)."""
+        of cells it read otherwise than written (the one rule of :mod:`src.extras.tables.preprocessing`)."""
         if not rows:
             return Refused(422, 'the request holds no rows; send {"rows": [{"column": value, ...}, ...]}.')
         refusal = self.too_many(len(rows), "rows") or unreadable_cell(rows)
@@ -412,7 +413,7 @@ class TabularAPI(BatchedAPI):
             return refusal
         report = CellReport()  # answered in the response, not logged: the client sent the cells
         try:
-            x = self.predictor.encode(frame, REQUEST.what, report)  # (N, F) float32, finite by the rule
+            x = self.predictor.read(frame, [REQUEST.what], report)  # (N, F) float32, finite by the rule
         except UserInputError as err:
             return Refused(422, str(err))
         return Encoded(x, report.as_json())
@@ -422,7 +423,7 @@ class TabularAPI(BatchedAPI):
 
     @property
     def labels(self) -> Sequence[Any] | None:
-        return self.predictor.preprocessor.labels
+        return self.predictor.labels
 
 
 class ImageAPI(BatchedAPI):
@@ -644,7 +645,7 @@ def build(options: argparse.Namespace) -> ls.LitServer:
             f"--timeout {options.timeout} must be longer than --batch_timeout {options.batch_timeout}."
         )
     # a missing, broken or foreign checkpoint: one sentence
-    images = not Predictor.from_checkpoint(options.ckpt_path).reads_rows
+    images = not isinstance(Predictor.from_checkpoint(options.ckpt_path).reading, TableReading)
     family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
     with socket.socket(family) as probe:
         try:

@@ -1,4 +1,4 @@
-"""One rule for every cell (tests/test_cells.py): the server's request → prediction steps (in process, no
+"""One rule for every cell (tables/test_cells.py): the server's request → prediction steps (in process, no
 HTTP) answer random rows as :class:`src.predict.Predictor` does, and name the same cells."""
 
 import numpy as np
@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tests.test_cells as cells
+import src.extras.tables.test_cells as cells
 from src.apps import serve
-from src.data.preprocessing import CellReport
+from src.extras.tables.preprocessing import CellReport
 from src.predict import Predictor
 from tests.conftest import Trained
 

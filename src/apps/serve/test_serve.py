@@ -29,7 +29,7 @@ from fastapi.responses import JSONResponse
 
 from src.apps import serve
 from src.cli import main
-from src.data.preprocessing import CellReport
+from src.extras.tables.preprocessing import CellReport
 from src.predict import Predictor
 from tests.conftest import QUIET, ROOT, Trained
 
@@ -532,17 +532,17 @@ def test_faults_past_the_cells_stay_with_their_request(
             "the request, row 1: the model's output is not a finite number; its values lie too far from "
             "those the model was trained on.",
         )
-    encode = api.predictor.encode
+    read = api.predictor.read
 
     def failing_on_boom(
-        frame: pd.DataFrame, source: str = "the rows", report: CellReport | None = None
+        frame: pd.DataFrame, names: list[str] | None = None, report: CellReport | None = None
     ) -> torch.Tensor:
         if (frame["city"] == "boom").any():
             raise RuntimeError("a bug")
-        return encode(frame, source, report)
+        return read(frame, names, report)
 
     with monkeypatch.context() as patch, caplog.at_level(logging.ERROR, logger="src.apps.serve"):
-        patch.setattr(api.predictor, "encode", failing_on_boom)
+        patch.setattr(api.predictor, "read", failing_on_boom)
         assert_only_refused(with_cell(rows[0], "city", '"boom"'), 500, serve.FAILED)
     assert "RuntimeError: a bug" in caplog.text  # the traceback goes to the server's log alone
 

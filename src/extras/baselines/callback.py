@@ -23,8 +23,6 @@ from torchmetrics.classification import (
 )
 from typing_extensions import override
 
-from src.data.preprocessing import Preprocessor, category_strings, read_numbers
-from src.data.sources import Table
 from src.errors import UserInputError
 from src.extras import workers
 from src.extras.baselines import models as baseline_models
@@ -86,50 +84,34 @@ def tag(split: str, metric: str, model: str) -> str:
 
 
 @runtime_checkable
-class FittedTable(Protocol):
-    """What the baselines read from a DataModule (:class:`src.data.TabularDataModule` offers it): the raw
-    rows of each split, and what the preprocessing made of their columns. Any other DataModule gets no
-    baselines."""
+class RawSplits(Protocol):
+    """What the baselines read from a DataModule (the core's array DataModule and the table kind's offer
+    it): the task, the width of the net's head, and each split's rows as read. Any other DataModule gets
+    no baselines."""
 
     @property
-    def preprocessor(self) -> Preprocessor:
-        """Fitted on the training rows: the task, the feature columns the net reads and their kinds, the
-        class labels, the texts that mean missing."""
+    def task(self) -> str:
+        """``classification`` or ``regression``."""
 
     @property
-    def table(self) -> Table:
-        """The rows as read: feature columns and the target."""
+    def out_features(self) -> int:
+        """The class count of one target's classification; K for K targets; 1 for one value."""
 
-    @property
-    def split_rows(self) -> dict[str, np.ndarray]:
-        """Positions into :attr:`table` of the ``train``, ``val`` and ``test`` rows."""
+    def raw_split(self, split: str) -> tuple[pd.DataFrame, np.ndarray]:
+        """One split's feature columns as read (numbers as floats, NaN where missing; categories as text)
+        and its targets: ``(N,)`` class ids as the net's or values, or ``(N, K)`` (K labels of 0 or 1, or
+        K values)."""
 
 
 def raw_rows(
-    data: FittedTable, split: Split, rows: np.ndarray | None = None
+    data: RawSplits, split: Split, rows: np.ndarray | None = None
 ) -> tuple[pd.DataFrame, np.ndarray]:
-    """One split's rows as the baselines read them: the columns the net reads, numbers by the preprocessing's
-    rule (NaN for missing cells and stray text), categories as their canonical text (missing ones
-    :data:`~src.data.preprocessing.MISSING`); and the targets, class ids as the net's or values: ``(N,)``,
-    or ``(N, K)`` for a table of K target columns (K labels as the net's 0 or 1, or K values).
-
-    ``rows``: positions within the split to keep (all of them when ``None``).
-    """
-    prep, table = data.preprocessor, data.table
-    positions = data.split_rows[split] if rows is None else data.split_rows[split][rows]
-    frame = pd.DataFrame(index=pd.RangeIndex(len(positions)))
-    for column in prep.numeric:
-        cells = table.features[column.name].iloc[positions]
-        frame[column.name] = read_numbers(cells, [*column.missing_tokens, *prep.na_values])[0]
-    for category in prep.categorical:
-        frame[category.name] = category_strings(table.features[category.name].iloc[positions], prep.na_values)
-    target = table.target.iloc[positions]
-    if isinstance(target, pd.DataFrame) and (prep.task != "classification" or prep.labels is None):
-        # (N, K) values, or labels already written as 0/1
-        return frame, target.to_numpy(np.int64 if prep.task == "classification" else np.float64, copy=True)
-    if prep.task == "classification":  # (N,) class ids, or (N, K) 0/1 of each label's positive value
-        return frame, prep.encode_labels(target, table.location)
-    return frame, target.to_numpy(np.float64)
+    """One split's rows (:meth:`RawSplits.raw_split`); ``rows``: positions within the split to keep (all
+    of them when ``None``)."""
+    frame, targets = data.raw_split(split)
+    if rows is None:
+        return frame, targets
+    return frame.iloc[rows].reset_index(drop=True), targets[rows]
 
 
 def sample(count: int, max_rows: int | None, seed: int) -> np.ndarray | None:
@@ -184,7 +166,7 @@ class Baselines(Callback):
     once they are in. When the fit ends and the net's best validation ``val/<verdict_metric>`` trails the
     better baseline by more than ``margin``, one sentence says so and what to try.
 
-    What it reads: the DataModule's rows through :class:`FittedTable` (a DataModule without them gets no
+    What it reads: the DataModule's rows through :class:`RawSplits` (a DataModule without them gets no
     baselines), and the net's logged ``val/<verdict_metric>``; nothing of the LightningModule.
 
     Every process fits the same models (seeded), so under DDP all log the same values without a sync.
@@ -247,7 +229,7 @@ class Baselines(Callback):
         self.seconds = 0.0
         #: the process id that fitted them (this process's when ``fit_in="thread"``)
         self.fitted_by: int | None = None
-        self._data: FittedTable | None = None
+        self._data: RawSplits | None = None
         self._spec: Spec | None = None
         self._targets: dict[str, np.ndarray] = {}
         self._outputs: dict[str, dict[str, np.ndarray]] = {}
@@ -265,31 +247,34 @@ class Baselines(Callback):
         # Trainer.datamodule is public and documented, but Lightning assigns it in its data connector
         # without declaring it on the class, so mypy cannot see it
         data = trainer.datamodule  # type: ignore[attr-defined]
-        if not isinstance(data, FittedTable):
+        if not isinstance(data, RawSplits):
             if not self._told:  # once for the run, however many stages start
                 self._told = True
                 rank_zero_info(
-                    f"Baselines fit on a table's raw rows (a DataModule with preprocessor, table and "
-                    f"split_rows); {type(data).__name__} offers none, so this run has no baselines."
+                    f"Baselines fit on the raw rows of each split (a DataModule with task, out_features and "
+                    f"raw_split); {type(data).__name__} offers none, so this run has no baselines."
                 )
             return
         self._data = data
-        prep = data.preprocessor
         # read here, on the calling thread, which owns the DataModule; the models get the raw columns, and
         # their outputs on every split are scored here against the targets once they are back
-        kept = sample(len(data.split_rows["train"]), self.max_rows, self.seed)
-        train = raw_rows(data, "train", kept)
+        train = raw_rows(data, "train")
+        kept = sample(len(train[1]), self.max_rows, self.seed)
+        if kept is not None:
+            train = train[0].iloc[kept].reset_index(drop=True), train[1][kept]
+        categories = train[0].dtypes.map(lambda dtype: not pd.api.types.is_numeric_dtype(dtype))
         self._spec = spec = Spec(
-            task=prep.task,
-            numeric=[c.name for c in prep.numeric],
-            categorical=[c.name for c in prep.categorical],
-            classes=prep.num_classes or 1,
+            task=data.task,
+            numeric=[str(c) for c in train[0].columns[~categories]],
+            categorical=[str(c) for c in train[0].columns[categories]],
+            classes=data.out_features if data.task == "classification" and train[1].ndim == 1 else 1,
             max_iter=self.max_iter,
             seed=self.seed,
             threads=self.threads,
             targets=train[1].shape[1] if train[1].ndim == 2 else 0,  # K of (N, K) targets
         )
-        evaluated = {split: raw_rows(data, split) for split in ("val", "test") if len(data.split_rows[split])}
+        evaluated = {split: raw_rows(data, split) for split in ("val", "test")}
+        evaluated = {split: rows for split, rows in evaluated.items() if len(rows[1])}
         self._targets = {split: y for split, (_, y) in evaluated.items()}
         frames = {split: x for split, (x, _) in evaluated.items()}
         self._pending = _submit(self.fit_in, baseline_models.fit, spec, train, frames)
@@ -429,7 +414,7 @@ class Baselines(Callback):
 
     def _verdict_metric(self) -> tuple[str, bool]:
         assert self._data is not None
-        task = self._data.preprocessor.task
+        task = self._data.task
         metric = self.verdict_metric or VERDICT_METRIC[task]
         if metric not in METRICS[task]:
             raise UserInputError(

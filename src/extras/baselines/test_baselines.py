@@ -31,14 +31,14 @@ from threadpoolctl import threadpool_limits
 import src.extras.baselines.callback as callback_module
 import src.extras.baselines.models as fitting
 from src.cli import main
-from src.data import Split, TabularDataModule
-from src.data.preprocessing import MISSING, Location, NumericColumn, Preprocessor
-from src.data.sources import Table, Task
 from src.extras.baselines.callback import TAG, Baselines
+from src.extras.tables import Split, TabularDataModule
+from src.extras.tables.preprocessing import MISSING, Location, NumericColumn, Preprocessor
+from src.extras.tables.sources import Table, Task
+from src.extras.tables.test_preprocessing import messy_frame
 from src.models import Classifier
 from tests.conftest import BARE, CONFIGS, QUIET
 from tests.helpers import ManyTargets, many_targets
-from tests.test_preprocessing import messy_frame
 
 ON = ["--baselines=src.extras.baselines.callback.Baselines"]  # back after bare.yaml
 EPOCHS = ["--trainer.max_epochs=2", "--trainer.logger=false", "--trainer.enable_checkpointing=false"]

@@ -23,10 +23,10 @@ from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 from tensorboard.util import tensor_util
 
 from src.cli import CLI, main
-from src.data import TabularDataModule
 from src.errors import UserInputError
 from src.extras.dashboard import HEADLINE, ROOT, Dashboard, scalars_layout
 from src.extras.dashboard.logger import read_scalars
+from src.extras.tables import TabularDataModule
 from src.models import Classifier, Regressor
 from src.nets import MLP
 from tests.conftest import CONFIGS, QUIET

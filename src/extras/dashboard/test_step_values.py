@@ -23,10 +23,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from typing_extensions import override
 
 from examples.manual import ManualClassifier
-from src.data import TabularDataModule
 from src.extras.dashboard import Dashboard
 from src.extras.dashboard.logger import TensorBoardLogger, read_scalars
 from src.extras.dashboard.steps import StepValues
+from src.extras.tables import TabularDataModule
 from src.models import BaseTask, Classifier
 from src.nets import MLP
 
@@ -152,9 +152,7 @@ def shares(fired: list[bool], logged: list[int]) -> dict[int, float]:
 def model(cls: type[BaseTask] = Classifier, **hparams: Any) -> BaseTask:
     torch.manual_seed(0)  # the same initial weights in every run: the preconditions below hold in each
     sgd = functools.partial(torch.optim.SGD, lr=LR)  # a constant learning rate to compare with
-    net = functools.partial(
-        MLP, hidden_sizes=[16], periodic_frequencies=0
-    )  # the norms the preconditions hold for
+    net = functools.partial(MLP, hidden_sizes=[16])  # the norms the preconditions hold for
     return cls(in_features=2, out_features=3, **{"net": net, "optimizer": sgd, **hparams})
 
 

@@ -24,10 +24,10 @@ from typing_extensions import override
 
 import tests.test_any_module as any_module
 from src.cli import main
-from src.data import TabularDataModule
 from src.extras import painter
 from src.extras.figures.callback import ValidationFigures
 from src.extras.figures.drawing import DPI, MIN_CELL_IN, confusion_figure
+from src.extras.tables import TabularDataModule
 from src.models import Classifier
 from src.nets import MLP
 from tests.conftest import QUIET

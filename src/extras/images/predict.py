@@ -18,7 +18,7 @@ that module.
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import torch
 from PIL import Image
@@ -55,6 +55,8 @@ class ImagePreprocessing:
 
     labels: list[str]
     mode: Mode
+    #: an image has one target
+    target_names: ClassVar[None] = None
     size: tuple[int, int]
     resize: bool
     mean: torch.Tensor
@@ -84,7 +86,9 @@ class ImagePreprocessing:
     def channels(self) -> int:
         return CHANNELS[self.mode]
 
-    def stack(self, images: Sequence[ImageInput], names: Sequence[str] | None = None) -> torch.Tensor:
+    def stack(
+        self, images: Sequence[ImageInput], names: Sequence[str] | None = None, report: Any = None
+    ) -> torch.Tensor:
         """Images → uint8 ``(N, H, W, C)``; ``names`` say what each is in a sentence (a file: its path)."""
         if names is None:
             names = [

@@ -28,7 +28,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch.utils.data import DataLoader, DistributedSampler
 from typing_extensions import override
 
-import tests.test_data as data_tests
+import src.extras.tables.test_data as data_tests
 from src.cli import CLI, main
 from src.data.loading import ResumableLoader, keep_batch
 from src.errors import UserInputError
@@ -1153,5 +1153,5 @@ def test_a_fifo_among_the_inputs_is_refused_before_it_is_opened(folder: Path, tm
 def test_every_shipped_datamodule_refuses_loader_and_split_settings_alike(
     setting: dict[str, Any], sentence: str
 ) -> None:
-    """As the table's DataModule does (tests/test_data.py)."""
+    """As the table's DataModule does (src/extras/tables/test_data.py)."""
     data_tests.assert_refused(ImageDataModule, setting, sentence)

@@ -79,18 +79,16 @@ def test_images_and_rows_share_one_predictor_which_answers_through_the_models_pr
     # the edit changed the answer: the shipped predict_step's probabilities are not these
     shipped = predictor.predict(new_images)[PROBABILITIES].to_numpy()
     assert abs(shipped - frame[PROBABILITIES].to_numpy()).max() > 0.05
-    with pytest.raises(UserInputError, match="reads images, not a table's rows"):
-        _ = predictor.preprocessor
 
 
 def test_a_run_that_resized_resizes_as_the_datamodule_and_one_that_did_not_refuses(
     predictor: Predictor, new_images: list[Path]
 ) -> None:
-    resized = replace(predictor.preprocessing, mode="RGB", size=(6, 5), resize=True)
+    resized = replace(image_reading(predictor), mode="RGB", size=(6, 5), resize=True)
     for path in new_images[:3]:
         expected = decode(path, "RGB", (6, 5), resize=True).permute(1, 2, 0)  # (H, W, C)
         torch.testing.assert_close(resized.read(path, "x"), expected, rtol=0, atol=0)
-    fixed = replace(predictor.preprocessing, size=(6, 5))
+    fixed = replace(image_reading(predictor), size=(6, 5))
     with pytest.raises(UserInputError) as err:
         fixed.read(new_images[0].read_bytes(), "images[2]")
     assert str(err.value) == (
@@ -135,6 +133,12 @@ def test_a_file_that_is_no_image_or_a_checkpoint_without_images_is_one_sentence(
         "checkpoint 't.ckpt' carries no fitted image statistics (it was not written by a run of "
         "ImageDataModule); train a new one."
     )
+
+
+def image_reading(predictor: Predictor) -> ImagePreprocessing:
+    """The image run's reading the predictor holds."""
+    assert isinstance(predictor.reading, ImagePreprocessing)
+    return predictor.reading
 
 
 # -- where predict may write --------------------------------------------------------------------------

@@ -10,10 +10,10 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from src.cli import CLI, main
-from src.data import sources
 from src.data.loading import ResumableLoader, check_batching
 from src.errors import UserInputError
 from src.extras.resume import Resume
+from src.extras.tables import sources
 from tests.conftest import BARE, CONFIGS, ONE_PASS, QUIET
 from tests.helpers import SigtermAt, StopAt
 

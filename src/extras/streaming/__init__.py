@@ -4,7 +4,7 @@
         --data.class_path=src.extras.streaming.StreamingTableDataModule \
         --data.path=rows/ --data.target_column=label --data.task=classification
 
-What :class:`~src.data.datamodule.TabularDataModule` does in memory, done a window of row groups at a
+What :class:`~src.extras.tables.datamodule.TabularDataModule` does in memory, done a window of row groups at a
 time, read by pyarrow (src/extras/streaming/README.md):
 
 - **Split** by a hash of each row's key, the file's name (relative to ``data.path``) and the row's number
@@ -13,9 +13,9 @@ time, read by pyarrow (src/extras/streaming/README.md):
   ``test_fraction`` of the rows on average (not exactly, and not stratified by class).
 - **Preprocessing** fitted in one pass over the training rows (running counts, means and squared
   deviations per numeric column, counts per category, the class labels) into the same
-  :class:`~src.data.preprocessing.Preprocessor` as the in-memory fit, carried in every checkpoint under
-  ``preprocessing``. Missing numbers take the training mean: a median needs the rows sorted, which one
-  pass in bounded memory cannot do. Column kinds come from the Parquet types.
+  :class:`~src.extras.tables.preprocessing.Preprocessor` as the in-memory fit, carried in every
+  checkpoint under ``preprocessing``. Missing numbers take the training mean: a median needs the rows
+  sorted, which one pass in bounded memory cannot do. Column kinds come from the Parquet types.
 - **Training order**: each epoch, the row groups in a seeded order, cut into windows of
   ``shuffle_row_groups`` groups whose training rows are shuffled together; one window is held (and the
   next read on a thread) at a time.
@@ -56,14 +56,6 @@ from torch.utils.data import DataLoader, IterableDataset
 from typing_extensions import override
 
 from src.checkpoints import load_checkpoint
-from src.data import sources
-from src.data.datamodule import (
-    Columns,
-    Encoding,
-    Split,
-    group,
-    preprocessing_of,
-)
 from src.data.loading import (
     TESTED,
     TRAINED,
@@ -77,7 +69,16 @@ from src.data.loading import (
     keep_batch,
     split_record,
 )
-from src.data.preprocessing import (
+from src.errors import UserInputError
+from src.extras.tables import sources
+from src.extras.tables.datamodule import (
+    Columns,
+    Encoding,
+    Split,
+    group,
+    preprocessing_of,
+)
+from src.extras.tables.preprocessing import (
     CategoricalColumn,
     Label,
     Location,
@@ -88,7 +89,6 @@ from src.data.preprocessing import (
     label_values,
     numeric_values,
 )
-from src.errors import UserInputError
 
 log = logging.getLogger(__name__)
 
@@ -760,7 +760,7 @@ def check_streamable(encoding: Encoding, split: Split) -> None:
         if given != streamable:
             raise UserInputError(
                 f"{key}={given!r} needs every row at once, which the streaming DataModule never holds; use "
-                f"{streamable!r}, or the in-memory src.data.TabularDataModule."
+                f"{streamable!r}, or the in-memory src.extras.tables.TabularDataModule."
             )
 
 
@@ -774,13 +774,14 @@ class StreamingTableDataModule(ResumableDataModule):
             read in name order; every file with the same columns).
         target_column: The column to predict; rows without a value are left out.
         task: ``classification`` or ``regression``.
-        columns: Which columns the net reads, and as what (:class:`src.data.Columns`); ``categorical``
-            encodes a column Parquet stores as numbers, ``numeric`` reads one it stores as text.
-        encoding: How they are encoded (:class:`src.data.Encoding`), as the in-memory table's but for
-            what a single pass cannot fit: a missing number takes the training ``mean`` (a median is not
+        columns: Which columns the net reads, and as what (:class:`src.extras.tables.Columns`);
+            ``categorical`` encodes a column Parquet stores as numbers, ``numeric`` reads one it stores as
+            text.
+        encoding: How they are encoded (:class:`src.extras.tables.Encoding`), as the in-memory table's but
+            for what a single pass cannot fit: a missing number takes the training ``mean`` (a median is not
             streamable), ``standard`` scaling, and categories beyond ``max_categories`` share ``other``.
         split: ``val_fraction`` and ``test_fraction``, the shares of the rows held out on average
-            (:class:`src.data.Split`; its folds and refit are the in-memory table's alone).
+            (:class:`src.extras.tables.Split`; its folds and refit are the in-memory table's alone).
         max_distinct_values: Distinct values counted per categorical column while fitting, at most; a
             column with more is refused (an identifier, or free text).
         predict_path: A CSV or Parquet file to predict (``predict``), read whole.

@@ -94,7 +94,7 @@ def measure(kind: str, path: str) -> dict[str, Any]:
     data = (
         ["--data=src.extras.streaming.StreamingTableDataModule", f"--data.path={path}"]
         if kind == "streaming"
-        else ["--data=src.data.TabularDataModule", f"--data.path={path}", "--data.source=parquet"]
+        else ["--data=src.extras.tables.TabularDataModule", f"--data.path={path}", "--data.source=parquet"]
     )
     torch.set_num_threads(1)  # as the shipped resume section's cpu_threads sets it
     start = time.perf_counter()
@@ -103,7 +103,6 @@ def measure(kind: str, path: str) -> dict[str, Any]:
             "--config", str(ROOT / "configs" / "trainer" / "bare.yaml"), *data,
             "--data.target_column=label", "--data.task=classification", "--data.batch_size=256",
             "--model=src.models.Classifier", "--model.net=src.nets.MLP", "--model.net.hidden_sizes=[256,256]",
-            "--model.net.periodic_frequencies=0",
             "--trainer.max_epochs=1", "--trainer.limit_val_batches=0", "--trainer.logger=false",
             "--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false",
             "--trainer.enable_model_summary=false",

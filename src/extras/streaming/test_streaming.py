@@ -23,8 +23,6 @@ from typing_extensions import override
 
 from src.checkpoints import load_checkpoint
 from src.cli import CLI, main
-from src.data.datamodule import Columns, Encoding, preprocessing_of
-from src.data.preprocessing import Location, Options, fit_preprocessor
 from src.errors import UserInputError
 from src.extras.streaming import (
     CODE,
@@ -35,6 +33,8 @@ from src.extras.streaming import (
     infrequent,
     split_codes,
 )
+from src.extras.tables.datamodule import Columns, Encoding, preprocessing_of
+from src.extras.tables.preprocessing import Location, Options, fit_preprocessor
 from tests.conftest import BARE, CONFIGS, QUIET, ROOT
 from tests.helpers import StopAt
 from tests.test_distributed import free_port, launch_env, wait_all

@@ -16,7 +16,7 @@ from tensorboard.util.tensor_util import make_ndarray
 from torch.utils.data import DataLoader, DistributedSampler
 from typing_extensions import override
 
-import tests.test_data as data_tests
+import src.extras.tables.test_data as data_tests
 from src.cli import CLI, main
 from src.data.loading import ResumableLoader, keep_batch
 from src.errors import UserInputError
@@ -648,5 +648,5 @@ def test_the_shipped_config_beats_the_unigram_baseline_by_far(cli) -> None:
 def test_every_shipped_datamodule_refuses_loader_and_split_settings_alike(
     setting: dict[str, Any], sentence: str
 ) -> None:
-    """As the table's DataModule does (tests/test_data.py)."""
+    """As the table's DataModule does (src/extras/tables/test_data.py)."""
     data_tests.assert_refused(TextDataModule, setting, sentence)

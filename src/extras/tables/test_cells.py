@@ -18,10 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from src.cli import main
-from src.data import TabularDataModule
-from src.data.preprocessing import CellReport
+from src.extras.tables import TabularDataModule
+from src.extras.tables.preprocessing import CellReport
 from src.predict import Predictor
 from tests.conftest import QUIET, Trained
+
+#: the table DataModule in place of the array one the shipped array configs name
+TABLE_DATA = "--data=src.extras.tables.TabularDataModule"
 
 LABELS = ["high", "low", "mid"]
 PROBABILITIES = [f"probability({label})" for label in LABELS]

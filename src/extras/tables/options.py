@@ -3,33 +3,16 @@ encoded, which rows train, validate and test (``data.columns.drop``, ``data.enco
 ``data.split.val_fraction`` ...)."""
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any, Literal, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
-from src.data.loading import TESTED, TRAINED, VALIDATED, check_fractions, split_record
-from src.data.preprocessing import label_values
+from src.data.loading import TESTED, TRAINED, VALIDATED, split_record
+from src.data.split import Split, split_settings
 from src.errors import UserInputError
-
-G = TypeVar("G", "Columns", "Encoding", "Split")
-
-
-def group(value: object, kind: type[G], key: str) -> G:
-    """A settings group given as itself, left out (its defaults) or as a mapping, as ``hparams`` and
-    checkpoints hold it, so ``TabularDataModule(**datamodule.hparams)`` builds the same DataModule."""
-    if value is None:
-        return kind()
-    if isinstance(value, Mapping):
-        unknown = sorted(set(value) - {f.name for f in fields(kind)})
-        if unknown:
-            raise UserInputError(f"{key} has no setting {unknown[0]!r}; see {kind.__name__}'s arguments.")
-        return kind(**value)
-    if not isinstance(value, kind):
-        raise UserInputError(f"{key} takes a {kind.__name__} or a mapping, not {type(value).__name__}.")
-    return value
+from src.extras.tables.preprocessing import label_values
 
 
 @dataclass
@@ -89,62 +72,6 @@ class Encoding:
     high_cardinality: Literal["target", "other"] = "other"
 
 
-@dataclass
-class Split:
-    """Which rows train, validate and test.
-
-    Args:
-        val_fraction: Share of all rows held out for validation.
-        test_fraction: Share of all rows held out for the final test; touched only by ``test``.
-        folds: Cross-validation: split the train and validation rows together into this many folds
-            (stratified by class for classification, seeded by ``seed``); ``fold`` is then the
-            validation split and the other folds the training split. The test split is unchanged.
-        fold: Which fold (0 to ``folds - 1``) is the validation split when ``folds`` is set.
-        train_on_validation: Refit: train on the training and validation rows together (the
-            preprocessing is fitted on both too), for a final model once a first run has chosen the
-            epoch count. The validation split is still evaluated, but it is no longer held out, so its
-            figures flatter the model and must not pick a checkpoint or stop the run: give
-            ``trainer.max_epochs`` and ``early_stopping: null``, keep ``last.ckpt`` (docs/data.md). The
-            test split is untouched.
-    """
-
-    val_fraction: float = 0.1
-    test_fraction: float = 0.2
-    folds: int | None = None
-    fold: int = 0
-    train_on_validation: bool = False
-
-    def __post_init__(self) -> None:
-        check_fractions(self.val_fraction, self.test_fraction, "rows", "data.split")
-        if self.folds is not None and not (self.folds >= 2 and 0 <= self.fold < self.folds):
-            raise UserInputError(
-                f"data.split.folds={self.folds} and data.split.fold={self.fold} do not fit: folds must be at "
-                "least 2 and fold lie in 0 … folds - 1."
-            )
-
-
-#: rows each split needs per task: R² (torchmetrics' R2Score) is undefined below two
-MIN_SPLIT_ROWS = {"regression": 2, "classification": 1}
-
-
-def check_split_size(stage: str, count: int, total: int, task: str, split: Split) -> None:
-    """One split of ``total`` rows must hold the rows its task's metrics need, or stop before training."""
-    needed = MIN_SPLIT_ROWS.get(task, 1)
-    if count >= needed:
-        return
-    name = {"train": "training", "val": "validation", "test": "test"}[stage]
-    advice = {
-        "train": "smaller data.split.val_fraction and test_fraction",
-        "val": "fewer data.split.folds" if split.folds is not None else "a larger data.split.val_fraction",
-        "test": "a larger data.split.test_fraction",
-    }[stage]
-    raise UserInputError(
-        f"data.split: the {name} split has {count} row{'' if count == 1 else 's'} of {total}; a {task} run "
-        f"needs at least {needed} {name} row{'' if needed == 1 else 's'}"
-        f"{' (R² needs two)' if task == 'regression' else ''}: use more rows or {advice}."
-    )
-
-
 def strata(target: pd.Series | pd.DataFrame, split: Split) -> np.ndarray:
     """``(N,)`` what a classification table's split is stratified by: each row's label; with several
     targets, each row's combination of labels when every combination has rows enough for each split (and
@@ -160,7 +87,7 @@ def strata(target: pd.Series | pd.DataFrame, split: Split) -> np.ndarray:
 
 def split_record_of(table: Any, rows: dict[str, np.ndarray], seed: int, split: Split) -> dict[str, Any]:
     """What a table's split was made from: a hash of each row, its features and target as read
-    (``table``, a :class:`src.data.sources.Table`), which split it went to (``rows``: positions per
+    (``table``, a :class:`src.extras.tables.sources.Table`), which split it went to (``rows``: positions per
     split), and the settings that split the rows (:func:`src.data.loading.split_record`)."""
     # (N,) hashes of the features and of the target, combined: one frame of both would copy the table
     x, y = (pd.util.hash_pandas_object(part, index=False) for part in (table.features, table.target))
@@ -169,13 +96,4 @@ def split_record_of(table: Any, rows: dict[str, np.ndarray], seed: int, split: S
     if not split.train_on_validation:
         splits[rows["val"]] = VALIDATED
     splits[rows["test"]] = TESTED
-    settings = {
-        "data.seed": seed,
-        "data.split.val_fraction": split.val_fraction,
-        "data.split.test_fraction": split.test_fraction,
-        "data.split.folds": split.folds,
-        "data.split.train_on_validation": split.train_on_validation,
-    }
-    if split.folds is not None:
-        settings["data.split.fold"] = split.fold
-    return split_record(hashed.to_numpy(), splits, settings)
+    return split_record(hashed.to_numpy(), splits, split_settings(seed, split))

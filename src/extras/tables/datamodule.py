@@ -6,28 +6,33 @@ import os
 from dataclasses import asdict
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 import numpy as np
 import pandas as pd
 import torch
 from lightning.pytorch.utilities import AttributeDict
-from sklearn.model_selection import KFold, StratifiedKFold, train_test_split
 from sklearn.utils.class_weight import compute_class_weight
 from typing_extensions import override
 
 from src.checkpoints import load_checkpoint
-from src.data import sources
 from src.data.loading import ResumableDataModule, Stage, TensorBatches, check_split
-from src.data.options import Columns, Encoding, Split, check_split_size, group, split_record_of, strata
-from src.data.preprocessing import (
+from src.data.split import Split, group, split_rows
+from src.errors import UserInputError
+from src.extras.tables import sources
+from src.extras.tables.options import Columns, Encoding, split_record_of, strata
+from src.extras.tables.preprocessing import (
     Options,
     Preprocessor,
+    category_strings,
     fit_preprocessor,
     infer_kinds,
     preprocessing_of,
+    read_numbers,
 )
-from src.errors import UserInputError
+
+if TYPE_CHECKING:
+    from src.extras.tables.predict import TableReading
 
 Source = Literal["digits", "diabetes", "spiral", "friedman", "penguins", "csv", "parquet"]
 
@@ -66,6 +71,13 @@ class TabularDataModule(ResumableDataModule):
         num_samples: Row count of a synthetic source.
         noise: Noise of a synthetic source (spiral: angle jitter; friedman: target std).
     """
+
+    @classmethod
+    def reading_of(cls, checkpoint: dict[str, Any], path: str) -> "TableReading":
+        """How the checkpoint's run reads new rows (:class:`src.predict.Predictor` asks)."""
+        from src.extras.tables.predict import TableReading
+
+        return TableReading.of(checkpoint, path)
 
     def __init__(
         self,
@@ -161,50 +173,16 @@ class TabularDataModule(ResumableDataModule):
         With ``folds`` set, ``train`` and ``val`` are fold ``fold``'s training and held-out rows of the
         train and validation rows together; ``test`` is the same as without folds.
         """
-        table, hp, split = self.table, self.settings, self.split
-        rows = np.arange(len(table.target))
+        table, split = self.table, self.split
         stratify = strata(table.target, split) if table.task == "classification" else None
-        try:
-            rest, test = train_test_split(
-                rows, test_size=split.test_fraction, random_state=hp.seed, stratify=stratify
-            )
-            train, val = train_test_split(
-                rest,
-                test_size=split.val_fraction / (1 - split.test_fraction),
-                random_state=hp.seed,
-                stratify=stratify[rest] if stratify is not None else None,
-            )
-        except ValueError as err:
-            # scikit-learn's reason can run to three sentences: one clause each here
-            why = "; ".join(part[:1].lower() + part[1:] for part in str(err).rstrip(".").split(". "))
-            raise UserInputError(
-                f"The {len(rows)} rows of {table.location.what} cannot be split with "
-                f"data.split.val_fraction={split.val_fraction} and test_fraction={split.test_fraction} "
-                f"({why}); use more rows, other fractions, or drop the rarest classes."
-            ) from err
-        if split.folds is not None:
-            rest = np.sort(rest)
-            splitter = (StratifiedKFold if stratify is not None else KFold)(
-                n_splits=split.folds, shuffle=True, random_state=hp.seed
-            )
-            try:
-                folds = list(splitter.split(rest, stratify[rest] if stratify is not None else None))
-            except ValueError as err:
-                raise UserInputError(
-                    f"The {len(rest)} train and validation rows of {table.location.what} cannot be split "
-                    f"into data.split.folds={split.folds} folds ({err}); use fewer folds or more rows."
-                ) from err
-            train, val = (rest[positions] for positions in folds[split.fold])
-        if split.train_on_validation:
-            train = np.concatenate([train, val])
-        for stage, chosen in (("train", train), ("val", val), ("test", test)):
-            check_split_size(stage, len(chosen), len(rows), table.task, split)
-        return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
+        return split_rows(
+            len(table.target), stratify, split, self.settings.seed, table.task, table.location.what
+        )
 
     @cached_property
     def split_record(self) -> dict[str, Any]:
         """What the split was made from, saved in every checkpoint for a resumed fit to compare
-        (:func:`check_split`): :func:`src.data.options.split_record_of` the table as read."""
+        (:func:`check_split`): :func:`src.extras.tables.options.split_record_of` the table as read."""
         return split_record_of(self.table, self.split_rows, self.settings.seed, self.split)
 
     # -- what is fitted on the training rows ----------------------------------------------------------
@@ -286,6 +264,30 @@ class TabularDataModule(ResumableDataModule):
     def task(self) -> str:
         """``classification`` or ``regression``, as the fitted preprocessing says."""
         return self.preprocessor.task
+
+    def raw_split(self, split: str) -> tuple[pd.DataFrame, np.ndarray]:
+        """One split's rows as a model of scikit-learn reads them: the columns the net reads, numbers by
+        the preprocessing's rule (NaN for missing cells and stray text), categories as their canonical text
+        (missing ones :data:`~src.extras.tables.preprocessing.MISSING`); and the targets, class ids as the
+        net's or values: ``(N,)``, or ``(N, K)`` for K target columns (K labels as the net's 0 or 1, or K
+        values)."""
+        prep, table = self.preprocessor, self.table
+        positions = self.split_rows[split]
+        frame = pd.DataFrame(index=pd.RangeIndex(len(positions)))
+        for column in prep.numeric:
+            cells = table.features[column.name].iloc[positions]
+            frame[column.name] = read_numbers(cells, [*column.missing_tokens, *prep.na_values])[0]
+        for category in prep.categorical:
+            cells = table.features[category.name].iloc[positions]
+            frame[category.name] = category_strings(cells, prep.na_values)
+        target = table.target.iloc[positions]
+        if isinstance(target, pd.DataFrame) and (prep.task != "classification" or prep.labels is None):
+            # (N, K) values, or labels already written as 0/1
+            kind = np.int64 if prep.task == "classification" else np.float64
+            return frame, target.to_numpy(kind, copy=True)
+        if prep.task == "classification":  # (N,) class ids, or (N, K) 0/1 of each label's positive value
+            return frame, prep.encode_labels(target, table.location)
+        return frame, target.to_numpy(np.float64)
 
     def class_weights(self) -> torch.Tensor:
         """Balanced class weights (``n / (k * count_c)``) from the training split; with several targets,

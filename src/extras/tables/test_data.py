@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 import torch
 
-from src.data import Split, TabularDataModule, TensorBatches, sources
+from src.data import TensorBatches
 from src.errors import UserInputError
+from src.extras.tables import Split, TabularDataModule, sources
 
 
 def make(**kwargs) -> TabularDataModule:

@@ -13,12 +13,16 @@ import pytest
 import torch
 
 from src.cli import main
-from src.data import Columns, TabularDataModule, sources
-from src.data.preprocessing import Location, infer_kinds
 from src.errors import UserInputError
+from src.extras.tables import Columns, TabularDataModule, sources
+from src.extras.tables.preprocessing import Location, infer_kinds
+from src.extras.tables.test_preprocessing import messy_frame
 from src.predict import Predictor
 from tests.conftest import CONFIGS, QUIET
-from tests.test_preprocessing import messy_frame
+
+#: the table DataModule in place of the array one the shipped array configs name
+TABLE_DATA = "--data=src.extras.tables.TabularDataModule"
+SPIRAL_TABLE = ["--config", str(CONFIGS / "spiral.yaml"), TABLE_DATA, "--data.num_samples=300"]
 
 TINY = ["--trainer.max_epochs=2", "--trainer.limit_val_batches=2"]
 
@@ -144,7 +148,7 @@ class TestTheApiReadsRowsAsTheCli:
         write(frame, tmp_path / "train.csv")
         monkeypatch.chdir(tmp_path)
         monkeypatch.setattr(sys, "argv", ["src.cli"])
-        run = main(["fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.source=csv",
+        run = main(["fit", "--config", str(CONFIGS / "spiral.yaml"), TABLE_DATA, "--data.source=csv",
                     "--data.path=train.csv", "--data.target_column=label", "--data.task=classification",
                     '--data.columns.na_values=["?"]', *TINY, *QUIET])  # fmt: skip
         checkpoint = next((tmp_path / "logs").rglob("last.ckpt"))
@@ -176,7 +180,7 @@ class TestTheApiReadsRowsAsTheCli:
 def test_an_output_that_cannot_be_written_is_refused(tmp_path: Path, monkeypatch, capsys, kind: str) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["src.cli"])
-    fit = main(["fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", *TINY, *QUIET])
+    fit = main(["fit", *SPIRAL_TABLE, *TINY, *QUIET])
     checkpoint = str(next((tmp_path / "logs").rglob("last.ckpt")))
     fit.datamodule.table.features.head(5).to_csv(tmp_path / "new.csv", index=False)
     (tmp_path / "a_folder").mkdir()
@@ -200,7 +204,7 @@ def test_an_output_that_cannot_be_written_is_refused(tmp_path: Path, monkeypatch
 def test_a_failed_prediction_leaves_no_folder(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["src.cli"])
-    main(["fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", *TINY, *QUIET])
+    main(["fit", *SPIRAL_TABLE, *TINY, *QUIET])
     run = next((tmp_path / "logs").rglob("checkpoints")).parent
     before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "logs").rglob("*"))
     pd.DataFrame({"x": [0.1]}).to_csv(tmp_path / "partial.csv", index=False)  # no column "y"
@@ -304,7 +308,7 @@ def test_a_parquet_field_name_written_twice_is_refused_before_any_column_is_read
 
 @pytest.mark.slow
 def test_a_name_written_twice_is_refused_by_fit_and_predict(workdir: Path, capsys) -> None:
-    fit = main(["fit", "--config", str(CONFIGS / "spiral.yaml"), "--data.num_samples=300", *TINY, *QUIET])
+    fit = main(["fit", *SPIRAL_TABLE, *TINY, *QUIET])
     checkpoint = str(next((workdir / "logs").rglob("last.ckpt")))
     files = [
         write_text(workdir / "twice.csv", "x,x,label"),
@@ -313,7 +317,7 @@ def test_a_name_written_twice_is_refused_by_fit_and_predict(workdir: Path, capsy
     for path in files:
         source = sources.file_format(path)
         with pytest.raises(SystemExit) as exit_:
-            main(["fit", "--config", str(CONFIGS / "spiral.yaml"), f"--data.source={source}",
+            main(["fit", "--config", str(CONFIGS / "spiral.yaml"), TABLE_DATA, f"--data.source={source}",
                   f"--data.path={path.name}", "--data.target_column=label", "--data.task=classification",
                   *TINY, *QUIET])  # fmt: skip
         assert exit_.value.code == 2

@@ -5,8 +5,8 @@ scikit-learn fits everything here (``SimpleImputer``, ``StandardScaler``, ``Miss
 is then read out into a :class:`Preprocessor` of strings, numbers and lists, because a checkpoint must
 load with ``torch.load(weights_only=True)``: a pickled scikit-learn object would be code, not data.
 :meth:`Preprocessor.transform` applies those numbers, the same way for training, validation, test,
-``predict`` on a new file, the Python API and the server; ``tests/test_preprocessing.py`` proves it
-equal to the fitted ``ColumnTransformer`` itself, unseen categories and missing cells included.
+``predict`` on a new file, the Python API and the server; ``src/extras/tables/test_preprocessing.py``
+proves it equal to the fitted ``ColumnTransformer`` itself, unseen categories and missing cells included.
 
 The encoded matrix ``(N, F)`` holds, in order: each numeric column (missing cells filled with the
 training median or mean, then standardized), one 0/1 column per numeric column that had missing cells

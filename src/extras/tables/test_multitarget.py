@@ -15,11 +15,12 @@ from lightning import LightningModule
 from sklearn.metrics import f1_score, mean_squared_error, r2_score
 
 from src.cli import main
-from src.data import TabularDataModule
-from src.data.options import Split, strata
-from src.data.preprocessing import Location, label_pair
-from src.data.sources import select
+from src.data.split import Split
 from src.errors import UserInputError
+from src.extras.tables import TabularDataModule
+from src.extras.tables.options import strata
+from src.extras.tables.preprocessing import Location, label_pair
+from src.extras.tables.sources import select
 from src.models import Classifier, Regressor
 from src.nets import MLP
 from src.predict import Predictor, prediction_frame

@@ -18,11 +18,14 @@ from src.models.regressor import use_log
 from src.nets import MLP
 from tests.conftest import CONFIGS, QUIET, fit_in
 
+#: the table DataModule in place of the array one the shipped array configs name
+TABLE_DATA = "--data=src.extras.tables.TabularDataModule"
+
 PRICES = np.random.default_rng(0).lognormal(11, 0.8, 400)  # skewed amounts, as prices and wages are
 
 
 def regressor(transform: str) -> Regressor:
-    net = functools.partial(MLP, hidden_sizes=[8], periodic_frequencies=0)
+    net = functools.partial(MLP, hidden_sizes=[8])
     return Regressor(in_features=3, out_features=1, net=net, target_transform=transform)
 
 
@@ -81,7 +84,7 @@ def fit_skewed(folder: Path):
     frame["price"] = np.exp(9 + frame["size"] / 60 + 0.2 * frame["rooms"] + rng.normal(0, 0.3, 300))
     frame.to_csv(folder / "prices.csv", index=False)
     run = fit_in(
-        folder, "--config", str(CONFIGS / "friedman.yaml"), "--model=src.models.Regressor",
+        folder, "--config", str(CONFIGS / "friedman.yaml"), TABLE_DATA, "--model=src.models.Regressor",
         "--model.init_args.net=null", "--data.source=csv", "--data.path=prices.csv",
         "--data.target_column=price", "--data.task=regression", "--model.target_transform=auto",
     )  # fmt: skip

@@ -2,7 +2,7 @@
 
 Every source gives a :class:`Table`: the feature columns as they were read (numbers, text, empty cells),
 the target column, and the task. Nothing is downloaded. Turning columns into numbers is the job of
-:mod:`src.data.preprocessing`, fitted on the training rows only.
+:mod:`src.extras.tables.preprocessing`, fitted on the training rows only.
 """
 
 import os
@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sklearn import datasets
 
-from src.data.preprocessing import Location, Task, label_values, numeric_values
 from src.errors import UserInputError, notice
+from src.extras.tables.preprocessing import Location, Task, label_values, numeric_values
 
 FileFormat = Literal["csv", "parquet"]
 SUFFIXES: dict[str, FileFormat] = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
@@ -256,7 +256,7 @@ def check_unchanged(path: str | Path, fmt: FileFormat, stat: os.stat_result) -> 
 
 class ParquetColumns:
     """The columns of a Parquet file read again, a block at a time, at the positions ``rows``: what
-    :meth:`~src.data.preprocessing.Preprocessor.encode` reads in place of a table held whole.
+    :meth:`~src.extras.tables.preprocessing.Preprocessor.encode` reads in place of a table held whole.
 
     Read as :func:`read_file` reads them (names without surrounding spaces, ``na_values`` as missing),
     rows keeping their numbers in the file, so that an error still names the right row. Columns are to be

@@ -17,8 +17,9 @@ import torch
 from sklearn.model_selection import StratifiedKFold
 from sklearn.preprocessing import TargetEncoder
 
-from src.data import Columns, Encoding, TabularDataModule, preprocessing, sources
-from src.data.preprocessing import (
+from src.errors import UserInputError
+from src.extras.tables import Columns, Encoding, TabularDataModule, preprocessing, sources
+from src.extras.tables.preprocessing import (
     MISSING,
     CellReport,
     Location,
@@ -28,7 +29,6 @@ from src.data.preprocessing import (
     infer_kinds,
     label_values,
 )
-from src.errors import UserInputError
 
 #: the messy frame's classes, in class-id order
 LABELS = ["high", "low", "mid"]
