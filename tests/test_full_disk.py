@@ -154,9 +154,9 @@ def test_a_fit_whose_tensorboard_writer_has_no_room_ends_in_one_sentence(disk: P
     """The command as a user types it, in a process of its own: TensorBoard writes its event files from a
     thread of its own, whose error the fit then raises again; one sentence says it, with no traceback of
     the thread or of the fit beside it."""
-    # three pages: config.yaml (5.2 KB, two pages) and the event file's first page fit, and the writer
-    # thread's next write does not
-    fill(disk, left=3 * 4096)
+    # two pages: config.yaml (4 KB, one page) and the event file's first page fit, and the writer thread's
+    # next write does not
+    fill(disk, left=2 * 4096)
     command = [
         sys.executable, "-m", "src.cli", "fit", "--config", str(CONFIGS / "spiral.yaml"),
         "--data.num_samples=200", *CORE_ONLY,

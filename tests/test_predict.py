@@ -46,7 +46,7 @@ def test_a_checkpoint_url_is_refused_before_anything_loads(subcommand: str, cli,
 def test_the_cli_does_not_import_a_class_a_checkpoint_names(
     trained, planted: Path, tmp_path: Path, capsys, where: str
 ) -> None:
-    run, _, _ = trained
+    run = trained.run
     checkpoint = torch.load(run.trainer.checkpoint_callback.best_model_path, weights_only=True)
     checkpoint["hyper_parameters"]["_class_path"] = f"{PLANTED}.Model"  # importable from here
     if where == "hyperparameters-and-settings":
@@ -77,7 +77,7 @@ def test_predicting_a_moved_checkpoint_under_the_trainer_says_nothing_of_its_old
 ) -> None:
     """The checkpoint callbacks' state is restored in any evaluation, and Lightning says their folder moved;
     only a fit acts on that state."""
-    run, _, frame = trained
+    run, frame = trained.run, trained.frame
     moved = tmp_path / "model.ckpt"
     shutil.copy(Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt", moved)
     frame.drop(columns="label").head(8).to_csv(tmp_path / "new.csv", index=False)

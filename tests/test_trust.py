@@ -141,7 +141,7 @@ def test_a_class_the_user_names_is_imported_and_used(trained: Trained, planted: 
     )
     folder = trained.checkpoint.parent.parent
     words = ["--ckpt_path", str(workdir / "mine.ckpt"), "--config", str(folder / "config.yaml")]
-    words += ["--config", str(workdir / "mine.yaml"), f"--data.path={folder.parents[2] / 'train.csv'}"]
+    words += ["--config", str(workdir / "mine.yaml")]
     run = main(["validate", *words, *QUIET])
     assert type(run.model.optimizer(run.model.parameters())).__name__ == "Optimizer"
     assert planted.exists()  # imported: the user asked for it
