@@ -376,6 +376,7 @@ def cli_words(setup: Setup, data: Data) -> list[str]:
         f"--model.init_args.net.init_args.hidden_sizes=[{', '.join(map(str, setup.hidden_sizes))}]",
         "--model.init_args.optimizer=torch.optim.AdamW",
         f"--model.init_args.optimizer.init_args.lr={setup.lr}",
+        "--data=src.extras.tables.TabularDataModule",
         "--data.source=parquet",
         f"--data.path={data.path}",
         "--data.target_column=label",

@@ -319,8 +319,9 @@ def test_predictions_catch_lines_shifted_against_the_rows_they_name(
     output = tmp_path / "out.csv"
     cli("predict", "--ckpt_path", str(checkpoint), f"--output={output}")
     predictor = Predictor.from_checkpoint(checkpoint)
+    source = pd.DataFrame(fit.datamodule.x, columns=fit.datamodule.columns)  # (N, 2): every row drawn
     with pytest.raises(AssertionError, match="Not equal"):
-        predict.lines_name_their_rows(pd.read_csv(output), fit.datamodule.table.features, predictor)
+        predict.lines_name_their_rows(pd.read_csv(output), source, predictor)
 
 
 def test_trust_catches_a_walk_that_stops_at_the_top_level(

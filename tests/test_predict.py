@@ -14,7 +14,7 @@ from src.cli import CLI, main
 from src.errors import UserInputError
 from src.files import check_output
 from src.predict import Predictor, prediction_frame
-from tests.conftest import BARE, PLANTED, QUIET
+from tests.conftest import BARE, PLANTED, QUIET, Trained
 from tests.helpers import LABEL_NAMES, MANY_LABELS, MANY_VALUES, VALUE_NAMES
 
 TINY = ["--trainer.max_epochs=3", "--trainer.limit_val_batches=2"]
@@ -164,3 +164,22 @@ def test_prediction_columns_are_numbered_without_k_names_and_a_shorter_output_is
     assert shipped["prediction"].tolist() == ["b", "a"]
     with pytest.raises(UserInputError, match=r"^predict_step returned 'spread' of shape \(3,\) for 2 items"):
         prediction_frame({"preds": probs, "spread": torch.ones(3)}, None, range(2))
+
+
+def test_each_predicted_line_is_the_row_it_names(trained: Trained, tmp_path: Path) -> None:
+    """Without a file to predict: the validation rows, each line checked against its own source row."""
+    best = trained.run.trainer.checkpoint_callback.best_model_path
+    main(["predict", "--ckpt_path", best, f"--output={tmp_path / 'val.csv'}", *QUIET])
+    written = pd.read_csv(tmp_path / "val.csv")
+    assert sorted(written["row"]) == sorted(trained.run.datamodule.split_rows["val"].tolist())
+    lines_name_their_rows(written, trained.frame.drop(columns="label"), Predictor.from_checkpoint(best))
+
+
+def lines_name_their_rows(written: pd.DataFrame, source: pd.DataFrame, predictor: Predictor) -> None:
+    """Each line holds the prediction of the source row its ``row`` names, predicted alone."""
+    probability_columns = [c for c in written.columns if c.startswith("probability(")]
+    for _, line in written.sample(min(8, len(written)), random_state=0).iterrows():
+        alone = predictor.predict(source.loc[[int(line["row"])]])
+        expected = alone[probability_columns].to_numpy()[0]
+        np.testing.assert_allclose(line[probability_columns].to_numpy(np.float64), expected, rtol=1e-5)
+        assert line["prediction"] == alone["prediction"].iloc[0]

@@ -81,8 +81,8 @@ class Standardized(nn.Module):
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         return (x.float() - self.mean) / self.std
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model(self.normalize(x))
+    def forward(self, features: torch.Tensor) -> torch.Tensor:  # (B, F) raw: named as export names it
+        return self.model(self.normalize(features))
 
 
 class ArrayReading:

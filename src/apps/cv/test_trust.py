@@ -17,9 +17,9 @@ def cross_validating(path: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("where", trust.PLACES)
 def test_a_checkpoint_names_no_code_at_any_depth_at_any_entry_point(
-    messy_trained: Trained, planted: Path, workdir: Path, capsys, where: str
+    trained: Trained, planted: Path, workdir: Path, capsys, where: str
 ) -> None:
-    trust.assert_names_no_code(cross_validating, messy_trained, planted, workdir, capsys, where)
+    trust.assert_names_no_code(cross_validating, trained, planted, workdir, capsys, where)
 
 
 @pytest.mark.slow

@@ -69,6 +69,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from src.data.arrays import ArrayReading
 from src.errors import UserInputError, notice
 from src.extras.tables.predict import TableReading, table_preprocessor
 from src.extras.tables.preprocessing import (
@@ -575,6 +576,24 @@ def table_export(ckpt_path: str | Path) -> Prepared:
     )
 
 
+def array_export(ckpt_path: str | Path) -> Prepared:
+    """An array checkpoint (:class:`src.data.ArrayDataModule`): raw float32 features ``(B, F)`` in, the
+    training rows' standardization and the net inside the graph; logits for one class of K, else values."""
+    predictor = Predictor.from_checkpoint(ckpt_path, device="cpu")
+    reading = predictor.reading  # src.data.arrays.ArrayReading
+    columns, labels = list(reading.columns), reading.labels
+    classification = labels is not None
+    x = torch.from_numpy(np.random.default_rng(0).normal(size=(16, len(columns))).astype(np.float32))
+    output = "logits" if classification else "values"
+
+    def sidecar(file: str, fmt: str) -> dict[str, Any]:
+        graph = {"file": file, "format": fmt, "input": "features", "output": output, "dtype": "float32"}
+        return {"format_version": SIDECAR_VERSION, "graph": graph, "feature_names": columns, "labels": labels}
+
+    module = reading.graph(Exportable(predictor.model, classification)).eval()
+    return Prepared(module, x, "features", output, sidecar)
+
+
 def image_export(ckpt_path: str | Path) -> Prepared:
     """An image checkpoint: uint8 pixels ``(B, H, W, C)`` in, normalization and net inside the graph."""
     predictor = Predictor.from_checkpoint(ckpt_path, device="cpu")
@@ -600,8 +619,9 @@ def export(
     if fmt not in FORMATS:
         raise UserInputError(f"--format {fmt!r} is unknown; choose one of {', '.join(FORMATS)}.")
     # one sentence for a missing or unsafe file
-    reads_rows = isinstance(Predictor.from_checkpoint(ckpt_path, device="cpu").reading, TableReading)
-    prepared = table_export(ckpt_path) if reads_rows else image_export(ckpt_path)
+    reading = Predictor.from_checkpoint(ckpt_path, device="cpu").reading
+    kind = table_export if isinstance(reading, TableReading) else image_export
+    prepared = (array_export if isinstance(reading, ArrayReading) else kind)(ckpt_path)
     option = "--output" if output is not None else "the default output beside the checkpoint"
     graph_path = Path(output) if output is not None else Path(ckpt_path).with_suffix(SUFFIXES[fmt])
     check_output(output if output is not None else graph_path, [ckpt_path], overwrite, option)

@@ -17,8 +17,12 @@ import torch
 import src.extras.tables.test_multitarget as multitarget
 import src.extras.tables.test_targets as targets
 from src.apps import export
+from src.extras.tables import conftest as tables
 from src.predict import Predictor
 from tests.conftest import Trained
+
+# the table runs these tests take further (the table kind's fixtures)
+messy_trained = tables.messy_trained
 
 LABELS = ["high", "low", "mid"]
 PROBABILITIES = [f"probability({label})" for label in LABELS]
@@ -382,3 +386,21 @@ def test_a_table_of_several_targets_exports_a_graph_that_answers_each(
         expected = predicted[[f"prediction({name})" for name in names]].to_numpy(np.float32)
     assert np.asarray(got["values"]).shape == (len(rows), len(names))
     np.testing.assert_allclose(got["values"], expected, rtol=1e-5, atol=1e-5)
+
+
+# -- the core's array DataModule: raw float32 features in, its standardization inside the graph ----------
+
+
+def test_an_array_checkpoint_exports_its_standardization_and_net(trained: Trained, tmp_path: Path) -> None:
+    graph = tmp_path / "digits.onnx"
+    export.main(["--ckpt_path", str(trained.checkpoint), "--output", str(graph)])
+    sidecar = json.loads(graph.with_name("digits.onnx.json").read_text())
+    assert sidecar["graph"]["input"] == "features"
+    assert sidecar["graph"]["output"] == "logits"
+    rows = trained.raw_rows("test").head(32)
+    x = rows[sidecar["feature_names"]].to_numpy(np.float32)  # (32, 64) raw pixels, as the file holds them
+    (logits,) = onnxruntime.InferenceSession(str(graph)).run(None, {"features": x})
+    expected = Predictor.from_checkpoint(trained.checkpoint).predict(rows)
+    probabilities = expected[[f"probability({label})" for label in sidecar["labels"]]].to_numpy()
+    np.testing.assert_allclose(torch.from_numpy(logits).softmax(-1).numpy(), probabilities, atol=1e-5)
+    assert [sidecar["labels"][k] for k in logits.argmax(1)] == expected["prediction"].tolist()

@@ -11,7 +11,11 @@ import pytest
 
 import tests.test_full_disk as full_disk
 from src.apps import export
+from src.extras.tables import conftest as tables
 from tests.conftest import ROOT, Trained
+
+# the table runs these tests take further (the table kind's fixtures)
+messy_trained = tables.messy_trained
 
 #: a real filesystem of 2 MiB, mounted for the test and unmounted after it
 disk = full_disk.disk

@@ -9,7 +9,11 @@ import pytest
 
 import tests.test_trust as trust
 from src.apps import export
+from src.extras.tables import conftest as tables
 from tests.conftest import Trained
+
+# the table runs these tests take further (the table kind's fixtures)
+messy_trained = tables.messy_trained
 
 
 def exporting(path: str) -> None:

@@ -77,6 +77,7 @@ from litserve.utils import WorkerSetupStatus
 from pydantic import BaseModel, StrictBool, StrictFloat, StrictInt, StrictStr
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from src.data.arrays import ArrayReading
 from src.errors import UserInputError
 from src.extras.tables.predict import TableReading
 from src.extras.tables.preprocessing import CellReport, Location
@@ -645,7 +646,8 @@ def build(options: argparse.Namespace) -> ls.LitServer:
             f"--timeout {options.timeout} must be longer than --batch_timeout {options.batch_timeout}."
         )
     # a missing, broken or foreign checkpoint: one sentence
-    images = not isinstance(Predictor.from_checkpoint(options.ckpt_path).reading, TableReading)
+    reading = Predictor.from_checkpoint(options.ckpt_path).reading
+    images = not isinstance(reading, TableReading | ArrayReading)
     family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
     with socket.socket(family) as probe:
         try:

@@ -40,3 +40,16 @@ def test_every_path_reads_every_cell_alike(paths: dict, rows: list[dict]) -> Non
     served = [[p["probabilities"][label] for label in cells.LABELS] for p in answer.predictions]
     np.testing.assert_allclose(served, want, rtol=1.3e-6, atol=1e-5)
     assert answer.notices == report.as_json()
+
+
+def test_an_array_checkpoint_is_served_as_rows_of_its_feature_columns(trained: Trained) -> None:
+    """The core's array DataModule (digits): a request's rows of the 64 pixel columns are answered as
+    :class:`Predictor` answers them."""
+    api = serve.TabularAPI(str(trained.checkpoint), max_rows=100, max_batch_size=4, batch_timeout=0.0)
+    api.pre_setup()
+    api.setup("cpu")
+    rows = trained.raw_rows("test").head(5)
+    expected = Predictor.from_checkpoint(trained.checkpoint).predict(rows)
+    answer = api.predict(api.decode_request(serve.PredictRequest(rows=rows.to_dict("records"))))
+    assert isinstance(answer, serve.Answer)
+    assert [p["label"] for p in answer.predictions] == expected["prediction"].tolist()

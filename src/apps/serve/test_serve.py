@@ -29,9 +29,13 @@ from fastapi.responses import JSONResponse
 
 from src.apps import serve
 from src.cli import main
+from src.extras.tables import conftest as tables
 from src.extras.tables.preprocessing import CellReport
 from src.predict import Predictor
 from tests.conftest import QUIET, ROOT, Trained
+
+# the table runs these tests take further (the table kind's fixtures)
+messy_trained = tables.messy_trained
 
 MAX_ROWS = 50
 LABELS = ["high", "low", "mid"]

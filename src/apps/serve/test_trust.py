@@ -7,7 +7,11 @@ import pytest
 
 import tests.test_trust as trust
 from src.apps import serve
+from src.extras.tables import conftest as tables
 from tests.conftest import Trained
+
+# the table runs these tests take further (the table kind's fixtures)
+messy_trained = tables.messy_trained
 
 
 def serving(path: str) -> None:

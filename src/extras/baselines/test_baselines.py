@@ -33,14 +33,15 @@ import src.extras.baselines.models as fitting
 from src.cli import main
 from src.extras.baselines.callback import TAG, Baselines
 from src.extras.tables import Split, TabularDataModule
-from src.extras.tables.preprocessing import MISSING, Location, NumericColumn, Preprocessor
-from src.extras.tables.sources import Table, Task
+from src.extras.tables.preprocessing import MISSING
 from src.extras.tables.test_preprocessing import messy_frame
 from src.models import Classifier
 from tests.conftest import BARE, CONFIGS, QUIET
 from tests.helpers import ManyTargets, many_targets
 
 ON = ["--baselines=src.extras.baselines.callback.Baselines"]  # back after bare.yaml
+#: the table kind's DataModule in place of the core's array one digits.yaml names: a file's raw cells
+TABLE = "--data=src.extras.tables.TabularDataModule"
 EPOCHS = ["--trainer.max_epochs=2", "--trainer.logger=false", "--trainer.enable_checkpointing=false"]
 
 
@@ -72,6 +73,12 @@ def by_hand(task: str, numeric: list[str], categorical: list[str], max_iter: int
     return make_pipeline(trees, hgb), make_pipeline(lines, Ridge())
 
 
+def arrays(data: Any, split: str) -> tuple[pd.DataFrame, np.ndarray]:
+    """A split of the core's arrays as drawn, and its targets."""
+    rows = data.split_rows[split]
+    return pd.DataFrame(data.x[rows], columns=data.columns, dtype=np.float64), data.y[rows]
+
+
 def raw(data: TabularDataModule, split: str) -> tuple[pd.DataFrame, np.ndarray]:
     """A split's raw cells, numbers read by hand (the "?" of ``age`` missing), and the net's targets."""
     frame = data.table.features.iloc[data.split_rows[split]].reset_index(drop=True)
@@ -88,7 +95,7 @@ def test_classification_baselines_fit_the_raw_columns_of_the_nets_rows_and_score
 ) -> None:
     messy_frame(n=240).to_csv("messy.csv", index=False)
     run = fit(
-        "--data.source=csv", "--data.path=messy.csv", "--data.target_column=label",
+        TABLE, "--data.source=csv", "--data.path=messy.csv", "--data.target_column=label",
         "--data.task=classification",
     )  # fmt: skip
     data, metrics = run.datamodule, run.trainer.callback_metrics
@@ -128,7 +135,7 @@ def test_regression_baselines_score_in_the_targets_units(workdir: Path) -> None:
         "--data.num_samples=300",
     )  # fmt: skip
     data, metrics = run.datamodule, run.trainer.callback_metrics
-    (x, y), (x_val, y_val) = raw(data, "train"), raw(data, "val")
+    (x, y), (x_val, y_val) = arrays(data, "train"), arrays(data, "val")
     hgb, linear = by_hand("regression", list(x.columns), [])
     with threadpool_limits(1):
         preds = linear.fit(x, y).predict(x_val)
@@ -148,6 +155,7 @@ def test_many_classes_boost_with_scikit_learns_steps_and_beat_guessing(workdir: 
     frame = pd.DataFrame(x, columns=[f"x{i}" for i in range(6)]).assign(kind=[f"k{v}" for v in label])
     frame.to_csv("blobs.csv", index=False)
     run = fit(
+        TABLE,
         "--data.source=csv",
         "--data.path=blobs.csv",
         "--data.target_column=kind",
@@ -169,7 +177,7 @@ def test_a_big_table_fits_them_on_a_seeded_sample_and_scores_every_validation_ro
     run = fit("--model=src.models.Regressor", "--data.source=friedman", "--data.num_samples=600",
               "--baselines.max_rows=100", "--baselines.seed=3")  # fmt: skip
     data, metrics = run.datamodule, run.trainer.callback_metrics
-    (x, y), (x_val, y_val) = raw(data, "train"), raw(data, "val")
+    (x, y), (x_val, y_val) = arrays(data, "train"), arrays(data, "val")
     assert len(x) > 100
     kept = np.sort(np.random.default_rng(3).choice(len(x), 100, replace=False))
     ridge = by_hand("regression", list(x.columns), [])[1].fit(x.iloc[kept], y[kept])
@@ -222,8 +230,7 @@ def test_a_net_far_behind_gets_one_sentence_and_a_level_one_none(workdir: Path, 
 def test_a_module_level_with_the_baseline_is_not_told_anything() -> None:
     baselines = Baselines(margin=0.01)
     baselines.scores = {"hgb": {"val_rmse": 2.0}, "linear": {"val_rmse": 3.0}}
-    prep = type("Preprocessor", (), {"task": "regression"})()
-    baselines._data = type("Table", (), {"preprocessor": prep})()  # type: ignore[assignment]
+    baselines._data = type("Data", (), {"task": "regression"})()  # type: ignore[assignment]
     baselines._net_best = 2.019  # within 1 % of the better RMSE: level
     assert baselines.verdict() is None
     baselines._net_best = 2.03
@@ -243,7 +250,7 @@ def test_data_that_is_not_a_table_gets_one_line_and_no_baselines(tmp_path: Path,
         trainer.validate(BoringModel(), datamodule=BoringDataModule())
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Baselines")]
     assert said == [  # once for the run, however many stages start
-        "Baselines fit on a table's raw rows (a DataModule with preprocessor, table and split_rows); "
+        "Baselines fit on the raw rows of each split (a DataModule with task, out_features and raw_split); "
         "BoringDataModule offers none, so this run has no baselines."
     ]
     assert baselines.models == {}
@@ -254,34 +261,18 @@ def test_data_that_is_not_a_table_gets_one_line_and_no_baselines(tmp_path: Path,
 # -- a table of K targets at once: K labels of 0 or 1, or K values ------------------------------------------
 
 
-class TableOfTargets(ManyTargets):
-    """The user's K-target DataModule (tests/helpers.py) offering its rows as a table of raw columns, as
-    :class:`~src.extras.baselines.callback.FittedTable` reads one: K target columns, numbers as they are."""
+class RowsOfTargets(ManyTargets):
+    """The user's K-target DataModule (tests/helpers.py) offering its rows raw, as
+    :class:`~src.extras.baselines.callback.RawSplits` reads them: K target columns, numbers as they are."""
 
     @property
-    def task(self) -> Task:
+    def task(self) -> str:
         return "classification" if self.kind == "labels" else "regression"
 
-    @property
-    def preprocessor(self) -> Preprocessor:
-        numeric = [NumericColumn(name, 0.0, 0.0, 1.0, False) for name in self.columns]
-        return Preprocessor(self.task, None, numeric, [])
-
-    @property
-    def table(self) -> Table:
-        features = pd.DataFrame(self.x.numpy().astype(np.float64), columns=self.columns)
-        targets = pd.DataFrame(self.y.numpy(), columns=self.label_names)  # (N, K): K target columns
-        # Table declares one target column (a Series): K of them are a frame, which the baselines take
-        return Table(features, targets, self.task, Location("the random rows"))  # type: ignore[arg-type]
-
-    @property
-    def split_rows(self) -> dict[str, np.ndarray]:
-        every = np.arange(len(self.x))
-        return {"train": every[self.train_rows], "val": every[self.val_rows], "test": every[:0]}
-
-    @property
-    def columns(self) -> list[str]:
-        return [f"x{j}" for j in range(self.in_features)]
+    def raw_split(self, split: str) -> tuple[pd.DataFrame, np.ndarray]:
+        rows = {"train": self.train_rows, "val": self.val_rows}.get(split, slice(0, 0))
+        columns = [f"x{j}" for j in range(self.in_features)]
+        return pd.DataFrame(self.x[rows].numpy().astype(np.float64), columns=columns), self.y[rows].numpy()
 
 
 @pytest.mark.parametrize("kind", ["labels", "values"])
@@ -289,8 +280,8 @@ def test_k_targets_get_scikit_learns_multi_output_baselines_scored_as_the_task_s
     tmp_path: Path, kind: Literal["labels", "values"]
 ) -> None:
     model, _ = many_targets(kind)
-    data = TableOfTargets(kind)
-    assert isinstance(data, callback_module.FittedTable)
+    data = RowsOfTargets(kind)
+    assert isinstance(data, callback_module.RawSplits)
     baselines = Baselines(fit_in="thread")
     trainer = L.Trainer(
         max_epochs=2, callbacks=[baselines], logger=False, enable_checkpointing=False,

@@ -21,6 +21,7 @@ from src.extras.tables.preprocessing import (
 )
 from src.predict import Predictor
 from tests.conftest import PLANTED, QUIET
+from tests.test_predict import lines_name_their_rows
 
 
 @pytest.fixture
@@ -93,16 +94,6 @@ def test_each_predicted_line_is_the_row_it_names(table_run, tmp_path: Path, monk
     assert sorted(written["row"]) == sorted(run.datamodule.split_rows["val"].tolist())
     assert not set(written["row"]) & set(predict.datamodule.split_rows["test"].tolist())
     lines_name_their_rows(written, frame.drop(columns="label"), Predictor.from_checkpoint(best))
-
-
-def lines_name_their_rows(written: pd.DataFrame, source: pd.DataFrame, predictor: Predictor) -> None:
-    """Each line holds the prediction of the source row its ``row`` names, predicted alone."""
-    probability_columns = [c for c in written.columns if c.startswith("probability(")]
-    for _, line in written.sample(min(8, len(written)), random_state=0).iterrows():
-        alone = predictor.predict(source.loc[[int(line["row"])]])
-        expected = alone[probability_columns].to_numpy()[0]
-        np.testing.assert_allclose(line[probability_columns].to_numpy(np.float64), expected, rtol=1e-5)
-        assert line["prediction"] == alone["prediction"].iloc[0]
 
 
 @pytest.mark.slow
