@@ -156,7 +156,8 @@ def quantiles_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path
         folder, "--config", str(CONFIGS / "friedman.yaml"), "--data.num_samples=400",
         "--model=tests.helpers.Quantiles",
     )  # fmt: skip
-    rows = run.datamodule.table.features.iloc[run.datamodule.split_rows["val"]]
+    data = run.datamodule
+    rows = pd.DataFrame(data.x[data.split_rows["val"]], columns=data.columns)
     return Path(run.trainer.log_dir) / "checkpoints" / "last.ckpt", rows
 
 

@@ -183,3 +183,20 @@ def lines_name_their_rows(written: pd.DataFrame, source: pd.DataFrame, predictor
         expected = alone[probability_columns].to_numpy()[0]
         np.testing.assert_allclose(line[probability_columns].to_numpy(np.float64), expected, rtol=1e-5)
         assert line["prediction"] == alone["prediction"].iloc[0]
+
+
+@pytest.mark.parametrize("cell", ["seven", "", "inf"])
+def test_a_cell_that_is_not_a_number_is_one_sentence(trained: Trained, tmp_path: Path, capsys, cell: str):
+    rows = trained.raw_rows("test").head(4).astype(object)
+    rows.iloc[2, 5] = cell
+    rows.to_csv(tmp_path / "new.csv", index=False)
+    with pytest.raises(SystemExit) as exit_:
+        main(["predict", f"--ckpt_path={trained.checkpoint}", f"--data.predict_path={tmp_path / 'new.csv'}",
+              f"--output={tmp_path / 'out.csv'}", *QUIET])  # fmt: skip
+    assert exit_.value.code == 2
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    where = f"the first in row 2, column {rows.columns[5]!r}"
+    assert said.endswith(
+        f"1 cell(s) are empty or not a finite number, {where}; give every feature column a number."
+    )
+    assert not (tmp_path / "out.csv").exists()

@@ -97,12 +97,19 @@ class ArrayReading:
 
     def stack(self, items: Any, names: Sequence[str] | None = None, report: Any = None) -> torch.Tensor:
         """A DataFrame of the feature columns (others ignored) → raw float32 ``(N, F)``."""
-        frame = pd.DataFrame(items)
+        frame, where = pd.DataFrame(items), names[0] if names else "the rows"
         missing = [c for c in self.columns if c not in frame.columns]
         if missing:
-            where = names[0] if names else "the rows"
             raise UserInputError(f"{where}: the feature column(s) {missing[:5]} are missing; add them.")
-        return torch.from_numpy(frame[self.columns].to_numpy(np.float32, copy=True))
+        cells = frame[self.columns].apply(pd.to_numeric, errors="coerce").to_numpy(np.float32)  # (N, F)
+        bad = ~np.isfinite(cells)
+        if bad.any():
+            row, column = (int(i[0]) for i in np.nonzero(bad))
+            raise UserInputError(
+                f"{where}: {int(bad.sum())} cell(s) are empty or not a finite number, the first in row "
+                f"{row}, column {self.columns[column]!r}; give every feature column a number."
+            )
+        return torch.from_numpy(cells)
 
     def graph(self, model: nn.Module) -> Standardized:
         return Standardized(model, self.mean, self.std)

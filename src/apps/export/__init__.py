@@ -289,7 +289,7 @@ def check_raw(path: Path, predictor: Predictor, rows: pd.DataFrame) -> float:
             )
         )
         if "values" in got:  # predict_step's preds, as the checkpoint gives them for the same rows
-            encoded = predictor.encode(frame, "the probe rows", CellReport())
+            encoded = predictor.read(frame, ["the probe rows"], CellReport())
             pairs = [(got["values"], predictor.outputs(encoded)["preds"].numpy())]
         else:
             names = [f"probability({label})" for label in preprocessor.labels or []]
@@ -315,7 +315,7 @@ def check_raw(path: Path, predictor: Predictor, rows: pd.DataFrame) -> float:
     return worst
 
 
-def check(fmt: str, path: Path, reference: nn.Module, x: torch.Tensor) -> float:
+def check(fmt: str, path: Path, reference: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> float:
     """The largest difference between the written graph and the checkpoint's model on ``x``, and on its
     first row alone (the batch dimension is dynamic); raises :class:`ExportCheckError` past tolerance."""
     tolerance = TOLERANCES[fmt]
@@ -534,6 +534,8 @@ class Prepared:
     #: a table's ONNX graph: the exported net behind the preprocessing, and the check of raw rows
     raw: Callable[[onnx.ModelProto], onnx.ModelProto] | None = None
     check_raw: Callable[[Path], float] | None = None
+    #: what the graph is checked against, where not ``module`` itself: the checkpoint's own answers
+    reference: Callable[[torch.Tensor], torch.Tensor] | None = None
 
 
 def one_class_of_k(outputs: dict[str, torch.Tensor]) -> bool:
@@ -590,8 +592,11 @@ def array_export(ckpt_path: str | Path) -> Prepared:
         graph = {"file": file, "format": fmt, "input": "features", "output": output, "dtype": "float32"}
         return {"format_version": SIDECAR_VERSION, "graph": graph, "feature_names": columns, "labels": labels}
 
+    def answers(rows: torch.Tensor) -> torch.Tensor:  # the checkpoint's: logits, or predict_step's preds
+        return predictor.graph(rows) if classification else predictor.outputs(rows)["preds"]
+
     module = reading.graph(Exportable(predictor.model, classification)).eval()
-    return Prepared(module, x, "features", output, sidecar)
+    return Prepared(module, x, "features", output, sidecar, reference=answers)
 
 
 def image_export(ckpt_path: str | Path) -> Prepared:
@@ -661,7 +666,7 @@ def export(
             if fmt == "onnx" and prepared.check_raw is not None:
                 worst = prepared.check_raw(graph_temp)
             else:
-                worst = check(fmt, graph_temp, module, x)
+                worst = check(fmt, graph_temp, prepared.reference or module, x)
             sidecar_temp.write_text(json.dumps(sidecar, indent=2) + "\n")
     except OSError as err:  # a full disk is NoRoomError already (src.files.written): one sentence
         raise UserInputError(f"cannot write {str(graph_path)!r} ({err.strerror or err}).") from err

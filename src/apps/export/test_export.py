@@ -18,6 +18,7 @@ import src.extras.tables.test_multitarget as multitarget
 import src.extras.tables.test_targets as targets
 from src.apps import export
 from src.extras.tables import conftest as tables
+from src.extras.tables.predict import table_preprocessor
 from src.predict import Predictor
 from tests.conftest import Trained
 
@@ -44,7 +45,11 @@ def run_raw(path: Path, predictor: Predictor, frame: pd.DataFrame) -> dict[str, 
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     return dict(
-        zip(names, session.run(names, export.graph_inputs(predictor.preprocessor, frame)), strict=True)
+        zip(
+            names,
+            session.run(names, export.graph_inputs(table_preprocessor(predictor.reading), frame)),
+            strict=True,
+        )
     )
 
 
@@ -67,7 +72,7 @@ def test_the_onnx_graph_takes_raw_columns_and_predicts_what_predictor_does(
     assert got["logits"].shape == got["probabilities"].shape == (len(raw), 3)
     assert_same_as_predictor(got, predictor.predict(raw))
     # the encoded matrix inside the graph is the one the net was trained on, bit for bit
-    x = predictor.encode(raw)
+    x = predictor.read(raw)
     torch.testing.assert_close(x, messy_trained.run.datamodule.dataset("test").tensors[0], rtol=0, atol=0)
     with torch.inference_mode():
         logits = predictor.model(x).numpy()
@@ -78,7 +83,7 @@ def test_the_torch_export_program_equals_the_checkpoint_on_the_test_split(
     exported: Path, messy_trained: Trained
 ) -> None:
     predictor = Predictor.from_checkpoint(messy_trained.checkpoint)
-    x = predictor.encode(messy_trained.raw_rows("test"))  # (N, F) of the test split
+    x = predictor.read(messy_trained.raw_rows("test"))  # (N, F) of the test split
     tolerance = export.TOLERANCES["torch-export"]  # 1e-6
     with torch.inference_mode():
         logits = predictor.model(x)
@@ -90,7 +95,7 @@ def test_the_torch_export_program_equals_the_checkpoint_on_the_test_split(
 def test_the_batch_dimension_is_dynamic(exported: Path, messy_trained: Trained) -> None:
     predictor = Predictor.from_checkpoint(messy_trained.checkpoint)
     raw = messy_trained.raw_rows("test")
-    x = predictor.encode(raw)
+    x = predictor.read(raw)
     program = torch.export.load(exported / "model.pt2").module()
     for rows in (1, 2, len(x)):
         assert run_raw(exported / "model.onnx", predictor, raw.iloc[:rows])["label"].shape == (rows,)
@@ -100,9 +105,9 @@ def test_the_batch_dimension_is_dynamic(exported: Path, messy_trained: Trained) 
 def test_the_sidecar_is_the_checkpoints_preprocessing(exported: Path, messy_trained: Trained) -> None:
     predictor = Predictor.from_checkpoint(messy_trained.checkpoint)
     sidecar = json.loads((exported / "model.onnx.json").read_text())
-    assert sidecar["preprocessing"] == predictor.preprocessor.state_dict()
-    assert sidecar["feature_names"] == predictor.preprocessor.feature_names
-    prep = predictor.preprocessor
+    assert sidecar["preprocessing"] == table_preprocessor(predictor.reading).state_dict()
+    assert sidecar["feature_names"] == table_preprocessor(predictor.reading).feature_names
+    prep = table_preprocessor(predictor.reading)
     assert sidecar["graph"] == {
         "file": "model.onnx",
         "format": "onnx",
@@ -176,8 +181,8 @@ def test_the_docs_example_equals_predictor_on_rows_from_pandas_json_and_csv(
 def test_every_part_of_the_encoding_is_reached_by_those_rows(messy_trained: Trained) -> None:
     """Guards the test above: its rows put a 1 in every "(other)" and "(missing)" column they could."""
     predictor = Predictor.from_checkpoint(messy_trained.checkpoint)
-    x = predictor.encode(pd.DataFrame.from_records(RAW_ROWS))
-    names = predictor.preprocessor.feature_names
+    x = predictor.read(pd.DataFrame.from_records(RAW_ROWS))
+    names = table_preprocessor(predictor.reading).feature_names
     hit = {name for name, column in zip(names, x.T, strict=True) if column.abs().max() > 0}
     reachable = [name for name in names if name.endswith(("=(other)", " (missing)"))]
     assert reachable
@@ -271,7 +276,7 @@ def test_a_regression_graph_returns_values_in_the_targets_units(
         got = torch.from_numpy(run_raw(tmp_path / name, predictor, rows)["values"])
     else:
         assert graph["output"] == "values"
-        got = torch.export.load(tmp_path / name).module()(predictor.encode(rows))
+        got = torch.export.load(tmp_path / name).module()(predictor.read(rows))
     expected = torch.tensor(predictor.predict(rows)["prediction"].to_numpy(), dtype=torch.float32)
     assert got.shape == (len(rows),)
     tolerance = export.TOLERANCES[fmt]
@@ -294,18 +299,22 @@ QUANTILE_COLUMNS = ["preds(0)", "preds(1)", "preds(2)"]
 def test_a_k_output_graph_returns_the_k_values_of_predict_steps_preds(
     fmt: str, name: str, quantiles_checkpoint: tuple[Path, pd.DataFrame], tmp_path: Path
 ) -> None:
-    """Three quantiles per row (tests/helpers.py's Quantiles): the raw-column graph returns ``values``
-    ``(B, 3)``, each row's three as ``predict`` writes them, and was checked against the checkpoint so."""
+    """Three quantiles per row (tests/helpers.py's Quantiles, on the core's arrays): the graph returns
+    ``values`` ``(B, 3)``, each row's three as ``predict`` writes them, and was checked against the
+    checkpoint so."""
     checkpoint, rows = quantiles_checkpoint
     export.main(["--ckpt_path", str(checkpoint), "--format", fmt, "--output", str(tmp_path / name)])
     graph = json.loads((tmp_path / f"{name}.json").read_text())["graph"]
     predictor = Predictor.from_checkpoint(checkpoint)
+    assert graph["output"] == "values"
+    x = predictor.read(rows)  # (N, 10) raw features: the graph standardizes them itself
     if fmt == "onnx":
-        assert graph["outputs"] == ["values"]
-        got = torch.from_numpy(run_raw(tmp_path / name, predictor, rows)["values"])
+        (values,) = onnxruntime.InferenceSession(str(tmp_path / name)).run(
+            ["values"], {"features": x.numpy()}
+        )
+        got = torch.from_numpy(values)
     else:
-        assert graph["output"] == "values"
-        got = torch.export.load(tmp_path / name).module()(predictor.encode(rows))
+        got = torch.export.load(tmp_path / name).module()(x)
     predicted = predictor.predict(rows)
     assert list(predicted.columns) == ["row", *QUANTILE_COLUMNS]
     expected = torch.tensor(predicted[QUANTILE_COLUMNS].to_numpy(), dtype=torch.float32)
@@ -324,7 +333,7 @@ def test_a_checkpoint_of_a_datamodule_without_a_table_is_one_sentence(
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: checkpoint ")
-    assert "carries no fitted preprocessing" in err
+    assert "names no DataModule that says how to read new inputs" in err
     assert "\n" not in err
     assert list(tmp_path.iterdir()) == []
 

@@ -30,6 +30,7 @@ from fastapi.responses import JSONResponse
 from src.apps import serve
 from src.cli import main
 from src.extras.tables import conftest as tables
+from src.extras.tables.predict import TableReading, table_preprocessor
 from src.extras.tables.preprocessing import CellReport
 from src.predict import Predictor
 from tests.conftest import QUIET, ROOT, Trained
@@ -505,14 +506,14 @@ def test_faults_past_the_cells_stay_with_their_request(
             assert got == 200
             assert_same_predictions(answer, through_a_batch(api, [good])[0][1])
 
-    preprocessor = api.predictor.preprocessor
+    preprocessor = table_preprocessor(api.predictor.reading)
     income, *others = preprocessor.numeric
     assert income.name == "income"
     with monkeypatch.context() as patch:  # standardized by 0.01, 1e37 leaves float32
         patch.setattr(
             api.predictor,
             "reading",
-            replace(preprocessor, numeric=[replace(income, scale=0.01), *others]),
+            TableReading(replace(preprocessor, numeric=[replace(income, scale=0.01), *others])),
         )
         answers = through_a_batch(api, [goods[0], with_cell(rows[0], "income", "1e37"), goods[1]])
         status, answer = answers[1]
@@ -887,5 +888,5 @@ def test_a_checkpoint_of_a_datamodule_without_a_table_is_one_sentence(
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: checkpoint ")
-    assert "carries no fitted preprocessing" in err
+    assert "names no DataModule that says how to read new inputs" in err
     assert "\n" not in err

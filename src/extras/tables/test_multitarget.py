@@ -18,6 +18,7 @@ from src.cli import main
 from src.data.split import Split
 from src.errors import UserInputError
 from src.extras.tables import TabularDataModule
+from src.extras.tables.conftest import TABLE_DATA
 from src.extras.tables.options import strata
 from src.extras.tables.preprocessing import Location, label_pair
 from src.extras.tables.sources import select
@@ -54,7 +55,7 @@ def table(n: int = 160, seed: int = 0) -> pd.DataFrame:
 
 
 def mlp() -> MLP:
-    return MLP(4, 3, hidden_sizes=[8], periodic_frequencies=0)
+    return MLP(4, 3, hidden_sizes=[8])
 
 
 # -- the data: labels, their positive value, the split ----------------------------------------------------
@@ -103,7 +104,7 @@ def test_the_split_is_stratified_by_the_combination_of_labels_when_each_has_rows
 def test_a_list_of_one_column_is_that_column(workdir: Path) -> None:
     table().to_csv("t.csv", index=False)
     runs = [
-        main(["--config", str(CONFIGS / "spiral.yaml"), "--data.source=csv", "--data.path=t.csv",
+        main(["--config", str(CONFIGS / "spiral.yaml"), TABLE_DATA, "--data.source=csv", "--data.path=t.csv",
               "--data.task=classification", f"--data.target_column={target}"], run=False)
         for target in ("high", "[high]")
     ]  # fmt: skip
@@ -155,7 +156,7 @@ def test_what_several_targets_cannot_be_is_one_sentence(
     frame = table().assign(copied=lambda f: f["wide"].map({"yes": "W", "no": "N"}))  # the answer, renamed
     frame.to_csv("t.csv", index=False)
     line = fails(
-        cli, capsys, "--config", "spiral.yaml", "--data.source=csv", "--data.path=t.csv",
+        cli, capsys, "--config", "spiral.yaml", TABLE_DATA, "--data.source=csv", "--data.path=t.csv",
         "--data.task=classification", f"--data.target_column={target}", *extra,
     )  # fmt: skip
     assert sentence in line
@@ -184,7 +185,7 @@ def test_a_module_of_ones_own_gets_the_target_names_by_asking_for_them(workdir: 
     table().to_csv("t.csv", index=False)
     run = main(
         ["--config", str(CONFIGS / "spiral.yaml"), f"--model={__name__}.{module.__name__}",
-         "--data.source=csv", "--data.path=t.csv", "--data.task=classification",
+         TABLE_DATA, "--data.source=csv", "--data.path=t.csv", "--data.task=classification",
          f"--data.target_column=[{', '.join(LABELS)}]"],
         run=False,
     )  # fmt: skip
@@ -285,7 +286,7 @@ def fitted(folder: Path, config: str, task: str, targets: list[str], *words: str
     """A short fit of ``table()`` from ``folder`` with extras off, and its last checkpoint."""
     table().to_csv(folder / "t.csv", index=False)
     run = fit_in(
-        folder, "--config", str(CONFIGS / config), *OFF,
+        folder, "--config", str(CONFIGS / config), *OFF, TABLE_DATA,
         "--data.source=csv", "--data.path=t.csv", f"--data.task={task}",
         f"--data.target_column=[{', '.join(targets)}]", "--data.batch_size=32", *words,
     )  # fmt: skip

@@ -32,7 +32,7 @@ def table_run(messy_trained):
 
 
 def in_run_probabilities(run, x: torch.Tensor) -> np.ndarray:
-    """What the table_run model of the run itself gives for encoded rows (in eval mode, without a graph)."""
+    """What the trained model of the run itself gives for encoded rows (in eval mode, without a graph)."""
     run.model.eval()
     with torch.inference_mode():
         return run.model(x).softmax(-1).numpy()
@@ -157,7 +157,7 @@ def test_a_missing_column_is_one_sentence(table_run, tmp_path: Path, monkeypatch
     assert exit_.value.code == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert errors == [
-        "error: CSV file 'partial.csv' has no column(s) ['age', 'region'], which the model was table_run on; "
+        "error: CSV file 'partial.csv' has no column(s) ['age', 'region'], which the model was trained on; "
         "add them (empty cells are fine)."
     ]
     assert not (tmp_path / "out.csv").exists()
