@@ -9,7 +9,8 @@ standardized by a scaler fitted on the training rows; an MLP 64-256-128-10 (ReLU
 1e-3 in batches of 64; Lightning's ``TensorBoardLogger``, one ``ModelCheckpoint`` on ``val/loss`` and
 ``EarlyStopping`` on ``val/loss`` with the defaults' patience of 10, validation every epoch; a Trainer
 with ``deterministic=True`` and ``gradient_clip_val=1.0``, no progress bar, no model summary, and torch's
-own thread count. ``--test`` then tests the best checkpoint, as ``make train`` does.
+own thread count (``--threads`` sets another). ``--test`` then tests the best checkpoint, as ``make train``
+does.
 """
 
 import argparse
@@ -105,7 +106,9 @@ class DigitsClassifier(L.LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=self.lr)
 
 
-def main(max_epochs: int = MAX_EPOCHS, test: bool = False, save_dir: str = "logs") -> None:
+def main(max_epochs: int = MAX_EPOCHS, test: bool = False, save_dir: str = "logs", threads: int = 0) -> None:
+    if threads:
+        torch.set_num_threads(threads)
     L.seed_everything(SEED)
     trainer = L.Trainer(
         max_epochs=max_epochs,
@@ -131,5 +134,6 @@ if __name__ == "__main__":
     parser.add_argument("--max_epochs", type=int, default=MAX_EPOCHS, help=f"default {MAX_EPOCHS}")
     parser.add_argument("--test", action="store_true", help="test the best checkpoint after fit")
     parser.add_argument("--save_dir", default="logs", help="the logger's folder (default logs)")
+    parser.add_argument("--threads", type=int, default=0, help="torch's threads; 0 (default): torch's own")
     args = parser.parse_args()
-    main(args.max_epochs, args.test, args.save_dir)
+    main(args.max_epochs, args.test, args.save_dir, args.threads)

@@ -20,7 +20,9 @@ turn, alternating which goes first, after one unmeasured round that fills the OS
 Python's bytecode cache. Reported: the median seconds of each, and the speed ratio, bare's time over
 the template's (1.0: as fast as the bare script), from the medians, with its range over the rounds.
 ``--busy`` keeps one other core spinning (a Python loop in a process of its own) for the whole
-measurement.
+measurement. The bare script uses torch's own thread count (one per core), as a script from the docs
+does; ``--bare_threads 1`` gives it the one thread the template's fit uses (``resume.cpu_threads``), which
+on a machine busy with other work is several times faster than one per core.
 
 Every command starts a session of its own; the moment it exits, every process still in that session is
 one it left running (a worker pool not shut down, say): they are counted and named, then ended, so that
@@ -130,14 +132,19 @@ def epochs(output: str) -> int | None:
     return None
 
 
-def run(words: list[str], logs: Path) -> Run:
-    """``python -m <words>`` in the repository's root, in a session of its own, writing its logs under
-    ``logs``; its wall time from start to exit, and what it left running."""
+def command(words: list[str], logs: Path) -> list[str]:
+    """``python -m <words>``, writing its logs under ``logs``."""
     save = "--trainer.logger.init_args.save_dir" if words[0] == "src.cli" else "--save_dir"
+    return [sys.executable, "-m", *words, save, str(logs)]
+
+
+def run(argv: list[str]) -> Run:
+    """``argv`` in the repository's root, in a session of its own: its wall time from start to exit, and
+    what it left running."""
     with tempfile.TemporaryFile("w+") as output:
         start = time.perf_counter()
         process = subprocess.Popen(
-            [sys.executable, "-m", *words, save, str(logs)],
+            argv,
             cwd=ROOT,
             stdout=output,
             stderr=subprocess.STDOUT,
@@ -151,7 +158,7 @@ def run(words: list[str], logs: Path) -> Run:
         output.seek(0)
         text = output.read()
     if code != 0:
-        raise RuntimeError(f"python -m {' '.join(words)} failed ({code}):\n{text[-3000:]}")
+        raise RuntimeError(f"{' '.join(argv)} failed ({code}):\n{text[-3000:]}")
     return Run(seconds, names, epochs(text))
 
 
@@ -169,27 +176,30 @@ def busy(on: bool) -> Iterator[None]:
         spinner.wait()
 
 
-def measure(commands: list[str], rounds: int, spin: bool) -> dict[str, Cell]:
-    cells = {command: Cell() for command in commands}
+def measure(commands: list[str], rounds: int, spin: bool, bare_threads: int = 0) -> dict[str, Cell]:
+    cells = {which: Cell() for which in commands}
     with busy(spin), tempfile.TemporaryDirectory(prefix="whole-command-") as folder:
-        for command in commands:
+        for which in commands:
             for index in range(rounds + 1):  # round 0 fills the caches, unmeasured
                 order = VARIANTS if index % 2 else VARIANTS[::-1]
                 for variant in order:
-                    words = COMMANDS[command][VARIANTS.index(variant)]
-                    done = run(words, Path(folder) / f"{variant}-{index}")
+                    words = COMMANDS[which][VARIANTS.index(variant)]
+                    if variant == "bare" and bare_threads:
+                        words = [*words, "--threads", str(bare_threads)]
+                    done = run(command(words, Path(folder) / f"{variant}-{index}"))
                     if index:
-                        cells[command].runs[variant].append(done)
+                        cells[which].runs[variant].append(done)
                     left = f", left running: {len(done.left)}" if done.left else ""
-                    print(f"{command} {index}/{rounds}: {variant} {done.seconds:.2f} s{left}", flush=True)
+                    print(f"{which} {index}/{rounds}: {variant} {done.seconds:.2f} s{left}", flush=True)
     return cells
 
 
-def table(cells: dict[str, Cell], spin: bool) -> str:
+def table(cells: dict[str, Cell], spin: bool, bare_threads: int = 0) -> str:
     load = "one other core kept busy" if spin else "nothing else started by the benchmark"
+    threads = f"{bare_threads} torch thread(s)" if bare_threads else "torch's own thread count"
     lines = [
-        f"Whole processes, start to exit ({load}); medians of {len(next(iter(cells.values())).runs['bare'])} "
-        "alternating rounds. Seconds.",
+        f"Whole processes, start to exit ({load}); the bare script with {threads}; medians of "
+        f"{len(next(iter(cells.values())).runs['bare'])} alternating rounds. Seconds.",
         "",
         "| command | template | bare script | bare / template (range) | goal | epochs (template, bare) | "
         "left running by the template |",
@@ -221,11 +231,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds per command (default 3)")
     parser.add_argument("--only", nargs="+", choices=list(COMMANDS), default=list(COMMANDS))
     parser.add_argument("--busy", action="store_true", help="keep one other core spinning")
+    parser.add_argument(
+        "--bare_threads",
+        type=int,
+        default=0,
+        help="the bare script's torch threads; 0 (default): torch's own",
+    )
     parser.add_argument("--write", action="store_true", help="also save results/whole_command.md")
     args = parser.parse_args()
-    cells = measure(args.only, args.rounds, args.busy)
+    cells = measure(args.only, args.rounds, args.busy, args.bare_threads)
     text = report.header("Whole commands: the template against a bare Lightning script") + "\n\n"
-    text += table(cells, args.busy)
+    text += table(cells, args.busy, args.bare_threads)
     print(f"\n{text}")
     if args.write:
         print(f"\nwritten to {report.write('whole_command' + ('_busy' if args.busy else ''), text)}")
