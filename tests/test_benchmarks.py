@@ -6,6 +6,7 @@ its clock, or trains a different model; a verdict that does not follow from its 
 """
 
 import math
+import os
 import subprocess
 import sys
 
@@ -165,3 +166,37 @@ def test_the_experiments_ratio_is_stock_over_shipped_per_round() -> None:
     cell = Cell({"shipped": [10.0, 20.0], "stock": [9.0, 22.0]})
     assert cell.ratios() == [0.9, 1.1]
     assert "| digits | busy | 15.00 | 15.50 | 1.00 (0.90-1.10) |" in table({("digits", "busy"): cell})
+
+
+# -- the whole command: what it times, and what it says a command left running ----------------------------
+
+
+def test_a_command_that_leaves_a_process_running_is_named_and_the_process_ended() -> None:
+    import psutil  # type: ignore[import-untyped]
+
+    from benchmarks.whole_command import run
+
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)", str(os.getpid())]  # one of this test's
+    left = run([sys.executable, "-c", f"import subprocess; subprocess.Popen({sleeper!r})"])
+    assert left.left == [" ".join(sleeper)]
+    assert 0 < left.seconds < 60  # the command's own exit, not the sleeper's
+    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == sleeper]  # ended
+    tidy = run([sys.executable, "-c", "import subprocess, sys; subprocess.run([sys.executable, '-c', '0'])"])
+    assert tidy.left == []
+
+
+def test_the_whole_commands_ratio_is_bare_over_template_and_a_leftover_fails_its_verdict() -> None:
+    from benchmarks.whole_command import Cell, Run, epochs, table
+
+    cell = Cell({"template": [Run(10.0, [], 1), Run(12.0, ["worker"], 1)],
+                 "bare": [Run(9.0, [], 1), Run(6.0, [], 1)]})  # fmt: skip
+    assert cell.ratios() == [0.9, 0.5]
+    assert cell.ratio() == 7.5 / 11.0  # from the medians
+    text = table({"one epoch": cell}, spin=False)
+    assert "| one epoch | 11.00 | 7.50 | 0.68 (0.50-0.90) | 0.8 |" in text
+    assert "- FAIL: one epoch, the template at 0.68x" in text
+    assert "- FAIL: one epoch, nothing left running after the command" in text
+    # the epochs each run went through, as it printed them
+    assert epochs("epochs: 57\n") == 57
+    assert epochs("Fit ended: early stopping at epoch 34 (max_epochs 60): ...") == 35
+    assert epochs("Fit ended: reached trainer.max_epochs=1 after 1 epochs (20 steps).") == 1

@@ -15,7 +15,8 @@ class Painter:
     one) that writes pictures: the validation figures, the misclassified images.
 
     ``submit(draw, *args, then=write)`` queues ``draw(*args)`` and, once it is drawn, ``write(drawn)`` on a
-    thread of this process (where the writers live); ``finish(drawn=True)`` waits for every one and raises
+    thread of this process (where the writers live); ``after(write)`` queues ``write()`` on that thread
+    behind every queued drawing's; ``finish(drawn=True)`` waits for every one and raises
     the first error met, ``finish(drawn=False)`` drops those not begun and waits for the one being drawn
     (a failed run's folder may be removed right after), raising nothing. Call ``finish`` before the
     writers the drawings use are closed (a callback's ``teardown`` and ``on_exception``).
@@ -56,6 +57,12 @@ class Painter:
 
         self._pending.append((remote, self._pool.submit(here)))
 
+    def after(self, then: Callable[[], None]) -> None:
+        """Queue ``then()`` on this process's thread, after every drawing queued so far is written."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.name)
+        self._pending.append((None, self._pool.submit(then)))
+
     def finish(self, drawn: bool = True) -> None:
         """Wait for the drawings (or drop those not begun, ``drawn=False``) and stop the thread."""
         pending, self._pending = self._pending, []
@@ -70,5 +77,7 @@ class Painter:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+        if self.processes:  # nothing more to draw: its worker process goes too
+            workers.shutdown(self.name)
         if errors and drawn:  # once nothing is drawing any more
             raise errors[0]

@@ -1,5 +1,6 @@
 """Worker processes for work beside the training that runs Python of its own (fitting the baselines,
-drawing figures): one per purpose, started on first use, exiting when idle, started again when needed.
+drawing figures): one per purpose, started on first use, shut down by its user when its work is done
+(:func:`shutdown`), or exiting when idle; started again when needed.
 
 A thread of the training's process would hold its interpreter's lock while it runs Python, and the
 training would wait for it; a process does not. The workers are loky's: a fresh interpreter that imports
@@ -7,18 +8,15 @@ only what the submitted function's module imports, never the main module (a CLI'
 would import Lightning), so they start in the time their own imports take.
 """
 
-import importlib
 import signal
 from collections.abc import Callable
-from concurrent.futures import BrokenExecutor, Future
+from concurrent.futures import BrokenExecutor, Executor, Future
 from typing import Any, TypeVar
-
-from loky import ProcessPoolExecutor  # type: ignore[import-untyped]  # no py.typed
 
 T = TypeVar("T")
 #: an idle worker exits after this many seconds; the next submission starts another
 IDLE_SECONDS = 300
-_pools: dict[str, ProcessPoolExecutor] = {}
+_pools: dict[str, Executor] = {}
 
 
 def ignore_ctrl_c() -> None:
@@ -27,21 +25,13 @@ def ignore_ctrl_c() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def ready(module: str) -> None:
-    """Import ``module``: what :func:`warm` sends a worker, so that its imports are done when work comes."""
-    importlib.import_module(module)
-
-
-def warm(purpose: str, module: str) -> None:
-    """Start the worker of ``purpose`` now, importing ``module`` (the one its work will come from), so that
-    the worker's start and imports overlap what comes before its first real submission."""
-    submit(purpose, ready, module)
-
-
 def submit(purpose: str, function: Callable[..., T], *args: Any) -> "Future[T]":
     """``function(*args)`` on the worker process of ``purpose`` (one per purpose, in submission order).
     ``function`` must be importable by name from a module that imports little (no Lightning, no torch
     where it can be helped), and ``args`` picklable."""
+    # loky (and with it two resource-tracker processes) only once a worker has work
+    from loky import ProcessPoolExecutor  # type: ignore[import-untyped]  # no py.typed
+
     for _ in range(2):
         pool = _pools.get(purpose)
         if pool is None:
@@ -56,3 +46,11 @@ def submit(purpose: str, function: Callable[..., T], *args: Any) -> "Future[T]":
         except (BrokenExecutor, RuntimeError):  # its worker died, or it was shut down: a new one
             _pools.pop(purpose, None)
     raise RuntimeError(f"the {purpose} worker process could not be started.")
+
+
+def shutdown(purpose: str) -> None:
+    """Stop the worker of ``purpose``, if one runs, once the work it was given is done: what a user of
+    :func:`submit` calls when it has no more, so that the command leaves no process behind."""
+    pool = _pools.pop(purpose, None)
+    if pool is not None:
+        pool.shutdown(wait=True)

@@ -154,17 +154,20 @@ class Baselines(Callback):
     """Fits HistGradientBoosting and a linear model (logistic or ridge) beside the net on a table.
 
     On the very rows of the net's training split, from the raw columns the net reads (each model encodes
-    them its own way: :func:`src.extras.baselines.models.build_models`), in a process of their own started
-    when the
-    fit starts, so that the training goes on and never waits for them, but at the fit's last validation
-    epoch by its cap (``max_epochs``, ``max_steps``), and when the fit ends. Scored with the task's figures
-    (:data:`METRICS`) on the validation rows, and on the test rows when the run is tested. Every validation
-    epoch from the first after they are in logs ``val/<metric>_<model>`` (``val/acc_hgb``: a flat line
-    beside the net's ``val/acc`` in TensorBoard, and a value in ``trainer.callback_metrics``); a fit that
-    ends before (early stopping) writes them to its loggers at its last step. A test logs
-    ``test/<metric>_<model>``. Checkpoints carry the figures as plain floats (``checkpoint["baselines"]``)
-    once they are in. When the fit ends and the net's best validation ``val/<verdict_metric>`` trails the
-    better baseline by more than ``margin``, one sentence says so and what to try.
+    them its own way: :func:`src.extras.baselines.models.build_models`), on a thread or in a process of
+    their own started once the data is split, so that the training goes on and never waits for them, but
+    at the fit's last validation epoch by its cap (``max_epochs``, ``max_steps``), and when the fit ends.
+    Their budget fits the fit's: boosting grows ``iterations_per_epoch`` iterations per epoch of the fit's
+    ``max_epochs``, at most ``max_iter``, and stops early on its own held-out rows where their classes
+    allow (:func:`src.extras.baselines.models.can_stop_early`); ``threads`` leave the training its cores.
+    Scored with the task's figures (:data:`METRICS`) on the validation rows, and on the test rows when the
+    run is tested. Every validation epoch from the first after they are in logs ``val/<metric>_<model>``
+    (``val/acc_hgb``: a flat line beside the net's ``val/acc`` in TensorBoard, and a value in
+    ``trainer.callback_metrics``); a fit that ends before (early stopping) writes them to its loggers at
+    its last step. A test logs ``test/<metric>_<model>``. Checkpoints carry the figures as plain floats
+    (``checkpoint["baselines"]``) once they are in. When the fit ends, one sentence compares the net's
+    best validation ``val/<verdict_metric>`` with the better baseline's and says the baselines' budget;
+    when the net trails by more than ``margin``, it says what to try.
 
     What it reads: the DataModule's rows through :class:`RawSplits` (a DataModule without them gets no
     baselines), and the net's logged ``val/<verdict_metric>``; nothing of the LightningModule.
@@ -172,8 +175,11 @@ class Baselines(Callback):
     Every process fits the same models (seeded), so under DDP all log the same values without a sync.
 
     Args:
-        max_iter: Gradient boosting's iterations (scikit-learn's default, 100, at its learning rate 0.1;
+        max_iter: Gradient boosting's most iterations (scikit-learn's default, 100, at its learning rate 0.1;
             a model of K > 2 classes grows K trees per iteration).
+        iterations_per_epoch: Boosting's iterations per epoch of the fit's ``max_epochs`` (5: a one-epoch
+            fit gets 5, one of 20 epochs or more ``max_iter``), so that baselines of seconds go with a fit of
+            seconds. ``None``: ``max_iter``, whatever the fit's length (also a fit without ``max_epochs``).
         margin: The relative shortfall the verdict forgives: within it the net counts as level. 1 %
             is about the seed-to-seed spread of the net on tables of a few thousand rows; on smaller
             validation splits one row weighs more than that, so any worse row is named.
@@ -184,10 +190,14 @@ class Baselines(Callback):
             with the rows. ``None``: every training row. The scores are always on every validation and
             test row.
         threads: Threads of scikit-learn's OpenMP and BLAS pools while fitting and scoring; ``None``
-            leaves their default, one per core. One by default: they run beside the training.
-        fit_in: ``process``: a process of their own (:mod:`src.extras.workers`, importing scikit-learn only),
-            so that boosting's Python never holds the training interpreter's lock. ``thread``: a thread
-            of the training's process, for where a process may not be started.
+            leaves their default, one per core. One by default: they run beside the training, which keeps
+            the other cores.
+        fit_in: ``thread``: a thread of the training's process, where scikit-learn is imported already and
+            their budgeted fit is over within the fit's time; the command leaves nothing running.
+            ``process``: a process of their own (:mod:`src.extras.workers`, importing scikit-learn only),
+            so that boosting's Python never holds the training interpreter's lock, for a large
+            ``max_iter`` on many rows; its start (a fresh interpreter, seconds) is paid at the fit's first
+            epochs, and loky's resource trackers end just after the command does.
         verdict_metric: The figure the verdict compares, as the net logs it under ``val/``: ``acc`` or
             ``f1`` for classification, ``rmse``, ``mae`` or ``r2`` for regression. ``None``: ``acc``, or
             ``rmse`` for regression.
@@ -196,15 +206,21 @@ class Baselines(Callback):
     def __init__(
         self,
         max_iter: int = 100,
+        iterations_per_epoch: int | None = 5,
         margin: float = 0.01,
         seed: int = 0,
         max_rows: int | None = 50_000,
         threads: int | None = 1,
         verdict_metric: str | None = None,
-        fit_in: Literal["process", "thread"] = "process",
+        fit_in: Literal["process", "thread"] = "thread",
     ) -> None:
         if max_iter < 1:
             raise UserInputError(f"baselines.max_iter={max_iter} must be at least 1.")
+        if iterations_per_epoch is not None and iterations_per_epoch < 1:
+            raise UserInputError(
+                f"baselines.iterations_per_epoch={iterations_per_epoch} must be at least 1, or null for "
+                "max_iter."
+            )
         if not 0 <= margin < 1:
             raise UserInputError(f"baselines.margin={margin} must lie in [0, 1).")
         if max_rows is not None and max_rows < 1:
@@ -216,11 +232,10 @@ class Baselines(Callback):
             raise UserInputError(f"baselines.verdict_metric={verdict_metric!r} is not one of {known}.")
         self.max_iter, self.margin, self.seed, self.threads = max_iter, margin, seed, threads
         self.max_rows, self.verdict_metric = max_rows, verdict_metric
+        self.iterations_per_epoch = iterations_per_epoch
         if fit_in not in ("process", "thread"):
             raise UserInputError(f"baselines.fit_in={fit_in!r} is not 'process' or 'thread'.")
         self.fit_in = fit_in
-        if fit_in == "process":  # scikit-learn imported while the run is set up, ready when the fit starts
-            workers.warm("baselines", baseline_models.__name__)
         #: the fitted models by name, once fitted
         self.models: dict[str, BaseEstimator] = {}
         #: ``{"hgb": {"val_acc": 0.9, ...}, "linear": {...}}``: what is logged and saved
@@ -229,6 +244,9 @@ class Baselines(Callback):
         self.seconds = 0.0
         #: the process id that fitted them (this process's when ``fit_in="thread"``)
         self.fitted_by: int | None = None
+        #: boosting's iterations run, and the most this fit allowed it (:meth:`budget`)
+        self.iterations = 0
+        self.budget_iterations = 0
         self._data: RawSplits | None = None
         self._spec: Spec | None = None
         self._targets: dict[str, np.ndarray] = {}
@@ -263,15 +281,17 @@ class Baselines(Callback):
         if kept is not None:
             train = train[0].iloc[kept].reset_index(drop=True), train[1][kept]
         categories = train[0].dtypes.map(lambda dtype: not pd.api.types.is_numeric_dtype(dtype))
+        self.budget_iterations = self.budget(trainer)
         self._spec = spec = Spec(
             task=data.task,
             numeric=[str(c) for c in train[0].columns[~categories]],
             categorical=[str(c) for c in train[0].columns[categories]],
             classes=data.out_features if data.task == "classification" and train[1].ndim == 1 else 1,
-            max_iter=self.max_iter,
+            max_iter=self.budget_iterations,
             seed=self.seed,
             threads=self.threads,
             targets=train[1].shape[1] if train[1].ndim == 2 else 0,  # K of (N, K) targets
+            early_stopping=baseline_models.can_stop_early(data.task, train[1]),
         )
         evaluated = {split: raw_rows(data, split) for split in ("val", "test")}
         evaluated = {split: rows for split, rows in evaluated.items() if len(rows[1])}
@@ -279,10 +299,19 @@ class Baselines(Callback):
         frames = {split: x for split, (x, _) in evaluated.items()}
         self._pending = _submit(self.fit_in, baseline_models.fit, spec, train, frames)
 
+    def budget(self, trainer: L.Trainer) -> int:
+        """Boosting's most iterations for this fit: ``iterations_per_epoch`` per epoch of ``max_epochs``, at
+        most ``max_iter``."""
+        epochs = trainer.max_epochs
+        if self.iterations_per_epoch is None or epochs is None or epochs < 0:
+            return self.max_iter
+        return min(self.max_iter, self.iterations_per_epoch * max(epochs, 1))
+
     def _take(self, fitted: baseline_models.Fitted) -> None:
         """The models of a finished fit, and their validation figures (the test rows' outputs are kept for
         a test: no test figure exists before the run is tested)."""
         self.models, self.seconds, self.fitted_by = fitted.models, fitted.seconds, fitted.pid
+        self.iterations = fitted.iterations
         self._outputs = fitted.outputs
         for name, output in fitted.outputs.get("val", {}).items():
             self._score("val", name, output)
@@ -400,6 +429,8 @@ class Baselines(Callback):
                       if k.startswith("val_")}  # fmt: skip
             for logger in trainer.loggers:
                 logger.log_metrics(values, step=trainer.global_step)
+        if self.fit_in == "process":  # their one fit is in: no process left behind
+            workers.shutdown("baselines")
         if trainer.is_global_zero and (sentence := self.verdict()) is not None:
             rank_zero_info(sentence)
 
@@ -429,8 +460,8 @@ class Baselines(Callback):
         return self._net_best
 
     def verdict(self) -> str | None:
-        """One sentence when the net's best validation figure trails the better baseline's by more than
-        ``margin``; ``None`` when it is level or ahead, or nothing was compared."""
+        """The net's best validation figure against the better baseline's, and the baselines' budget: what
+        to try when the net trails by more than ``margin``; ``None`` when nothing was compared."""
         if self._data is None or self._net_best is None or not self.scores:
             return None
         metric, higher = self._verdict_metric()
@@ -440,11 +471,19 @@ class Baselines(Callback):
         theirs, ours = self.scores[best][key], self._net_best
         # the shortfall relative to the baseline's figure: 0.80 against 0.81 is 1.2 % behind
         shortfall = (theirs - ours) / abs(theirs) if higher else (ours - theirs) / abs(theirs)
+        threads = (
+            "one per core" if self.threads is None else f"{self.threads} thread{'s' * (self.threads > 1)}"
+        )
+        budget = (
+            f"(Baselines' budget: boosting ran {self.iterations} of at most {self.budget_iterations} "
+            f"iterations, on {threads}, {self.seconds:.1f} s beside the training.)"
+        )
         if not shortfall > self.margin:
-            return None
+            where = "level with" if shortfall > -self.margin else "ahead of"
+            return f"The net's best val/{metric} {ours:.4g} is {where} {TITLE[best]}'s {theirs:.4g}. {budget}"
         return (
             f"The net's best val/{metric} {ours:.4g} trails {TITLE[best]}'s {theirs:.4g} on the same "
             f"validation rows ({shortfall:.1%} behind): try more rows (a smaller data.split.val_fraction / "
             "test_fraction), a longer run (trainer.max_epochs, early_stopping patience), or the "
-            f"{best} model itself."
+            f"{best} model itself. {budget}"
         )

@@ -25,14 +25,17 @@ from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]  # n
 #: gradient boosting reads at most this many categories of a column as categories of their own (its
 #: histograms hold 255 bins); the rarer ones share one
 MAX_BOOSTED_CATEGORIES = 255
+#: boosting stops early on a tenth of its training rows, held out (stratified by class), when each class
+#: (each label's 0 and 1) has at least this many training rows, and a regression at least 10 times it
+EARLY_STOPPING_ROWS = 10
 
 
 @dataclass(frozen=True)
 class Spec:
     """What the models are built from: the task, the raw columns the net reads by kind, the class count
-    (1 for regression), boosting's iterations and seed, the threads of scikit-learn's pools (``None``: one
-    per core), and ``targets``: K for ``(N, K)`` targets (K labels of 0 or 1, or K values), 0 for ``(N,)``
-    ones."""
+    (1 for regression), boosting's most iterations, whether it stops early (:func:`can_stop_early`) and its
+    seed, the threads of scikit-learn's pools (``None``: one per core), and ``targets``: K for ``(N, K)``
+    targets (K labels of 0 or 1, or K values), 0 for ``(N,)`` ones."""
 
     task: str
     numeric: list[str]
@@ -42,6 +45,7 @@ class Spec:
     seed: int
     threads: int | None
     targets: int = 0
+    early_stopping: bool = False
 
 
 @dataclass
@@ -53,16 +57,29 @@ class Fitted:
     outputs: dict[str, dict[str, np.ndarray]]
     seconds: float
     pid: int
+    #: boosting's iterations run (the most over K targets' models), up to ``Spec.max_iter``
+    iterations: int = 0
+
+
+def can_stop_early(task: str, y: np.ndarray) -> bool:
+    """Whether boosting's own early stopping can hold out a tenth of the training targets ``y`` (``(N,)``
+    or ``(N, K)``): for classification a stratified tenth, which needs every class of every target in it
+    (:data:`EARLY_STOPPING_ROWS` rows of each)."""
+    if task != "classification":
+        return len(y) >= 10 * EARLY_STOPPING_ROWS
+    columns = y.reshape(len(y), -1).T  # (K, N): each target's classes
+    return all(np.unique(column, return_counts=True)[1].min() >= EARLY_STOPPING_ROWS for column in columns)
 
 
 def build_models(spec: Spec) -> dict[str, BaseEstimator]:
     """The two baselines, unfitted, each a pipeline from the raw columns (numbers as numbers with NaN for
     missing cells, categories as text).
 
-    ``hgb``: HistGradientBoosting with scikit-learn's defaults (``max_iter`` iterations at learning rate 0.1,
-    whatever the class count), numbers as they are (missing cells its own way), each categorical column as
-    a native categorical feature (its :data:`MAX_BOOSTED_CATEGORIES` most frequent values). ``linear``:
-    logistic or ridge regression on numbers filled with the median (with a missing indicator) and
+    ``hgb``: HistGradientBoosting with scikit-learn's defaults (at most ``max_iter`` iterations at learning
+    rate 0.1, whatever the class count; its early stopping when ``spec.early_stopping``), numbers as they
+    are (missing cells its own way), each categorical column as a native categorical feature (its
+    :data:`MAX_BOOSTED_CATEGORIES` most frequent values). ``linear``: logistic or ridge regression on
+    numbers filled with the median (with a missing indicator) and
     standardized, and every training value of a categorical column one-hot (unseen ones: none).
     K targets at once (``spec.targets``): one boosting model per target (scikit-learn's
     ``MultiOutputClassifier`` / ``MultiOutputRegressor``), one logistic regression per label, and one ridge
@@ -84,7 +101,12 @@ def build_models(spec: Spec) -> dict[str, BaseEstimator]:
         ],
         remainder="drop",
     )  # fmt: skip
-    options = {"max_iter": spec.max_iter, "random_state": spec.seed, "categorical_features": is_categorical}
+    options = {
+        "max_iter": spec.max_iter,
+        "early_stopping": spec.early_stopping,
+        "random_state": spec.seed,
+        "categorical_features": is_categorical,
+    }
     hgb: BaseEstimator
     linear: BaseEstimator
     if spec.task == "classification":
@@ -125,4 +147,6 @@ def fit(spec: Spec, train: tuple[pd.DataFrame, np.ndarray], evaluate: dict[str, 
         for model in models.values():
             model.fit(*train)
     ran = {split: {name: outputs(m, x, spec) for name, m in models.items()} for split, x in evaluate.items()}
-    return Fitted(models, ran, time.perf_counter() - start, os.getpid())
+    boosted = models["hgb"][-1]  # the pipeline's model: one, or one per target
+    iterations = max(m.n_iter_ for m in getattr(boosted, "estimators_", [boosted]))
+    return Fitted(models, ran, time.perf_counter() - start, os.getpid(), iterations)

@@ -43,6 +43,8 @@ ON = ["--baselines=src.extras.baselines.callback.Baselines"]  # back after bare.
 #: the table kind's DataModule in place of the core's array one digits.yaml names: a file's raw cells
 TABLE = "--data=src.extras.tables.TabularDataModule"
 EPOCHS = ["--trainer.max_epochs=2", "--trainer.logger=false", "--trainer.enable_checkpointing=false"]
+#: boosting's budget in a fit of 2 epochs: 5 iterations per epoch
+ITERATIONS = 10
 
 
 def fit(*words: str):
@@ -54,9 +56,18 @@ def rows(loader) -> tuple[np.ndarray, np.ndarray]:
     return (torch.cat([b[0] for b in batches]).numpy(), torch.cat([b[1] for b in batches]).numpy())
 
 
-def by_hand(task: str, numeric: list[str], categorical: list[str], max_iter: int = 100):
+def stops_early(y: np.ndarray, task: str = "classification") -> bool:
+    """Whether boosting holds out a stratified tenth of the training targets ``y`` to stop early: 10 rows
+    of each class of each target or more (a regression: 100 rows or more)."""
+    if task != "classification":
+        return len(y) >= 100
+    return all(np.unique(column, return_counts=True)[1].min() >= 10 for column in y.reshape(len(y), -1).T)
+
+
+def by_hand(task: str, numeric: list[str], categorical: list[str], y: np.ndarray, max_iter: int = ITERATIONS):
     """The two baselines written out with scikit-learn: boosting on numbers as they are and native
-    categories; a linear model on filled, standardized numbers and one-hot categories."""
+    categories, within a fit's budget and stopping early where ``y``, its training targets, allow; a
+    linear model on filled, standardized numbers and one-hot categories."""
     trees = ColumnTransformer([
         ("n", "passthrough", numeric),
         ("c", OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=np.nan), categorical),
@@ -67,9 +78,13 @@ def by_hand(task: str, numeric: list[str], categorical: list[str], max_iter: int
         ("c", OneHotEncoder(handle_unknown="ignore"), categorical),
     ])  # fmt: skip
     if task == "classification":
-        hgb = HistGradientBoostingClassifier(max_iter=max_iter, random_state=0, categorical_features=mask)
+        hgb = HistGradientBoostingClassifier(
+            max_iter=max_iter, early_stopping=stops_early(y), random_state=0, categorical_features=mask
+        )
         return make_pipeline(trees, hgb), make_pipeline(lines, LogisticRegression(max_iter=1000))
-    hgb = HistGradientBoostingRegressor(max_iter=max_iter, random_state=0, categorical_features=mask)
+    hgb = HistGradientBoostingRegressor(
+        max_iter=max_iter, early_stopping=stops_early(y, task), random_state=0, categorical_features=mask
+    )
     return make_pipeline(trees, hgb), make_pipeline(lines, Ridge())
 
 
@@ -106,7 +121,7 @@ def test_classification_baselines_fit_the_raw_columns_of_the_nets_rows_and_score
     # the targets are the validation loader's, in its order: the rows the net was scored on
     np.testing.assert_array_equal(rows(run.trainer.val_dataloaders)[1], y_val)
     assert len(x) + len(x_val) + len(data.split_rows["test"]) == 240
-    hgb, linear = by_hand("classification", numeric, categorical)
+    hgb, linear = by_hand("classification", numeric, categorical, y)
     with threadpool_limits(1):  # as the callback fits them
         hgb.fit(x, y)
         linear.fit(x, y)
@@ -136,7 +151,7 @@ def test_regression_baselines_score_in_the_targets_units(workdir: Path) -> None:
     )  # fmt: skip
     data, metrics = run.datamodule, run.trainer.callback_metrics
     (x, y), (x_val, y_val) = arrays(data, "train"), arrays(data, "val")
-    hgb, linear = by_hand("regression", list(x.columns), [])
+    hgb, linear = by_hand("regression", list(x.columns), [], y)
     with threadpool_limits(1):
         preds = linear.fit(x, y).predict(x_val)
         hgb.fit(x, y)
@@ -164,7 +179,7 @@ def test_many_classes_boost_with_scikit_learns_steps_and_beat_guessing(workdir: 
     data, metrics = run.datamodule, run.trainer.callback_metrics
     assert data.out_features == 15
     (x, y), (x_val, y_val) = raw(data, "train"), raw(data, "val")
-    hgb, _ = by_hand("classification", list(x.columns), [])
+    hgb, _ = by_hand("classification", list(x.columns), [], y)
     with threadpool_limits(1):
         hgb.fit(x, y)
     assert float(metrics["val/acc_hgb"]) == pytest.approx(accuracy_score(y_val, hgb.predict(x_val)))
@@ -180,11 +195,11 @@ def test_a_big_table_fits_them_on_a_seeded_sample_and_scores_every_validation_ro
     (x, y), (x_val, y_val) = arrays(data, "train"), arrays(data, "val")
     assert len(x) > 100
     kept = np.sort(np.random.default_rng(3).choice(len(x), 100, replace=False))
-    ridge = by_hand("regression", list(x.columns), [])[1].fit(x.iloc[kept], y[kept])
+    ridge = by_hand("regression", list(x.columns), [], y[kept])[1].fit(x.iloc[kept], y[kept])
     assert float(metrics["val/rmse_linear"]) == pytest.approx(
         root_mean_squared_error(y_val, ridge.predict(x_val)), rel=1e-5
     )
-    everything = by_hand("regression", list(x.columns), [])[1].fit(x, y)  # not the model of every row
+    everything = by_hand("regression", list(x.columns), [], y)[1].fit(x, y)  # not the model of every row
     assert float(metrics["val/rmse_linear"]) != pytest.approx(
         root_mean_squared_error(y_val, everything.predict(x_val)), rel=1e-5
     )
@@ -211,7 +226,7 @@ def test_one_switch_turns_them_off(workdir: Path) -> None:
     assert not [key for key in off.trainer.callback_metrics if TAG.fullmatch(key)]
 
 
-def test_a_net_far_behind_gets_one_sentence_and_a_level_one_none(workdir: Path, caplog) -> None:
+def test_a_net_far_behind_gets_one_sentence_and_a_level_one_no_advice(workdir: Path, caplog) -> None:
     # spirals after one epoch: boosting is near perfect, the net is not
     words = ["--data.source=spiral", "--data.num_samples=300", "--trainer.max_epochs=1"]
     with caplog.at_level(logging.INFO):
@@ -221,21 +236,32 @@ def test_a_net_far_behind_gets_one_sentence_and_a_level_one_none(workdir: Path, 
     net = max(float(run.trainer.callback_metrics["val/acc"]), 0)
     hgb = float(run.trainer.callback_metrics["val/acc_hgb"])
     assert said[0].startswith(f"The net's best val/acc {net:.4g} trails HistGradientBoosting's {hgb:.4g}")
+    # and the budget they had: a one-epoch fit's 5 boosting iterations
+    baselines = next(c for c in run.trainer.callbacks if isinstance(c, Baselines))
+    assert said[0].endswith(f"boosting ran 5 of at most 5 iterations, on 1 thread, {baselines.seconds:.1f} s "
+                            "beside the training.)")  # fmt: skip
     caplog.clear()
     with caplog.at_level(logging.INFO):
         fit(*words, "--baselines.margin=0.99")  # a shortfall within the margin counts as level
     assert not [r for r in caplog.records if "trails" in r.getMessage()]
+    [level] = [r.getMessage() for r in caplog.records if "is level with" in r.getMessage()]
+    assert "Baselines' budget: boosting ran 5 of at most 5 iterations" in level
 
 
-def test_a_module_level_with_the_baseline_is_not_told_anything() -> None:
+def test_a_module_level_with_the_baseline_is_told_no_advice() -> None:
     baselines = Baselines(margin=0.01)
     baselines.scores = {"hgb": {"val_rmse": 2.0}, "linear": {"val_rmse": 3.0}}
     baselines._data = type("Data", (), {"task": "regression"})()  # type: ignore[assignment]
     baselines._net_best = 2.019  # within 1 % of the better RMSE: level
-    assert baselines.verdict() is None
+    assert baselines.verdict().startswith(
+        "The net's best val/rmse 2.019 is level with HistGradientBoosting's 2. "
+    )
+    baselines._net_best = 1.9
+    assert baselines.verdict().startswith(
+        "The net's best val/rmse 1.9 is ahead of HistGradientBoosting's 2. "
+    )
     baselines._net_best = 2.03
-    assert baselines.verdict() is not None
-    assert "(1.5% behind)" in baselines.verdict()
+    assert "(1.5% behind): try more rows" in baselines.verdict()
 
 
 def test_data_that_is_not_a_table_gets_one_line_and_no_baselines(tmp_path: Path, caplog) -> None:
@@ -295,7 +321,11 @@ def test_k_targets_get_scikit_learns_multi_output_baselines_scored_as_the_task_s
         (x[data.val_rows], y[data.val_rows]),
     )
     if kind == "labels":
-        hgb = MultiOutputClassifier(HistGradientBoostingClassifier(max_iter=100, random_state=0))
+        hgb = MultiOutputClassifier(
+            HistGradientBoostingClassifier(
+                max_iter=ITERATIONS, early_stopping=stops_early(y_train), random_state=0
+            )
+        )
         linear = make_pipeline(
             SimpleImputer(strategy="median", add_indicator=True), StandardScaler(),
             MultiOutputClassifier(LogisticRegression(max_iter=1000)),
@@ -314,7 +344,11 @@ def test_k_targets_get_scikit_learns_multi_output_baselines_scored_as_the_task_s
         assert float(metrics["val/loss_linear"]) == pytest.approx(bce, rel=1e-5)  # the task's own loss
         assert 0.5 < float(metrics["val/acc_linear"]) < 1  # the labels are learnable, not learnt whole
     else:
-        hgb = MultiOutputRegressor(HistGradientBoostingRegressor(max_iter=100, random_state=0))
+        hgb = MultiOutputRegressor(
+            HistGradientBoostingRegressor(
+                max_iter=ITERATIONS, early_stopping=stops_early(y_train, "regression"), random_state=0
+            )
+        )
         linear = make_pipeline(
             SimpleImputer(strategy="median", add_indicator=True), StandardScaler(), Ridge()
         )
@@ -489,8 +523,8 @@ def test_a_fit_that_stops_before_they_are_in_still_writes_them_to_its_logger(
 
 @pytest.mark.slow
 def test_in_a_process_of_their_own_they_score_as_in_a_thread(tmp_path: Path) -> None:
-    """The shipped way (a worker process, which boosting's Python shares no interpreter lock with) and a
-    thread of the training's process give the very same figures."""
+    """A worker process (which boosting's Python shares no interpreter lock with) and the shipped way, a
+    thread of the training's process, give the very same figures."""
     scores = {}
     for fit_in in ("process", "thread"):
         baselines = Baselines(fit_in=fit_in)

@@ -2,7 +2,7 @@
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import lightning as L
 import numpy as np
@@ -10,19 +10,20 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
-from matplotlib.figure import Figure
 from torch.utils.tensorboard import SummaryWriter
 from torchmetrics.aggregation import CatMetric, MinMetric
 from torchmetrics.classification import MulticlassConfusionMatrix, MultilabelConfusionMatrix
 from typing_extensions import override
 
 from src.errors import UserInputError
-from src.extras import workers
 from src.extras.figures import drawing
 from src.extras.figures.drawing import Drawn
 from src.extras.loggers import BestEpoch, last_by_cap, logging_step, tensorboard_writer
 from src.extras.pacing import Pace
 from src.extras.painter import Painter
+
+if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, on the worker when there is one
+    from matplotlib.figure import Figure
 
 
 @dataclass
@@ -37,6 +38,8 @@ class _Epoch:
     target: np.ndarray | None = None
     labels: list[str] | None = None
     drawn: bool = False
+    #: its figure once drawn and written under ``val/``: the best epoch's is written again, not redrawn
+    drawing: Drawn | None = None
 
 
 class ValidationFigures(Callback):
@@ -53,13 +56,14 @@ class ValidationFigures(Callback):
     transfer is at the end of the validation epoch.
 
     Drawn on every n-th epoch's validation, on the first and the last of a fit (also when it resumes, or
-    when early stopping or a stop signal ends it), and at the fit's end for its best epoch by the monitored
-    value (the best checkpoint's): ``summary/…`` tags in the run folder, at that epoch's step. Drawing
-    (matplotlib: :mod:`src.extras.figures.drawing`) runs on a worker process
-    (:class:`~src.extras.painter.Painter`), one figure at a time, so the training neither waits for it nor
-    shares its interpreter's lock with it; the pixels come back and are written from a thread of this
-    process. The fit ends only once every figure is written. The last epoch by the fit's cap is drawn at its
-    own validation, so that the fit's end has only the best epoch's left to draw.
+    when early stopping or a stop signal ends it), and at the fit's end for its best epoch by the
+    monitored value (the best checkpoint's): ``summary/…`` tags in the run folder, at that epoch's step; a
+    best epoch already drawn (a one-epoch fit's) is written again, not redrawn. Drawing (matplotlib,
+    imported with the first figure: :mod:`src.extras.figures.drawing`) runs on a background thread, or a
+    worker process (:class:`~src.extras.painter.Painter`), one figure at a time, so the training does not
+    wait for it; the pixels are written from a thread of this process. The fit ends only once every figure
+    is written. The last epoch by the fit's cap is drawn at its own validation, so that the fit's end has
+    only the best epoch's left to draw.
 
     Tags: ``val/confusion_matrix`` (image) and ``val/confusion_counts`` (the same counts as a text table:
     true class by predicted class, or per label its four counts), or ``val/predicted_vs_true`` (image);
@@ -71,8 +75,10 @@ class ValidationFigures(Callback):
         image_size: Width and height of the regression's image, in pixels; the confusion matrix is
             sized to its class count instead.
         max_points: Regression: at most this many validation rows (the first ones) in the scatter plot.
-        draw_in: ``process`` (a worker process) or ``thread`` (a background thread of this process, for
-            where a process may not be started, or a subclass whose ``_figure`` draws differently).
+        draw_in: ``thread`` (a background thread of this process: a few figures a fit, nothing left
+            running after the command) or ``process`` (a worker process, whose drawing never holds the
+            training interpreter's lock: for figures many or large; it starts with the first figure, and
+            loky's resource trackers end just after the command does).
         max_share: The most of the fit's time that drawing may take, from the request to the written
             figure (:class:`~src.extras.pacing.Pace`); ``None``: no limit.
     """
@@ -82,7 +88,7 @@ class ValidationFigures(Callback):
         every_n_epochs: int = 5,
         image_size: int = 480,
         max_points: int = 2000,
-        draw_in: Literal["process", "thread"] = "process",
+        draw_in: Literal["process", "thread"] = "thread",
         max_share: float | None = 0.05,
     ) -> None:
         for name, value in {"every_n_epochs": every_n_epochs, "image_size": image_size}.items():
@@ -105,8 +111,6 @@ class ValidationFigures(Callback):
             raise UserInputError(f"ValidationFigures draw_in={draw_in!r} is not 'process' or 'thread'.")
         self.draw_in = draw_in
         self._painter = Painter("validation-figures", processes=draw_in == "process")
-        if draw_in == "process":  # matplotlib imported while the run is set up, ready for the first figure
-            workers.warm("validation-figures", drawing.__name__)
         self._drew = False  # whether this run has drawn a figure yet
         self._told = False  # whether the module was told what this callback needs
 
@@ -220,7 +224,9 @@ class ValidationFigures(Callback):
         # the fit's last validation epoch, whatever ended the fit, and its best one
         if self._latest is not None and not self._latest.drawn:
             self._draw_later(trainer, self._latest, "val")
-        if self._best.kept is not None:
+        if self._best.kept is not None and self._best.kept.drawn:
+            self._write_again(trainer, self._best.kept, "summary")
+        elif self._best.kept is not None:
             self._draw_later(trainer, self._best.kept, "summary", self._best.title(trainer))
         self._best = BestEpoch()
         self._pace.reset()
@@ -256,11 +262,24 @@ class ValidationFigures(Callback):
         def write(drawn: Drawn) -> None:  # on the painter's thread, once drawn: the drawing's time is known
             _write(writer, epoch.step, drawn)
             self._pace.ran(start)
+            if group == "val":
+                epoch.drawing = drawn
 
         if self.draw_in == "process":
             self._painter.submit(drawing.validation, *what, epoch.target, None, self.image_size, then=write)
         else:
             self._painter.submit(self._draw, *what, epoch.target, then=write)
+
+    def _write_again(self, trainer: L.Trainer, epoch: _Epoch, group: str) -> None:
+        """An epoch already drawn (a one-epoch fit's first, last and best) written under ``group`` as well,
+        once its drawing is written: drawn once."""
+        writer = tensorboard_writer(trainer)
+
+        def write() -> None:
+            if writer is not None and epoch.drawing is not None:  # None: its drawing failed or was left out
+                _write(writer, epoch.step, epoch.drawing, group)
+
+        self._painter.after(write)
 
     def _draw(
         self,
@@ -273,14 +292,19 @@ class ValidationFigures(Callback):
     ) -> Drawn:
         return drawing.validation(group, title, counts, labels, preds, target, figure=self._figure())
 
-    def _figure(self) -> Figure:
+    def _figure(self) -> "Figure":
         return drawing.new_figure(self.image_size)
 
 
-def _write(writer: SummaryWriter, step: int, drawn: Drawn) -> None:
-    for tag, text in drawn.texts.items():
-        writer.add_text(tag, text, step)
-    writer.add_image(drawn.tag, drawn.pixels, step, dataformats="HWC")
+def _write(writer: SummaryWriter, step: int, drawn: Drawn, group: str | None = None) -> None:
+    """``drawn``'s image and texts at ``step``, under their own tags, or the same names in ``group``."""
+
+    def tag(name: str) -> str:  # "val/confusion_matrix" in group "summary": "summary/confusion_matrix"
+        return name if group is None else f"{group}/{name.split('/', 1)[1]}"
+
+    for name, text in drawn.texts.items():
+        writer.add_text(tag(name), text, step)
+    writer.add_image(tag(drawn.tag), drawn.pixels, step, dataformats="HWC")
 
 
 def _label_names(trainer: L.Trainer, count: int) -> list[str]:

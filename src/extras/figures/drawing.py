@@ -6,11 +6,12 @@ against true values, as RGB pixels and Markdown text for TensorBoard.
 import math
 import textwrap
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+
+if TYPE_CHECKING:  # imported where a figure is made: a process that only sends drawings never imports it
+    from matplotlib.figure import Figure
 
 DPI = 100
 #: the confusion matrix's side, in inches, before the cell-size bounds apply (10 classes: 0.6 in a cell)
@@ -39,15 +40,19 @@ class Drawn:
     texts: dict[str, str]
 
 
-def new_figure(image_size: int) -> Figure:
+def new_figure(image_size: int) -> "Figure":
     """A bare Figure of ``image_size`` pixels a side, not pyplot's: no global state, no display backend,
     safe on any thread or process."""
+    from matplotlib.figure import Figure
+
     inches = image_size / DPI
     return Figure(figsize=(inches, inches), dpi=DPI)
 
 
-def pixels(figure: Figure) -> np.ndarray:
+def pixels(figure: "Figure") -> np.ndarray:
     """The figure rendered: ``(H, W, 3)`` uint8, as TensorBoard's ``add_figure`` renders one."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     canvas = FigureCanvasAgg(figure)
     canvas.draw()
     return np.asarray(canvas.buffer_rgba())[:, :, :3].copy()
@@ -60,7 +65,7 @@ def validation(
     labels: list[str] | None = None,
     preds: np.ndarray | None = None,
     target: np.ndarray | None = None,
-    figure: Figure | None = None,
+    figure: "Figure | None" = None,
     image_size: int = 480,
 ) -> Drawn:
     """One validation epoch's figure under ``<group>/…``: the confusion matrix of ``(K, K)`` ``counts``
@@ -102,7 +107,7 @@ def validation(
     return Drawn(f"{group}/predicted_vs_true", pixels(figure), {})
 
 
-def label_matrices_figure(figure: Figure, counts: np.ndarray, labels: list[str], title: str) -> None:
+def label_matrices_figure(figure: "Figure", counts: np.ndarray, labels: list[str], title: str) -> None:
     """Draw one 2x2 matrix per label of ``(K, 2, 2)`` ``counts`` (rows true 0/1, columns predicted 0/1) into
     ``figure``, in a grid, each coloured by its row-normalized rate and titled with its label; at most
     :data:`MAX_PANELS` of them (the Markdown table holds every label's)."""
@@ -130,7 +135,7 @@ def label_matrices_figure(figure: Figure, counts: np.ndarray, labels: list[str],
     figure.suptitle(f"{title}{more}\ncolour: share of the true value", fontsize=TITLE_FONT)
 
 
-def confusion_figure(figure: Figure, counts: Any, labels: list[str], title: str) -> None:
+def confusion_figure(figure: "Figure", counts: Any, labels: list[str], title: str) -> None:
     """Draw (K, K) ``counts`` (rows true, columns predicted) into ``figure``, sized to the class count.
 
     Each cell's colour is its row-normalized rate (the share of the true class predicted so); a non-zero

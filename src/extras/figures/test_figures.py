@@ -116,9 +116,10 @@ def test_figures_every_n_epochs_and_the_first_and_the_last(
     # an epoch's images sit at its last optimizer step, as its validation scalars do
     expected = [(epoch + 1) * BATCHES - 1 for epoch in drawn]
     assert steps["images"] == steps["texts"] == expected
-    # and the best epoch's (the lowest val/loss: no checkpoint monitors another), once, at the fit's end
+    # and the best epoch's (the lowest val/loss: no checkpoint monitors another), once, at the fit's end;
+    # drawn again only when its validation was not drawn
     assert steps["best"] == steps["best texts"] == steps["lowest val/loss"]
-    assert len(figures.threads) == len(drawn) + 1
+    assert len(figures.threads) == len(drawn) + (steps["best"][0] not in expected)
     assert all(name.startswith("validation-figures") for name in figures.threads)
     assert threading.current_thread().name not in figures.threads
 
@@ -372,15 +373,17 @@ def test_the_fit_ends_with_the_figure_of_the_best_checkpoints_epoch_not_the_last
 
 
 def test_a_worker_process_draws_the_very_pixels_and_texts_of_a_thread(tmp_path: Path) -> None:
-    """The shipped way (a worker process, which shares no interpreter lock with the training) writes the
-    same figures at the same steps as a thread of the training's process."""
+    """A worker process (which shares no interpreter lock with the training) writes the same figures at
+    the same steps as the shipped way, a thread of the training's process."""
     written = {}
     for draw_in in ("process", "thread"):
         folder = tmp_path / draw_in
         L.seed_everything(0)  # the same net, trained the same way
         figures, steps = fit(folder, 4, 2, draw_in=draw_in)
-        # Threads records the figures drawn in this process: none when a worker process draws them
-        assert len(figures.threads) == (0 if draw_in == "process" else 4)
+        # Threads records the figures drawn in this process: none when a worker process draws them; the
+        # best epoch's is drawn again only when its validation was not drawn
+        drawings = len(steps["images"]) + (steps["best"][0] not in steps["images"])
+        assert len(figures.threads) == (0 if draw_in == "process" else drawings)
         events = EventAccumulator(
             str(next(folder.glob("figures/version_*"))), size_guidance={"images": 0, "tensors": 0}
         ).Reload()
@@ -411,8 +414,9 @@ def test_a_killed_drawing_worker_costs_a_figure_not_the_run(
     model = Classifier(in_features=data.in_features, out_features=data.out_features, net=NET)
     logger = TensorBoardLogger(tmp_path, name="killed", default_hp_metric=False)
     trainer = L.Trainer(
-        max_epochs=2, limit_train_batches=BATCHES, logger=logger, callbacks=[ValidationFigures()],
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        max_epochs=2, limit_train_batches=BATCHES, logger=logger,
+        callbacks=[ValidationFigures(draw_in="process")], enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False,
     )  # fmt: skip
     with pytest.warns(UserWarning, match="worker process ended before it drew"):
         trainer.fit(model, datamodule=data)
@@ -555,7 +559,9 @@ def test_k_labels_get_a_2x2_matrix_each_that_counts_every_validation_row_once(tm
     # it predicts 0s and 1s, each right and wrong: every cell has rows to count
     assert (expected.sum(axis=0) > 0).all()
     assert max(image.step for image in events.Images("val/confusion_matrix")) == text.step
-    assert [d["counts"].shape for d in figures.drawn] == [(3, 2, 2)] * 3  # two epochs, then the best
+    # two epochs, each drawn once: the best (the lowest val/loss) of them is written again, not redrawn
+    assert [d["counts"].shape for d in figures.drawn] == [(3, 2, 2)] * 2
+    assert len(events.Images("summary/confusion_matrix")) == 1
 
 
 def test_k_values_get_a_panel_each_of_every_validation_row(tmp_path: Path) -> None:

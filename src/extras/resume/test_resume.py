@@ -290,7 +290,8 @@ def test_a_mid_epoch_resume_on_rows_edited_since_is_one_sentence(
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert (
-        "error: the checkpoint's run split other rows into training, validation and test (1500 rows edited)" in err
+        "error: the checkpoint's run split other rows into training, validation and test (1500 rows edited)"
+        in err
     )
     assert last.read_bytes() == before
 

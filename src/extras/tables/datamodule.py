@@ -273,13 +273,15 @@ class TabularDataModule(ResumableDataModule):
         values)."""
         prep, table = self.preprocessor, self.table
         positions = self.split_rows[split]
-        frame = pd.DataFrame(index=pd.RangeIndex(len(positions)))
+        columns: dict[str, np.ndarray] = {}
         for column in prep.numeric:
             cells = table.features[column.name].iloc[positions]
-            frame[column.name] = read_numbers(cells, [*column.missing_tokens, *prep.na_values])[0]
+            columns[column.name] = read_numbers(cells, [*column.missing_tokens, *prep.na_values])[0]
         for category in prep.categorical:
             cells = table.features[category.name].iloc[positions]
-            frame[category.name] = category_strings(cells, prep.na_values)
+            columns[category.name] = category_strings(cells, prep.na_values)
+        # one frame of all the columns: a frame grown a column at a time copies itself at every one
+        frame = pd.DataFrame(columns, index=pd.RangeIndex(len(positions)))
         target = table.target.iloc[positions]
         if isinstance(target, pd.DataFrame) and (prep.task != "classification" or prep.labels is None):
             # (N, K) values, or labels already written as 0/1
