@@ -3,7 +3,7 @@ seeded split they make (stratified by class for classification; folds for cross-
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 from sklearn.model_selection import KFold, StratifiedKFold, train_test_split
@@ -20,7 +20,7 @@ def group(value: object, kind: type[G], key: str) -> G:
     if value is None:
         return kind()
     if isinstance(value, Mapping):
-        unknown = sorted(set(value) - {f.name for f in fields(kind)})
+        unknown = sorted(set(value) - {f.name for f in fields(cast(Any, kind))})  # a dataclass
         if unknown:
             raise UserInputError(f"{key} has no setting {unknown[0]!r}; see {kind.__name__}'s arguments.")
         return kind(**value)

@@ -582,7 +582,8 @@ def array_export(ckpt_path: str | Path) -> Prepared:
     """An array checkpoint (:class:`src.data.ArrayDataModule`): raw float32 features ``(B, F)`` in, the
     training rows' standardization and the net inside the graph; logits for one class of K, else values."""
     predictor = Predictor.from_checkpoint(ckpt_path, device="cpu")
-    reading = predictor.reading  # src.data.arrays.ArrayReading
+    reading = predictor.reading
+    assert isinstance(reading, ArrayReading)  # export chose this path by it
     columns, labels = list(reading.columns), reading.labels
     classification = labels is not None
     x = torch.from_numpy(np.random.default_rng(0).normal(size=(16, len(columns))).astype(np.float32))
