@@ -1,7 +1,7 @@
 """A timed fit on the GPU beside the same fit on the CPU: ``make gpu-check`` prints it after the CUDA tests.
 
     .venv/bin/python -m benchmarks.gpu_fit                 # digits, 30 epochs, on the GPU and the CPU
-    .venv/bin/python -m benchmarks.gpu_fit --config configs/images.yaml --epochs 5
+    .venv/bin/python -m benchmarks.gpu_fit --config configs/spiral.yaml --epochs 5
 
 Each fit is ``make train``'s (the shipped callbacks on, the progress bar off), logging into a temporary
 folder; the time is the whole ``trainer.fit`` call after the CLI built everything, after one unmeasured
