@@ -104,6 +104,29 @@ def test_an_exception_between_steps_writes_the_state_it_stopped_at(tmp_path: Pat
     assert saved["global_step"] == 2 * STEPS_PER_EPOCH  # the end of epoch 1, both epochs' steps taken
 
 
+class PeerLostAtEpochEnd(Callback):
+    """What gloo raises on a survivor when another process of a distributed run is killed."""
+
+    @override
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch == 1:
+            pair = "[../third_party/gloo/gloo/transport/tcp/pair.cc:537]"
+            raise RuntimeError(f"{pair} Read error [127.0.0.1]:29500: Connection reset by peer")
+
+
+def test_a_process_that_lost_the_others_writes_nothing_after_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Between two steps as above, but the distributed run is broken: the last save stays the one to go
+    on from (here none), as its error says."""
+    latest, writer = LatestCheckpoint(dirpath=str(tmp_path), every_seconds=3600), Recording()
+    with pytest.raises(RuntimeError, match="Connection reset by peer"):
+        fit(tmp_path, latest, Tiny(), PeerLostAtEpochEnd(), writer=writer)
+    assert writer.saves == []
+    assert not (tmp_path / "last.ckpt").exists()
+    assert "last.ckpt" not in caplog.text
+
+
 class CtrlCAtEpochEnd(Callback):
     @override
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -13,7 +13,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
-from src.errors import UserInputError
+from src.errors import UserInputError, process_group_error
 
 
 class LatestCheckpoint(ModelCheckpoint):
@@ -26,6 +26,9 @@ class LatestCheckpoint(ModelCheckpoint):
 
     An exception inside a training step saves nothing: the step's batch is drawn and its update may be
     half made, so no state of that moment resumes exactly; the file from the last save stays as it was.
+    Nor does a process that lost the others of a distributed run: it may be inside a validation, whose
+    score would never count, and the save's closing barrier fails, replacing the error that names the
+    last checkpoint to go on from.
 
     A save due at an epoch's last step waits for a later step (the next one, when saving by time): the
     epoch's validation runs after that step, and a resume from a state saved before it would count the
@@ -82,6 +85,8 @@ class LatestCheckpoint(ModelCheckpoint):
         if trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking:
             return
         if isinstance(exception, SIGTERMException):  # saved, and said where, by whoever stopped the fit
+            return
+        if process_group_error(exception) is not None:  # a kill -9 of another process: its error says it
             return
         if self.between_steps:
             # a callback may refuse this state (weights no longer finite): the file stays as it was

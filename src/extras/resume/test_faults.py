@@ -388,7 +388,14 @@ def test_a_kill_in_the_first_minute_goes_on_from_the_newest_checkpoint_with_the_
         assert code == (1 if processes == 2 else -signal.SIGKILL), output
         assert seconds < 30, output
         run = folder / "logs" / "spiral" / "K" / "checkpoints"
-        assert not (run / "last.ckpt").exists()  # killed before its first last.ckpt
+        # killed before its first last.ckpt; nor does rank 0 write one once it has lost rank 1 (a save then
+        # could hold a validation half run), and its one sentence says so
+        assert not (run / "last.ckpt").exists(), output
+        if processes == 2:
+            errors = [line for line in output.splitlines() if line.startswith("error: ")]
+            assert len(errors) == 1, output
+            assert errors[0].startswith("error: rank 0 of 2 lost the other processes of the distributed run")
+            assert "; nothing was saved after step " in errors[0], output
         newest = max(run.glob("best-*.ckpt"), key=lambda path: torch.load(path)["global_step"])
         code, output, _ = launch(folder, [*cli(), *words])
         assert code == 0, output
