@@ -3,6 +3,7 @@
 
     .venv/bin/python -m benchmarks.bare_digits --max_epochs 1             # one epoch
     .venv/bin/python -m benchmarks.bare_digits --test                     # to early stopping, then test
+    .venv/bin/python -m benchmarks.bare_digits --test --max_epochs 35 --no-early_stopping   # 35 epochs
 
 The same work as ``configs/digits.yaml``: scikit-learn's digits, split 70/10/20 (seeded, stratified),
 standardized by a scaler fitted on the training rows; an MLP 64-256-128-10 (ReLU, dropout 0.2); AdamW at
@@ -106,7 +107,13 @@ class DigitsClassifier(L.LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=self.lr)
 
 
-def main(max_epochs: int = MAX_EPOCHS, test: bool = False, save_dir: str = "logs", threads: int = 0) -> None:
+def main(
+    max_epochs: int = MAX_EPOCHS,
+    test: bool = False,
+    save_dir: str = "logs",
+    threads: int = 0,
+    stop: bool = True,
+) -> None:
     if threads:
         torch.set_num_threads(threads)
     L.seed_everything(SEED)
@@ -117,7 +124,7 @@ def main(max_epochs: int = MAX_EPOCHS, test: bool = False, save_dir: str = "logs
         logger=TensorBoardLogger(save_dir, name="bare_digits"),
         callbacks=[
             ModelCheckpoint(monitor="val/loss"),
-            EarlyStopping(monitor="val/loss", patience=PATIENCE),
+            *([EarlyStopping(monitor="val/loss", patience=PATIENCE)] if stop else []),
         ],
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -135,5 +142,9 @@ if __name__ == "__main__":
     parser.add_argument("--test", action="store_true", help="test the best checkpoint after fit")
     parser.add_argument("--save_dir", default="logs", help="the logger's folder (default logs)")
     parser.add_argument("--threads", type=int, default=0, help="torch's threads; 0 (default): torch's own")
+    parser.add_argument(
+        "--early_stopping", action=argparse.BooleanOptionalAction, default=True,
+        help="stop on val/loss (default); --no-early_stopping runs --max_epochs epochs exactly",
+    )  # fmt: skip
     args = parser.parse_args()
-    main(args.max_epochs, args.test, args.save_dir, args.threads)
+    main(args.max_epochs, args.test, args.save_dir, args.threads, args.early_stopping)

@@ -13,7 +13,8 @@ same work:
   --trainer.enable_progress_bar=false`` against ``python -m benchmarks.bare_digits --max_epochs 1``;
 - ``make train``: ``make train``'s command, ``python -m src.cli fit --config configs/digits.yaml
   --test_after_fit true`` (early stopping, then a test of the best checkpoint), against
-  ``python -m benchmarks.bare_digits --test``.
+  ``python -m benchmarks.bare_digits --test --max_epochs N --no-early_stopping``: the same epochs N as
+  the template's run (its unmeasured first round runs first and says N), then the same test.
 
 Both write their logs into a temporary folder; their output goes to a file. Each round runs the two in
 turn, alternating which goes first, after one unmeasured round that fills the OS's file cache and
@@ -180,13 +181,16 @@ def measure(commands: list[str], rounds: int, spin: bool, bare_threads: int = 0)
     cells = {which: Cell() for which in commands}
     with busy(spin), tempfile.TemporaryDirectory(prefix="whole-command-") as folder:
         for which in commands:
-            for index in range(rounds + 1):  # round 0 fills the caches, unmeasured
-                order = VARIANTS if index % 2 else VARIANTS[::-1]
+            same: list[str] = []  # the bare script's words for the template's epochs (make train)
+            for index in range(rounds + 1):  # round 0 fills the caches, unmeasured; the template first
+                order = VARIANTS if index % 2 == 0 else VARIANTS[::-1]
                 for variant in order:
                     words = COMMANDS[which][VARIANTS.index(variant)]
-                    if variant == "bare" and bare_threads:
-                        words = [*words, "--threads", str(bare_threads)]
+                    if variant == "bare":
+                        words = [*words, *same, *(["--threads", str(bare_threads)] if bare_threads else [])]
                     done = run(command(words, Path(folder) / f"{variant}-{index}"))
+                    if variant == "template" and which == "make train" and done.epochs and not same:
+                        same = ["--max_epochs", str(done.epochs), "--no-early_stopping"]
                     if index:
                         cells[which].runs[variant].append(done)
                     left = f", left running: {len(done.left)}" if done.left else ""
