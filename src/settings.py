@@ -191,7 +191,7 @@ def choice_of(key: str, value: Any, ckpt_path: str, named: Container[str]) -> An
 @functools.cache
 def writes_predictions(section: str) -> bool:
     """Whether ``configs/defaults.yaml``'s ``section`` is a prediction writer (Lightning's kind)."""
-    value = yaml.safe_load(DEFAULTS.read_text()).get(section) if section in callback_sections() else None
+    value = defaults_of(DEFAULTS).get(section) if section in callback_sections() else None
     found = resolve(value["class_path"]) if isinstance(value, dict) else None
     return isinstance(found, type) and issubclass(found, BasePredictionWriter)
 
@@ -248,6 +248,12 @@ OWN_KEYS = ("seed_everything", "trainer", "model", "data", "optimizer", "lr_sche
 
 
 @functools.cache
+def defaults_of(defaults: Path = DEFAULTS) -> dict[str, Any]:
+    """``configs/defaults.yaml`` as loaded, read once per process (not to be changed by its readers)."""
+    return yaml.safe_load(defaults.read_text()) or {}
+
+
+@functools.cache
 def callback_sections(defaults: Path = DEFAULTS) -> list[str]:
     """The callback sections: each top-level key of ``configs/defaults.yaml`` that names a class (or is
     ``null``) and is not LightningCLI's own, in the file's order.
@@ -256,7 +262,7 @@ def callback_sections(defaults: Path = DEFAULTS) -> list[str]:
     {patience: 5}}``) without repeating the others, or switches off with ``null``; ``trainer.callbacks``
     holds the user's own. Removing a section from the defaults removes it from every run.
     """
-    loaded = yaml.safe_load(defaults.read_text()) or {}
+    loaded = defaults_of(defaults)
     return [
         key
         for key, value in loaded.items()

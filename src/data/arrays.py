@@ -101,7 +101,7 @@ class ArrayReading:
         missing = [c for c in self.columns if c not in frame.columns]
         if missing:
             raise UserInputError(f"{where}: the feature column(s) {missing[:5]} are missing; add them.")
-        cells = frame[self.columns].apply(pd.to_numeric, errors="coerce").to_numpy(np.float32)  # (N, F)
+        cells = frame[self.columns].apply(pd.to_numeric, errors="coerce").to_numpy(np.float32, copy=True)
         bad = ~np.isfinite(cells)
         if bad.any():
             row, column = (int(i[0]) for i in np.nonzero(bad))
