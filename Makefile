@@ -33,14 +33,14 @@ train: $(STAMP) ## fit CONFIG (default configs/digits.yaml), then test the best 
 	$(PY) -m src.cli fit --config $(CONFIG) --test_after_fit true $(ARGS)
 
 test: $(STAMP) ## run every proof that takes seconds (the slow tests and the notebook: make test-full)
-	$(PY) -m pytest -m "not slow" -n $(WORKERS) --dist loadfile tests examples src/extras src/apps $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" -n $(WORKERS) --dist loadfile tests examples scripts src/extras src/apps $(PYTEST_ARGS)
 
 gpu-check: $(STAMP) ## on a machine with a GPU: the CUDA tests, then a timed fit on the GPU beside the CPU
-	$(PY) -m pytest -m cuda tests examples src/extras src/apps -rs $(PYTEST_ARGS)
+	$(PY) -m pytest -m cuda tests examples scripts src/extras src/apps -rs $(PYTEST_ARGS)
 	$(PY) -m benchmarks.gpu_fit
 
 test-full: $(STAMP) ## run every test, the slow ones too
-	$(PY) -m pytest --nbmake tests examples src/extras src/apps notebooks $(PYTEST_ARGS)
+	$(PY) -m pytest --nbmake tests examples scripts src/extras src/apps notebooks $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff lint and format check, mypy type check of src/, examples/, benchmarks/ and scripts/
 	$(VENV)/bin/ruff check .

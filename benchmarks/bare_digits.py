@@ -27,6 +27,7 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+from torchmetrics.functional.classification import multiclass_accuracy
 from typing_extensions import override
 
 SEED = 42
@@ -87,7 +88,7 @@ class DigitsClassifier(L.LightningModule):
         loss = F.cross_entropy(logits, y)
         self.log(f"{stage}/loss", loss)
         if stage != "train":
-            self.log(f"{stage}/acc", (logits.argmax(dim=1) == y).float().mean())
+            self.log(f"{stage}/acc", multiclass_accuracy(logits, y, num_classes=10, average="micro"))
         return loss
 
     @override

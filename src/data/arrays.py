@@ -120,7 +120,9 @@ class ArrayDataModule(ResumableDataModule):
     ``friedman``). Standardization is fitted on the training rows only and saved in each checkpoint.
 
     Args:
-        source: Which arrays :func:`load` gives.
+        source: Which arrays :func:`load` gives; left out, ``digits``. ``None`` by default, as the table
+            kind's ``source`` is: a config that switches ``data.class_path`` keeps the settings both
+            classes take (jsonargparse's rule), so a table config inherits no bundled source from here.
         split: Which rows train, validate and test (:class:`src.data.split.Split`:
             ``data.split.val_fraction``, ``test_fraction``, cross-validation's ``folds``).
         batch_size: Rows per batch, per process.
@@ -139,7 +141,7 @@ class ArrayDataModule(ResumableDataModule):
 
     def __init__(
         self,
-        source: Source = "digits",
+        source: Source | None = None,
         split: Split | None = None,
         batch_size: int = 64,
         seed: int = 42,
@@ -159,6 +161,7 @@ class ArrayDataModule(ResumableDataModule):
         if predict_path is not None and not Path(predict_path).is_file():
             raise UserInputError(f"data.predict_path={predict_path!r} does not exist; name a CSV file.")
         self.save_hyperparameters()
+        source = source or "digits"
         x, y, self.task = load(source, num_samples, noise, seed)
         self.columns = [str(c) for c in x.columns]
         self.x = x.to_numpy(np.float32)  # (N, F)

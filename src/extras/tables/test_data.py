@@ -177,3 +177,22 @@ def test_every_shipped_datamodule_refuses_loader_and_split_settings_alike(
     if "val_fraction" in setting:
         setting = {"split": dict(setting)}  # a mapping, as a config gives it
     assert_refused(TabularDataModule, setting, sentence, key="data.split.")
+
+
+def test_a_config_of_ones_own_file_switches_from_the_arrays_without_inheriting_their_source(
+    workdir: Any,
+) -> None:
+    """configs/defaults.yaml names the core's arrays; a config that names the table DataModule keeps
+    what both take (jsonargparse's rule on a class switch), so the arrays' source must not be one the
+    table would read instead of its file (the README's penguins config, as written)."""
+    from src.cli import main
+
+    pd.DataFrame({"a": np.arange(40.0), "label": [0, 1] * 20}).to_csv("mine.csv", index=False)
+    with open("mine.yaml", "w") as config:
+        config.write(
+            "data:\n  class_path: src.extras.tables.TabularDataModule\n"
+            "  init_args: {path: mine.csv, target_column: label, task: classification}\n"
+        )
+    run = main(["--model=src.models.Classifier", "--config", "mine.yaml"], run=False)
+    assert run.datamodule.source == "csv"
+    assert run.datamodule.table.features.columns.tolist() == ["a"]
