@@ -352,6 +352,15 @@ def variants() -> list[Variant]:
                     words_without([section], sections, stand_in=True),
                 )
             )
+    if has_section("baselines"):
+        found.append(
+            Variant(
+                "baselines in a process",
+                "the baselines in a process of their own (`baselines.init_args.fit_in=process`)",
+                run_cli,
+                ["--baselines.init_args.fit_in=process"],
+            )
+        )
     found.append(Variant("all off", "all sections off", run_cli, words_without(sections, sections)))
     return found
 

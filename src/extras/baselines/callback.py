@@ -65,6 +65,8 @@ TITLE = {"hgb": "HistGradientBoosting", "linear": "the linear model"}
 
 
 T = TypeVar("T")
+#: ``fit_in="auto"``'s largest budget for a thread: 5 epochs' worth at 5 iterations an epoch
+THREAD_ITERATIONS = 25
 
 
 def _submit(fit_in: str, function: Callable[..., T], *args: Any) -> "Future[T]":
@@ -192,12 +194,13 @@ class Baselines(Callback):
         threads: Threads of scikit-learn's OpenMP and BLAS pools while fitting and scoring; ``None``
             leaves their default, one per core. One by default: they run beside the training, which keeps
             the other cores.
-        fit_in: ``thread``: a thread of the training's process, where scikit-learn is imported already and
-            their budgeted fit is over within the fit's time; the command leaves nothing running.
+        fit_in: ``thread``: a thread of the training's process, where scikit-learn is imported already;
+            boosting's Python holds the interpreter's lock while it runs, which the training waits for.
             ``process``: a process of their own (:mod:`src.extras.workers`, importing scikit-learn only),
-            so that boosting's Python never holds the training interpreter's lock, for a large
-            ``max_iter`` on many rows; its start (a fresh interpreter, seconds) is paid at the fit's first
-            epochs, and loky's resource trackers end just after the command does.
+            which never holds the training's lock; its start (a fresh interpreter, about a second) is paid
+            beside the fit's first epochs. ``auto``: a thread for a budget of at most
+            :data:`THREAD_ITERATIONS` iterations (a fit of a few epochs, which a process's start would
+            outlast), else a process.
         verdict_metric: The figure the verdict compares, as the net logs it under ``val/``: ``acc`` or
             ``f1`` for classification, ``rmse``, ``mae`` or ``r2`` for regression. ``None``: ``acc``, or
             ``rmse`` for regression.
@@ -212,7 +215,7 @@ class Baselines(Callback):
         max_rows: int | None = 50_000,
         threads: int | None = 1,
         verdict_metric: str | None = None,
-        fit_in: Literal["process", "thread"] = "thread",
+        fit_in: Literal["auto", "process", "thread"] = "auto",
     ) -> None:
         if max_iter < 1:
             raise UserInputError(f"baselines.max_iter={max_iter} must be at least 1.")
@@ -233,9 +236,11 @@ class Baselines(Callback):
         self.max_iter, self.margin, self.seed, self.threads = max_iter, margin, seed, threads
         self.max_rows, self.verdict_metric = max_rows, verdict_metric
         self.iterations_per_epoch = iterations_per_epoch
-        if fit_in not in ("process", "thread"):
-            raise UserInputError(f"baselines.fit_in={fit_in!r} is not 'process' or 'thread'.")
+        if fit_in not in ("auto", "process", "thread"):
+            raise UserInputError(f"baselines.fit_in={fit_in!r} is not 'auto', 'process' or 'thread'.")
         self.fit_in = fit_in
+        #: where this fit's baselines run: ``fit_in``, with ``auto`` decided by the budget
+        self.fitted_in = "thread" if fit_in == "auto" else fit_in
         #: the fitted models by name, once fitted
         self.models: dict[str, BaseEstimator] = {}
         #: ``{"hgb": {"val_acc": 0.9, ...}, "linear": {...}}``: what is logged and saved
@@ -297,7 +302,9 @@ class Baselines(Callback):
         evaluated = {split: rows for split, rows in evaluated.items() if len(rows[1])}
         self._targets = {split: y for split, (_, y) in evaluated.items()}
         frames = {split: x for split, (x, _) in evaluated.items()}
-        self._pending = _submit(self.fit_in, baseline_models.fit, spec, train, frames)
+        if self.fit_in == "auto":
+            self.fitted_in = "thread" if self.budget_iterations <= THREAD_ITERATIONS else "process"
+        self._pending = _submit(self.fitted_in, baseline_models.fit, spec, train, frames)
 
     def budget(self, trainer: L.Trainer) -> int:
         """Boosting's most iterations for this fit: ``iterations_per_epoch`` per epoch of ``max_epochs``, at
@@ -429,7 +436,7 @@ class Baselines(Callback):
                       if k.startswith("val_")}  # fmt: skip
             for logger in trainer.loggers:
                 logger.log_metrics(values, step=trainer.global_step)
-        if self.fit_in == "process":  # their one fit is in: no process left behind
+        if self.fitted_in == "process":  # their one fit is in: no process left behind
             workers.shutdown("baselines")
         if trainer.is_global_zero and (sentence := self.verdict()) is not None:
             rank_zero_info(sentence)
@@ -476,7 +483,8 @@ class Baselines(Callback):
         )
         budget = (
             f"(Baselines' budget: boosting ran {self.iterations} of at most {self.budget_iterations} "
-            f"iterations, on {threads}, {self.seconds:.1f} s beside the training.)"
+            f"iterations, on {threads}{' in a process of their own' * (self.fitted_in == 'process')}, "
+            f"{self.seconds:.1f} s beside the training.)"
         )
         if not shortfall > self.margin:
             where = "level with" if shortfall > -self.margin else "ahead of"

@@ -562,3 +562,18 @@ def test_a_worker_process_killed_costs_the_baselines_not_the_run(
     assert trainer.current_epoch == 2  # the run went on to its end
     assert not [key for key in trainer.callback_metrics if TAG.fullmatch(key)]
     assert "val/acc" in trainer.callback_metrics
+
+
+def test_auto_fits_a_few_epochs_budget_on_a_thread_and_a_longer_one_in_a_process(workdir: Path) -> None:
+    """``fit_in: auto`` (the shipped default) decides by the budget: a one-epoch fit's 5 iterations on a
+    thread of the training's process, 6 epochs' 30 in a worker process, which is shut down at the fit's
+    end; the verdict says which."""
+    where = {}
+    for epochs in (1, 6):
+        run = fit(f"--trainer.max_epochs={epochs}", "--trainer.limit_train_batches=2")
+        baselines = next(c for c in run.trainer.callbacks if isinstance(c, Baselines))
+        assert baselines.fit_in == "auto" and baselines.budget_iterations == 5 * epochs
+        where[epochs] = baselines.fitted_in, baselines.fitted_by != os.getpid()
+        assert ("in a process of their own" in (baselines.verdict() or "")) is (epochs == 6)
+    assert where == {1: ("thread", False), 6: ("process", True)}
+    assert "baselines" not in callback_module.workers._pools  # nothing left running after the fit
