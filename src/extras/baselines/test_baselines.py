@@ -572,7 +572,8 @@ def test_auto_fits_a_few_epochs_budget_on_a_thread_and_a_longer_one_in_a_process
     for epochs in (1, 6):
         run = fit(f"--trainer.max_epochs={epochs}", "--trainer.limit_train_batches=2")
         baselines = next(c for c in run.trainer.callbacks if isinstance(c, Baselines))
-        assert baselines.fit_in == "auto" and baselines.budget_iterations == 5 * epochs
+        assert baselines.fit_in == "auto"
+        assert baselines.budget_iterations == 5 * epochs
         where[epochs] = baselines.fitted_in, baselines.fitted_by != os.getpid()
         assert ("in a process of their own" in (baselines.verdict() or "")) is (epochs == 6)
     assert where == {1: ("thread", False), 6: ("process", True)}
