@@ -1,56 +1,152 @@
 """Worker processes for work beside the training that runs Python of its own (fitting the baselines,
-drawing figures): one per purpose, started on first use, shut down by its user when its work is done
-(:func:`shutdown`), or exiting when idle; started again when needed.
+drawing figures): one per purpose, started on first use and ended by its user when its work is done
+(:func:`shutdown`), so that the command leaves no process behind.
 
 A thread of the training's process would hold its interpreter's lock while it runs Python, and the
-training would wait for it; a process does not. The workers are loky's: a fresh interpreter that imports
-only what the submitted function's module imports, never the main module (a CLI's ``python -m src.cli``
-would import Lightning), so they start in the time their own imports take.
+training would wait for it; a process does not. A worker is a fresh interpreter (``python -c``) that
+imports only what the submitted function's module imports, never the main module (a CLI's ``python -m
+src.cli`` would import Lightning), so it starts in the time its own imports take. Calls and answers go
+through its stdin and stdout as pickles, in order; there is no pool, queue or semaphore, so no resource
+tracker outlives the command either.
 """
 
+import contextlib
+import pickle
+import queue
 import signal
+import subprocess
+import sys
+import threading
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import BrokenExecutor, Executor, Future
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-#: an idle worker exits after this many seconds; the next submission starts another
-IDLE_SECONDS = 300
-_pools: dict[str, Executor] = {}
+#: the worker's start: the parent's import path first, then the loop of :func:`serve`
+START = (
+    "import pickle, sys; sys.path[:] = pickle.load(sys.stdin.buffer); "
+    "import src.extras.workers; src.extras.workers.serve()"
+)
 
 
-def ignore_ctrl_c() -> None:
-    """A worker's start: a terminal's Ctrl-C reaches every process of the command, and the training's own
-    decides how the run ends (its end shuts the workers down); a worker would only print its traceback."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+class Worker:
+    """One worker process: calls written by a thread of their own (a large one never blocks the caller
+    while the worker is busy), answers read by another, each answer settling the oldest call sent. A call
+    cancelled before it is sent is never sent."""
+
+    def __init__(self) -> None:
+        command = [sys.executable, "-c", START]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.sent: deque[Future[Any]] = deque()
+        self.calls: queue.Queue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = (
+            queue.Queue()
+        )
+        self.writer = threading.Thread(target=self._write, daemon=True, name="worker-calls")
+        self.reader = threading.Thread(target=self._read, daemon=True, name="worker-answers")
+        self.writer.start()
+        self.reader.start()
+
+    def submit(self, function: Callable[..., T], *args: Any) -> "Future[T]":
+        future: Future[T] = Future()
+        self.calls.put((future, function, args))
+        return future
+
+    def _write(self) -> None:
+        stdin = self.process.stdin
+        assert stdin is not None
+        try:
+            pickle.dump(list(sys.path), stdin)  # the first message: the import path
+            while (call := self.calls.get()) is not None:
+                future, function, args = call
+                if future.set_running_or_notify_cancel():
+                    self.sent.append(future)
+                    pickle.dump((function, args), stdin)
+                    stdin.flush()
+        except OSError:  # the worker died: the reader settles what was sent, the rest is settled here
+            while (call := self.calls.get()) is not None:
+                if call[0].set_running_or_notify_cancel():
+                    call[0].set_exception(BrokenProcessPool("the worker process ended before it was asked"))
+        finally:
+            with contextlib.suppress(OSError):
+                stdin.close()  # the worker's loop ends on EOF
+
+    def _read(self) -> None:
+        stdout = self.process.stdout
+        assert stdout is not None
+        while True:
+            try:
+                ok, value = pickle.load(stdout)
+            except Exception:  # EOF: the worker ended, of its own accord or killed
+                break
+            future = self.sent.popleft()
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+        stdout.close()
+        code = self.process.wait()
+        while self.sent:
+            self.sent.popleft().set_exception(
+                BrokenProcessPool(f"the worker process ended (exit status {code}) before it answered")
+            )
+
+    def shutdown(self) -> None:
+        """Wait for the answers to the calls submitted, then for the worker's exit."""
+        self.calls.put(None)
+        self.writer.join()
+        self.reader.join()
+
+
+_workers: dict[str, Worker] = {}
 
 
 def submit(purpose: str, function: Callable[..., T], *args: Any) -> "Future[T]":
     """``function(*args)`` on the worker process of ``purpose`` (one per purpose, in submission order).
     ``function`` must be importable by name from a module that imports little (no Lightning, no torch
-    where it can be helped), and ``args`` picklable."""
-    # loky (and with it two resource-tracker processes) only once a worker has work
-    from loky import ProcessPoolExecutor  # type: ignore[import-untyped]  # no py.typed
+    where it can be helped), and ``args`` picklable. A worker that ended (killed, say) is replaced."""
+    worker = _workers.get(purpose)
+    if worker is None or worker.process.poll() is not None:
+        if worker is not None:  # ended (killed, say): its threads let go, a new one started
+            worker.calls.put(None)
+        worker = _workers[purpose] = Worker()
+    return worker.submit(function, *args)
 
-    for _ in range(2):
-        pool = _pools.get(purpose)
-        if pool is None:
-            # at the training's own CPU priority: the fit waits for what its workers owe at its end, and a
-            # worker of a lower one gets next to no CPU on a machine busy with other work, so that the
-            # wait would last as long as the other work does
-            pool = _pools[purpose] = ProcessPoolExecutor(
-                max_workers=1, timeout=IDLE_SECONDS, initializer=ignore_ctrl_c
-            )
-        try:
-            return pool.submit(function, *args)
-        except (BrokenExecutor, RuntimeError):  # its worker died, or it was shut down: a new one
-            _pools.pop(purpose, None)
-    raise RuntimeError(f"the {purpose} worker process could not be started.")
+
+def running(purpose: str) -> bool:
+    """Whether a worker process of ``purpose`` was started and not yet shut down."""
+    return purpose in _workers
 
 
 def shutdown(purpose: str) -> None:
-    """Stop the worker of ``purpose``, if one runs, once the work it was given is done: what a user of
+    """End the worker of ``purpose``, if one runs, once the work it was given is done: what a user of
     :func:`submit` calls when it has no more, so that the command leaves no process behind."""
-    pool = _pools.pop(purpose, None)
-    if pool is not None:
-        pool.shutdown(wait=True)
+    worker = _workers.pop(purpose, None)
+    if worker is not None:
+        worker.shutdown()
+
+
+def serve() -> None:
+    """The worker's loop: each call read from stdin run, its answer (``(True, value)`` or ``(False,
+    exception)``) written to stdout, until stdin ends."""
+    # a terminal's Ctrl-C reaches every process of the command, and the training's own decides how the run
+    # ends (its end shuts the workers down); a worker would only print its traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    calls, answers = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # what the work prints goes to stderr, never among the answers
+    while True:
+        try:
+            function, args = pickle.load(calls)
+        except EOFError:
+            return
+        try:
+            answer: tuple[bool, Any] = (True, function(*args))
+        except Exception as err:
+            answer = (False, err)
+        try:
+            data = pickle.dumps(answer)
+        except Exception as err:  # an answer or error that does not pickle: its text
+            data = pickle.dumps((False, RuntimeError(f"{type(err).__name__}: {err}")))
+        answers.write(data)
+        answers.flush()

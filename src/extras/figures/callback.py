@@ -77,8 +77,8 @@ class ValidationFigures(Callback):
         max_points: Regression: at most this many validation rows (the first ones) in the scatter plot.
         draw_in: ``thread`` (a background thread of this process: a few figures a fit, nothing left
             running after the command) or ``process`` (a worker process, whose drawing never holds the
-            training interpreter's lock: for figures many or large; it starts with the first figure, and
-            loky's resource trackers end just after the command does).
+            training interpreter's lock: for figures many or large; it starts with the first figure and ends
+            with the fit).
         max_share: The most of the fit's time that drawing may take, from the request to the written
             figure (:class:`~src.extras.pacing.Pace`); ``None``: no limit.
     """

@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,7 +16,6 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
-from loky.process_executor import TerminatedWorkerError
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from sklearn.metrics import multilabel_confusion_matrix
@@ -406,7 +406,7 @@ def test_a_killed_drawing_worker_costs_a_figure_not_the_run(
 ) -> None:
     def killed(purpose: str, *args: Any) -> Future:
         future: Future = Future()
-        future.set_exception(TerminatedWorkerError("a worker process was killed (SIGKILL)"))
+        future.set_exception(BrokenProcessPool("a worker process was killed (SIGKILL)"))
         return future
 
     monkeypatch.setattr(painter.workers, "submit", killed)

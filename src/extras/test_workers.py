@@ -1,0 +1,44 @@
+"""The worker processes: answers in order, the function's own error, a killed worker's pending calls
+refused as a broken executor and a new worker for the next one, and nothing left running after shutdown."""
+
+import os
+import signal
+import time
+from concurrent.futures import BrokenExecutor
+
+import psutil
+import pytest
+
+from src.extras import workers
+
+
+def test_a_worker_answers_in_order_survives_being_killed_and_leaves_nothing_running() -> None:
+    here = psutil.Process()
+    before = {child.pid for child in here.children(recursive=True)}
+    [first, second] = [workers.submit("test", os.getpid) for _ in range(2)]
+    worker = first.result(timeout=60)
+    assert worker == second.result(timeout=60) != os.getpid()  # one worker, in a process of its own
+    with pytest.raises(ValueError, match="invalid literal"):  # the function's own error, as raised there
+        workers.submit("test", int, "x").result(timeout=60)
+    sleeping = workers.submit("test", time.sleep, 60)
+    queued = workers.submit("test", os.getpid)
+    os.kill(worker, signal.SIGKILL)
+    for pending in (sleeping, queued):
+        with pytest.raises(BrokenExecutor, match="exit status -9"):
+            pending.result(timeout=60)
+    replacement = workers.submit("test", os.getpid).result(timeout=60)
+    assert replacement not in (worker, os.getpid())
+    assert workers.running("test")
+    workers.shutdown("test")
+    assert not workers.running("test")
+    assert {child.pid for child in here.children(recursive=True)} == before
+    assert not psutil.pid_exists(replacement) or psutil.Process(replacement).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_call_cancelled_before_it_is_sent_never_runs(tmp_path) -> None:
+    busy = workers.submit("test", time.sleep, 1)
+    dropped = workers.submit("test", (tmp_path / "ran").write_text, "yes")
+    cancelled = dropped.cancel()  # still queued behind the sleep, or already sent
+    busy.result(timeout=60)
+    workers.shutdown("test")
+    assert (tmp_path / "ran").exists() is not cancelled
