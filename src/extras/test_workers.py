@@ -6,7 +6,7 @@ import signal
 import time
 from concurrent.futures import BrokenExecutor
 
-import psutil
+import psutil  # type: ignore[import-untyped]  # no py.typed; in requirements.lock
 import pytest
 
 from src.extras import workers
