@@ -92,9 +92,7 @@ class Regressor(BaseTask):
 
     @override
     def setup(self, stage: str) -> None:
-        # Trainer.datamodule is public and documented, but Lightning assigns it in its data connector
-        # without declaring it on the class, so mypy cannot see it
-        datamodule = self.trainer.datamodule  # type: ignore[attr-defined]
+        datamodule = self.trainer.datamodule  # type: ignore[attr-defined]  # public, undeclared on Trainer
         if stage == "fit" and datamodule is not None:
             self.fit_target_scaling(datamodule.train_targets())
 
