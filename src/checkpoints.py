@@ -58,8 +58,7 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, An
 
 
 def read_data(path: str | Path, map_location: Any = "cpu") -> Any:
-    """What ``torch.save`` wrote at ``path``, read as tensors and plain data only; a URL, folder, missing
-    file or one that is no checkpoint (or would run code) is refused in one sentence."""
+    """What ``torch.save`` wrote at ``path``, as tensors and plain data only, or one sentence why not."""
     text = str(path)
     where = f"checkpoint {text!r}"
     if "://" in text:
@@ -97,8 +96,7 @@ def _why_unreadable(file: Path, err: Exception) -> str:
 
 
 def names_of_code(value: Any, where: str = "") -> Iterator[tuple[str, str]]:
-    """Every ``(key path, dotted name)`` in ``value`` that could be imported when it is parsed, at any depth,
-    within texts jsonargparse would read as YAML (or a YAML file's path) too."""
+    """Every ``(key path, dotted name)`` in ``value``, at any depth, that parsing it could import."""
     if isinstance(value, dict):
         for key, item in value.items():
             inner = f"{where}.{key}" if where else str(key)
@@ -240,8 +238,7 @@ def check_names(
 def load_model(
     path: str | Path, model_class: "type[LightningModule] | None" = None
 ) -> "tuple[LightningModule, dict[str, Any]]":
-    """The checkpoint's model (of ``model_class``, else the class it names), on the CPU in eval mode, and
-    the checkpoint; read as data, its names checked, one sentence when it does not fit."""
+    """The checkpoint's model (``model_class``, else the one it names) on the CPU in eval mode, and itself."""
     from lightning import LightningModule
 
     checkpoint = load_checkpoint(path)
@@ -270,8 +267,7 @@ def load_model(
 
 
 def check_for_class(checkpoint_path: "str | Path | IO[bytes]", cls: type) -> None:
-    """Read the checkpoint as data (Lightning's loader would not for a URL) and check its names, ``cls``
-    and its imported subclasses counting as named."""
+    """Read the checkpoint as data and check its names, ``cls`` and its subclasses counting as named."""
     if isinstance(checkpoint_path, str | Path):
         checkpoint = load_checkpoint(checkpoint_path)
     else:  # a file object: read, then rewound for Lightning

@@ -1,5 +1,4 @@
-"""Bad input on the command line becomes one sentence on stderr and exit status 2, never a traceback:
-from the parser, from checks made before anything runs, and from errors raised while building or starting."""
+"""Bad input on the command line becomes one sentence on stderr and exit status 2, never a traceback."""
 
 import logging
 import os
@@ -117,8 +116,7 @@ class ConfigProblem(yaml.YAMLError):
 
 
 class ConfigLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing also a key given twice in a mapping (YAML keeps the last silently),
-    aliases expanding beyond :attr:`MAX_EXPANDED` values, and one of :attr:`NOT_NULL` left empty."""
+    """PyYAML's safe loader, also refusing duplicate keys, alias bombs and empty :attr:`NOT_NULL` sections."""
 
     #: values that aliases may add to a config (a shared optimizer setting adds a handful)
     MAX_EXPANDED = 10_000
@@ -339,8 +337,7 @@ def quiet_dependencies() -> None:
         "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
     )
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_WithoutAdvertising())
-    # none is news: the model_summary section is meant, a run-long schedule counts steps from the loader,
-    # and "Testing the best checkpoint: <path>" said which was loaded
+    # none is news: the model_summary section is meant, and the CLI said which checkpoint it tests
     said = (
         "Trainer already configured with model summary",
         "Loading `train_dataloader` to estimate number",

@@ -127,8 +127,7 @@ def check_output(
 
 
 def refusal_to_create(folder: Path) -> str | None:
-    """Why ``folder`` refuses a new file (the system's words), or ``None``; a real write, since ``access()``
-    says yes to root even on a read-only mount."""
+    """Why ``folder`` refuses a new file, or ``None``; a real write, as ``access()`` says yes to root."""
     try:
         tempfile.TemporaryFile(dir=folder).close()
     except OSError as err:
@@ -222,8 +221,7 @@ def _sync(path: Path) -> None:
 
 
 def special_file(path: Path) -> str | None:
-    """What ``path`` is, in words, when it is neither a regular file nor a folder (reading a FIFO or device
-    can wait for ever); None otherwise."""
+    """What ``path`` is, in words, when it is neither a regular file nor a folder; None otherwise."""
     try:
         kind = path.stat().st_mode  # follows links: a link to a FIFO is a FIFO
     except OSError:

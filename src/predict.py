@@ -29,8 +29,7 @@ class ItemReading(Protocol):
     target_names: Sequence[str] | None
 
     def stack(self, items: Any, names: Sequence[str] | None = None, report: Any = None) -> torch.Tensor:
-        """Items (a DataFrame of rows, a list of images) → one tensor, read as the run read its own;
-        ``names`` name them in a sentence, ``report`` collects cells read otherwise than written."""
+        """Items (a DataFrame of rows, a list of images) → one tensor, read as the run read its own."""
         ...
 
     def graph(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -215,8 +214,7 @@ class Predictor:
     def predict(
         self, items: "pd.DataFrame | Sequence[Any]", source: str = "the rows", report: Any = None
     ) -> pd.DataFrame:
-        """One line per row (or image) of ``items``, in order (:func:`prediction_frame`): ``row`` is a frame's
-        index (``source`` names it in a sentence), or an image's ``path`` (or position)."""
+        """One line per row (or image) of ``items``, in order (:func:`prediction_frame`)."""
         if isinstance(items, pd.DataFrame):
             index = pd.Index(items.index.to_numpy(), name="row")
             outputs = self.outputs(self.read(items, [source], report))

@@ -1,5 +1,4 @@
-"""Run folders (``<save_dir>/<name>/<version>/``, checkpoints in ``checkpoints/``): which run a checkpoint
-belongs to, how far it got, and a lock so that one fit at a time writes into a run."""
+"""Run folders (``<save_dir>/<name>/<version>/``): which run a checkpoint is of, and one fit at a time."""
 
 import fcntl
 import functools
@@ -122,8 +121,7 @@ def first_process() -> bool:
 
 
 class RunLock:
-    """An exclusive ``flock`` on a run folder from a fit's start to its end; released by the system when
-    the process ends, however it ends."""
+    """An exclusive ``flock`` on a run folder, which the system releases however the process ends."""
 
     def __init__(self) -> None:
         self._held: int | None = None
@@ -179,8 +177,7 @@ class SaveConfig(SaveConfigCallback):
 
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        # config.yaml, whole or not at all; none for predict, nor without a logger (Lightning would write it
-        # into the working folder)
+        # none for predict, nor without a logger (Lightning would write it into the working folder)
         if stage == "predict" or trainer.logger is None or self.already_saved:
             return
         folder = trainer.log_dir  # a collective under DDP: every process asks
@@ -298,8 +295,7 @@ def place_logging(config: Any, subcommand: str, ckpt_path: str, words: list[str]
 
 
 def prepare_folder(trainer: Any, config: Any, subcommand: str | None) -> Any:
-    """Tell :class:`SaveConfig` what this run creates, without fixing the version number yet; return the
-    ``ckpt_path`` to go on from (a fit's ``last``: :func:`last_of_run`'s file, or ``None``)."""
+    """Tell :class:`SaveConfig` what this run creates; return the ``ckpt_path`` to go on from."""
     logger = trainer.logger
     saver = next((c for c in trainer.callbacks if isinstance(c, SaveConfig)), None)
     if not isinstance(logger, TensorBoardLogger) or saver is None:

@@ -35,8 +35,7 @@ RESTORED = ("optimizer", "scheduler", "scheduler_interval")
 
 
 def check_resumable(saved: Any, now: Any, ckpt_path: str) -> None:
-    """Refuse a resumed fit whose seed, optimizer or scheduler settings (``now``) differ from the
-    checkpoint's (``saved``): they are restored, so a change would be recorded but not used."""
+    """Refuse a resumed fit whose seed, optimizer or scheduler settings differ from the checkpoint's."""
     if not isinstance(saved, dict) or not isinstance(now, dict):
         return
     seed = saved.get("seed_everything")
@@ -61,8 +60,7 @@ def check_resumable(saved: Any, now: Any, ckpt_path: str) -> None:
 
 
 def check_kept(given: Any, applied: Any, ckpt_path: str, subcommand: str) -> None:
-    """Refuse a model setting given beside ``--ckpt_path`` (``given``, as parsed) that LightningCLI's
-    re-apply of the checkpoint's hyperparameters (``applied``) would silently replace."""
+    """Refuse a model setting (``given``) that the checkpoint's hyperparameters (``applied``) replaced."""
     for where, new, old in differences(plain(given), plain(applied), "model"):
         if new is None:
             continue
@@ -154,8 +152,7 @@ WHERE = ("dirpath", "save_dir", "version", "output_path", "overwrite")
 
 
 def choice_of(key: str, value: Any, ckpt_path: str, named: Container[str]) -> Any:
-    """A carried logger or callback section: off as it is, a trusted class without :data:`WHERE`'s
-    arguments, else :data:`LEFT_OFF` in one line."""
+    """A carried logger or callback section, trusted and without :data:`WHERE`, else :data:`LEFT_OFF`."""
     name = value.get("class_path") if isinstance(value, dict) else None
     if not isinstance(name, str):
         return copy.deepcopy(value)
@@ -237,8 +234,7 @@ def defaults_of(defaults: Path = DEFAULTS) -> dict[str, Any]:
 
 @functools.cache
 def callback_sections(defaults: Path = DEFAULTS) -> list[str]:
-    """The top-level keys of ``configs/defaults.yaml`` that name a class (or are ``null``) and are not
-    LightningCLI's own: one callback each, which a later config tunes or switches off with ``null``."""
+    """The keys of ``configs/defaults.yaml`` that are one callback each (a class, or ``null``)."""
     loaded = defaults_of(defaults)
     return [
         key
@@ -304,8 +300,7 @@ class Layer:
 
 @contextmanager
 def checkpoint_layer(words: list[str]) -> Iterator[Layer]:
-    """The :class:`Layer` of ``words``: config files checked, a typed checkpoint read and checked, and its
-    settings written to a file that lasts while the command runs."""
+    """The :class:`Layer` of ``words``: a typed checkpoint's settings in a file while the command runs."""
     check_config_files(words)
     subcommand = next((word for word in words if word in SUBCOMMANDS), None)
     typed = option_value(words, "--ckpt_path")
@@ -329,8 +324,7 @@ def read_checked(ckpt_path: str, words: list[str]) -> dict[str, Any]:
 
 
 def shipped_callbacks(config: Any, subcommand: str | None) -> list[Any]:
-    """The callbacks of the sections that are on, less the prediction writer outside predict, and the
-    checkpoints, progress bar or summary a ``trainer.enable_*=false`` switches off (instead of clashing)."""
+    """The callbacks of the sections on, less those the subcommand or ``trainer.enable_*=false`` drops."""
     trainer = config.get("trainer") or {}
     off: list[type] = [] if subcommand in (None, "predict") else [BasePredictionWriter]
     off += [ModelCheckpoint] if trainer.get("enable_checkpointing") is False else []

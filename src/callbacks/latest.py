@@ -1,5 +1,4 @@
-"""``last.ckpt``: the latest state of a fit, written often enough to lose little and seldom enough to cost
-little."""
+"""``last.ckpt``: a fit's latest state, written often enough to lose little, seldom enough to cost little."""
 
 import contextlib
 from datetime import timedelta

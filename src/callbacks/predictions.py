@@ -59,11 +59,7 @@ class PredictionWriter(BasePredictionWriter):
 
     @override
     def write_on_epoch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        predictions: Any,
-        batch_indices: Any,
+        self, trainer: L.Trainer, pl_module: L.LightningModule, predictions: Any, batch_indices: Any
     ) -> None:
         # a dict of named (B,) or (B, K) tensors per batch; a bare tensor is the predictions alone
         batches = [{"preds": b} if isinstance(b, torch.Tensor) else b for b in predictions]

@@ -1,5 +1,4 @@
-"""What the shipped DataModules share, whatever they read: in-memory tensors batched by indexing, the
-loaders of the splits, and a training loader that resumes in the middle of an epoch, bit for bit."""
+"""What the shipped DataModules share: tensors batched by indexing, and loaders that resume mid-epoch."""
 
 import itertools
 from abc import ABC, abstractmethod
@@ -188,8 +187,7 @@ def _change(key: str, saved: Any, now: Any) -> tuple[str, str]:
     )
 
 
-#: the split of each item in :func:`split_record`: trained on (the validation items too under
-#: ``train_on_validation``), held out for validation, held out for test
+#: the split of each item in :func:`split_record`
 TRAINED, VALIDATED, TESTED = 0, 1, 2
 
 
@@ -363,12 +361,10 @@ class ResumableDataModule(L.LightningDataModule, ABC):
         return {"shuffle": self._shuffle.get_state(), "loader": position}
 
     def check_resume(self, state_dict: dict[str, Any]) -> None:
-        """Refuse to resume from this DataModule's saved ``state_dict`` on data it cannot go on with exactly;
-        nothing by default. Called on restore, and by the CLI before the fit writes anything."""
+        """Refuse to resume from ``state_dict`` on data it cannot go on with exactly; nothing by default."""
 
     def check_resumed_batching(self, state_dict: dict[str, Any], processes: int) -> None:
-        """Refuse to go on with an interrupted epoch under other batching (:func:`check_batching`), before
-        the fit writes anything."""
+        """Refuse to go on with an interrupted epoch under other batching (:func:`check_batching`)."""
         position = state_dict.get("loader")
         if position and position["done"]:
             batching = self.batching(processes)

@@ -1,5 +1,4 @@
-"""Which rows train, validate and test: the ``data.split`` settings every DataModule of rows shares, and the
-seeded split they make (stratified by class for classification; folds for cross-validation)."""
+"""Which rows train, validate and test: the ``data.split`` settings, and the seeded split they make."""
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -96,8 +95,7 @@ def split_settings(seed: int, split: Split) -> dict[str, Any]:
 def split_rows(
     count: int, stratify: np.ndarray | None, split: Split, seed: int, task: str, what: str
 ) -> dict[str, np.ndarray]:
-    """Disjoint sorted positions of ``count`` rows per split, seeded, stratified by ``stratify`` ``(N,)``
-    when given; ``what`` names the rows in a sentence."""
+    """Disjoint sorted positions of ``count`` rows per split, seeded, stratified by ``stratify`` ``(N,)``."""
     rows = np.arange(count)
     try:
         rest, test = train_test_split(

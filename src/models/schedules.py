@@ -15,8 +15,7 @@ SPANS_THE_RUN = ("total_steps", "T_max")
 
 
 def spanned_by(factory: Callable[..., Any]) -> str | None:
-    """The argument by which a scheduler spans the run when the config left it out, else ``None``; the
-    CLI's ``functools.partial`` binds unset arguments as ``None``."""
+    """The argument by which a scheduler spans the run when the config left it out (bound as None)."""
     bound = factory.keywords if isinstance(factory, functools.partial) else {}
     if bound.get("epochs") is not None:
         return None  # OneCycleLR given epochs and steps_per_epoch counts them itself
@@ -24,8 +23,7 @@ def spanned_by(factory: Callable[..., Any]) -> str | None:
 
 
 def run_length(trainer: Any, interval: str, argument: str = "T_max") -> int:
-    """The run's length in the steps of a schedule's ``argument``: optimizer steps for ``total_steps``;
-    for ``T_max``, optimizer steps or epochs as ``interval`` says."""
+    """The run's length in the steps of a schedule's ``argument`` (optimizer steps, or epochs)."""
     if argument == "total_steps" and interval != "step":
         raise UserInputError(
             "a scheduler that counts total_steps (OneCycleLR, WarmupCosine) steps per optimizer step: "
@@ -70,8 +68,7 @@ def settings(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
 
 
 def check_replaced(before: list[dict[str, Any]], optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
-    """Say in one line which optimizer setting (``before``: its :func:`settings`) ``scheduler`` replaced,
-    such as the momentum OneCycleLR and CyclicLR cycle."""
+    """Say which optimizer setting ``scheduler`` replaced (the momentum OneCycleLR cycles, say)."""
     name, group, old = type(scheduler).__name__, optimizer.param_groups[0], before[0]
     # torch's cycling schedulers keep their bounds in each group, and cycle betas[0] where there are betas
     if getattr(scheduler, "cycle_momentum", False) and "base_momentum" in group:
