@@ -1,7 +1,6 @@
 """A Lightning project template for supervised learning.
 
-Run it with ``python -m src.cli fit --config configs/digits.yaml``.
-"""
+Run it with ``python -m src.cli fit --config configs/digits.yaml``."""
 
 
 def console() -> None:

@@ -1,6 +1,5 @@
 """Reading checkpoints as data: one loader (:func:`load_checkpoint`, ``weights_only=True``) and one trust
-rule (:func:`check_names`) for every checkpoint the project opens; :func:`load_model` rebuilds its model.
-"""
+rule (:func:`check_names`) for every checkpoint the project opens; :func:`load_model` rebuilds its model."""
 
 import importlib
 import importlib.util
@@ -203,8 +202,7 @@ def check_names(
     """Refuse ``checkpoint`` if it names code neither trusted nor ``allowed`` (named by the user).
 
     Trusted: this project's code (:func:`in_project`), classes under :data:`TRUSTED_PREFIXES` (imported to
-    check they are classes, unless ``import_trusted`` is off) and :data:`TRUSTED_FUNCTIONS`.
-    """
+    check they are classes, unless ``import_trusted`` is off) and :data:`TRUSTED_FUNCTIONS`."""
     for key, name in (
         found for section in SETTINGS for found in names_of_code(checkpoint.get(section), section)
     ):

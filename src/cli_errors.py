@@ -359,8 +359,7 @@ def as_command(main: Callable[[], object]) -> None:
     """``main`` on the shell's words, as this process's one run.
 
     A thread's error that has a sentence (TensorBoard's writer on a full disk) is kept, not printed with
-    its traceback: the run ends with the fit's own sentence, or else the thread's.
-    """
+    its traceback: the run ends with the fit's own sentence, or else the thread's."""
     kept: list[str] = []
     report = threading.excepthook
 

@@ -1,6 +1,5 @@
 """The one rule for every file the project writes: :func:`check_output` before any work (never an input,
-never an existing file unless asked), then :func:`written`, whole or not at all.
-"""
+never an existing file unless asked), then :func:`written`, whole or not at all."""
 
 import errno
 import os
@@ -95,8 +94,7 @@ def check_output(
 ) -> Path:
     """``path`` as a regular file this run may write, or one sentence saying why not: never one of
     ``inputs`` (files or folders the run reads) or inside one, nor an existing file unless ``overwrite``;
-    ``option`` names ``path`` in the sentence.
-    """
+    ``option`` names ``path`` in the sentence."""
     target = Path(path)
     named = f"{option}={str(path)!r}"
     for given in _flat(inputs):
@@ -140,8 +138,7 @@ def written(*paths: Path) -> Iterator[list[Path]]:
     """Temporary names for ``paths`` in their folders, flushed and renamed onto them when the block succeeds,
     removed when it fails (a full disk: :class:`NoRoomError`); a killed writer's leftovers are removed.
 
-    Writers whose native code cannot report a failed write (``torch.export.save``) should write bytes here.
-    """
+    Writers whose native code cannot report a failed write (``torch.export.save``) should write bytes here."""
     temporary = [temporary_name(path) for path in paths]
     try:
         for folder in dict.fromkeys(path.parent for path in paths):

@@ -30,8 +30,7 @@ def run_of(ckpt_path: str | Path) -> Path | None:
 def resumed_folders(run: Path, ckpt_path: str, logger: Any, typed: bool) -> tuple[str, str] | None:
     """The ``save_dir`` and ``name`` that lead a fit resumed from ``ckpt_path`` into its folder ``run``;
     ``None`` when a ``typed`` logger folder leads elsewhere. Paths are kept as written: Lightning restores a
-    ModelCheckpoint's best-so-far only when its folder reads as the text it saved.
-    """
+    ModelCheckpoint's best-so-far only when its folder reads as the text it saved."""
     save_dir, name = str(logger.get("save_dir")), str(logger.get("name") or "")
     if (Path(save_dir) / name).resolve() == run.parent:
         return save_dir, name

@@ -117,8 +117,7 @@ def carried_settings(
     sections, and nothing that says where to write; the data reads the checkpoint's preprocessing.
 
     A logger or section whose class is neither trusted nor ``named``, or is gone, is left off in one line.
-    Without ``choices`` (a resumed fit, whose command gives its sections again) only the run name is taken.
-    """
+    Without ``choices`` (a resumed fit, whose command gives its sections again) only the run name is taken."""
     config = config if isinstance(config, dict) else {}
     taken = {key: copy.deepcopy(config[key]) for key in CARRIED if key in config}
     trainer = config.get("trainer") if isinstance(config.get("trainer"), dict) else {}
