@@ -199,10 +199,8 @@ def moved_to(name: str) -> str | None:
 def check_names(
     checkpoint: dict[str, Any], path: str | Path, allowed: Container[str] = (), import_trusted: bool = True
 ) -> None:
-    """Refuse ``checkpoint`` if it names code neither trusted nor ``allowed`` (named by the user).
-
-    Trusted: this project's code (:func:`in_project`), classes under :data:`TRUSTED_PREFIXES` (imported to
-    check they are classes, unless ``import_trusted`` is off) and :data:`TRUSTED_FUNCTIONS`."""
+    """Refuse ``checkpoint`` if it names code that is not ``allowed`` (named by the user), this project's,
+    :data:`TRUSTED_FUNCTIONS` or a class under :data:`TRUSTED_PREFIXES` (imported, if ``import_trusted``)."""
     for key, name in (
         found for section in SETTINGS for found in names_of_code(checkpoint.get(section), section)
     ):
@@ -247,8 +245,7 @@ def load_model(
     if not (isinstance(found, type) and issubclass(found, LightningModule)):
         what = f"names {class_path!r}, which is not a LightningModule" if found else "names no model class"
         raise UserInputError(f"checkpoint {str(path)!r} {what}; pass the class it was trained with.")
-    # compiling pays off in training, not in a forward pass per request
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {}  # compiling pays off in training, not in a forward pass per request
     if "compile_net" in (checkpoint.get("hyper_parameters") or {}):
         options["compile_net"] = False
     try:

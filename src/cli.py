@@ -155,13 +155,11 @@ class CLI(LightningCLI):
         ckpt_path, self.resumed_settings = self.layer.ckpt_path, self.layer.resumed
         found = self.config[subcommand].get("ckpt_path")
         if ckpt_path is None and found is not None and settings.is_checkpoint_file(str(found)):
-            # named in a config file: checked as a typed one is, before LightningCLI applies its settings
-            ckpt_path = str(found)
+            ckpt_path = str(found)  # named in a config file: checked as a typed one is
             checkpoint = settings.read_checked(ckpt_path, words)
             self.resumed_settings = checkpoint.get("config") if subcommand == "fit" else None
         elif ckpt_path is not None and found is None:
-            # a config file's `ckpt_path: null` (every saved run config has one) does not undo a typed path
-            self.config[subcommand]["ckpt_path"] = ckpt_path
+            self.config[subcommand]["ckpt_path"] = ckpt_path  # a config's `ckpt_path: null` keeps it
         if ckpt_path is not None:
             runs.place_logging(self.config[subcommand], subcommand, ckpt_path, words)
             #: the model as parsed, which LightningCLI then rebuilds from the checkpoint's hyperparameters
@@ -187,8 +185,7 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
     """Run the CLI on ``args`` as a user would; bad input ends with one sentence on stderr and exit 2."""
     quiet_dependencies()
     if "" in sys.path:
-        # "" would follow the parser into a config's folder: find modules from where the command was typed
-        sys.path[sys.path.index("")] = os.getcwd()
+        sys.path[sys.path.index("")] = os.getcwd()  # "" would follow the parser into a config's folder
     words = [str(word) for word in (sys.argv[1:] if args is None else args)]
     try:
         with settings.checkpoint_layer(words) as layer:
@@ -209,8 +206,7 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
                 parser_class=Parser,
                 save_config_callback=runs.SaveConfig,
                 save_config_kwargs={"overwrite": True},
-                # model.init_args.optimizer only: a top-level --optimizer would silently replace it
-                auto_configure_optimizers=False,
+                auto_configure_optimizers=False,  # a top-level --optimizer would replace the model's
                 layer=layer,
             )
     except SIGTERMException as err:

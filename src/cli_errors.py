@@ -356,10 +356,8 @@ def quiet_dependencies() -> None:
 
 
 def as_command(main: Callable[[], object]) -> None:
-    """``main`` on the shell's words, as this process's one run.
-
-    A thread's error that has a sentence (TensorBoard's writer on a full disk) is kept, not printed with
-    its traceback: the run ends with the fit's own sentence, or else the thread's."""
+    """``main`` on the shell's words; a thread's error that has a sentence (TensorBoard's writer on a full
+    disk) ends the run as one sentence, unless the fit's own does."""
     kept: list[str] = []
     report = threading.excepthook
 
@@ -370,8 +368,7 @@ def as_command(main: Callable[[], object]) -> None:
         else:
             kept.append(sentence)
 
-    # for the rest of the process, not restored: the dying thread may report after the fit has ended
-    threading.excepthook = keep
+    threading.excepthook = keep  # never restored: the dying thread may report after the fit has ended
     main()
     if kept:
         print(f"error: {kept[0]}", file=sys.stderr)

@@ -196,8 +196,7 @@ class SaveConfig(SaveConfigCallback):
         inside = resumed is not None and run_of(resumed) == folder.resolve()
         if held and not inside and not self.config.get("overwrite"):
             last = folder / "checkpoints" / "last.ckpt"
-            # without a last.ckpt (killed in its first minute), last goes on from its newest checkpoint
-            resume = last if last.is_file() else "last"
+            resume = last if last.is_file() else "last"  # killed in its first minute: its newest
             return (
                 f"{folder} holds the checkpoints of an earlier run ({', '.join(p.name for p in held[:3])}); "
                 f"resume it with --ckpt_path {resume}, name another trainer.logger.init_args.version, or "
@@ -224,8 +223,7 @@ class SaveConfig(SaveConfigCallback):
 
     @override
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        # TensorBoard's Text tab shows the resolved config beside the run's curves
-        logger = trainer.logger
+        logger = trainer.logger  # TensorBoard's Text tab shows the config beside the run's curves
         if isinstance(logger, TensorBoardLogger) and trainer.is_global_zero and stage != "predict":
             logger.experiment.add_text("run/config", f"```yaml\n{self.config_text}\n```")
 

@@ -113,11 +113,8 @@ def is_checkpoint_file(ckpt_path: str) -> bool:
 def carried_settings(
     config: Any, ckpt_path: str, named: Container[str] = (), choices: bool = True
 ) -> dict[str, Any]:
-    """What of a checkpoint's carried config a later run takes: the model, data, seed, logger and callback
-    sections, and nothing that says where to write; the data reads the checkpoint's preprocessing.
-
-    A logger or section whose class is neither trusted nor ``named``, or is gone, is left off in one line.
-    Without ``choices`` (a resumed fit, whose command gives its sections again) only the run name is taken."""
+    """What of a checkpoint's carried config a later run takes: model, data, seed, logger and callback
+    sections (:func:`choice_of`), nothing that says where to write; without ``choices``, the run name."""
     config = config if isinstance(config, dict) else {}
     taken = {key: copy.deepcopy(config[key]) for key in CARRIED if key in config}
     trainer = config.get("trainer") if isinstance(config.get("trainer"), dict) else {}
@@ -256,8 +253,7 @@ def check_options(config: Any, subcommand: str) -> None:
             "--weights_only=false would let a checkpoint run code as it loads; checkpoints are read as "
             "tensors and plain data only here, so leave it out."
         )
-    # Lightning's own restore reads the checkpoint too, through whatever checkpoint plugin is in use
-    config["weights_only"] = True
+    config["weights_only"] = True  # for Lightning's own restore too, through any checkpoint plugin
     if config.get("output") and subcommand != "predict":
         raise UserInputError(f"--output belongs to predict, not to {subcommand}.")
     if config.get("overwrite") and subcommand not in ("fit", "predict"):

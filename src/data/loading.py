@@ -40,8 +40,7 @@ class TensorBatches(Dataset[tuple[torch.Tensor, ...]]):
         index = torch.as_tensor(indices)
         if self.repeat > 1:
             index = index % len(self.tensors[0])
-        # index_select: t[index] without advanced indexing's slower general path
-        return tuple(t.index_select(0, index) for t in self.tensors)
+        return tuple(t.index_select(0, index) for t in self.tensors)  # t[index], but faster
 
 
 def keep_batch(batch: Any) -> Any:
@@ -143,8 +142,7 @@ def check_batching(
     saved: dict[str, Any] | None, now: dict[str, Any], done: int, batches: int | None, closing: bool = False
 ) -> None:
     """Refuse to go on with an epoch interrupted after ``done`` batches under batching other than ``saved``
-    (``None``: not recorded; then only ``done`` past ``batches`` shows it; ``batches`` is ``None`` before
-    the fit). All batches done is a position only within the closing validation (``closing``)."""
+    (``None``: not recorded); all ``batches`` done is a position only in the ``closing`` validation."""
     differs = [key for key in now if saved is not None and saved.get(key) != now[key]]
     if "batch_size" in differs and "passes" in differs:
         differs.remove("passes")  # data.min_batches_per_epoch gives small batches fewer passes
@@ -339,8 +337,7 @@ class ResumableDataModule(L.LightningDataModule, ABC):
             drop_last=self._loading[2],
             **self._loader_options(),
         )
-        # kept by the copy with a DistributedSampler that Lightning makes of this loader under DDP
-        loader.processes = processes
+        loader.processes = processes  # kept by the copy with a DistributedSampler Lightning makes
         return loader
 
     @override

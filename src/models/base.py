@@ -75,8 +75,7 @@ class BaseTask(L.LightningModule, ABC):
         except (ValueError, TypeError) as err:  # a bad argument of the net, as one sentence
             raise UserInputError(f"model.init_args.net: {err}") from err
         if compile_net:
-            # in place: the state_dict keeps its keys, so checkpoints load with or without compiling
-            self.net.compile()
+            self.net.compile()  # in place: the state_dict keeps its keys, so checkpoints load either way
         # each stage's metrics (`val/acc` ...) and mean loss over rows, leaving out non-finite (skipped) steps
         metrics = self.build_metrics()
         self.train_metrics = metrics.clone(prefix="train/")
@@ -198,8 +197,7 @@ class BaseTask(L.LightningModule, ABC):
 
     @override
     def configure_model(self) -> None:
-        # only under ModelParallelStrategy (FSDP2), which sets the mesh once the processes exist
-        if self.device_mesh is not None:
+        if self.device_mesh is not None:  # only under ModelParallelStrategy (FSDP2)
             shard(self.net, self.device_mesh["data_parallel"])
 
     @override

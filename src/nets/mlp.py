@@ -54,16 +54,14 @@ class MLP(nn.Module):
         layers: list[nn.Module] = []
         width = in_features
         for hidden in hidden_sizes:
-            # bias is redundant right before BatchNorm, which subtracts the mean anyway
-            layers.append(nn.Linear(width, hidden, bias=not batch_norm))
+            layers.append(nn.Linear(width, hidden, bias=not batch_norm))  # BatchNorm subtracts the mean
             if batch_norm:
                 layers.append(nn.BatchNorm1d(hidden))
             layers.append(ACTIVATIONS[activation]())
             if dropout > 0:
                 layers.append(nn.Dropout(dropout))
             width = hidden
-        # nn.Sequential, not a Python list: a list would hide the layers from .parameters() and .to()
-        self.body = nn.Sequential(*layers)
+        self.body = nn.Sequential(*layers)  # a list would hide the layers from .parameters() and .to()
         self.head = nn.Linear(width, out_features)
         self.activation_checkpointing = activation_checkpointing
         self.num_blocks = len(hidden_sizes)
