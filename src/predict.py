@@ -1,7 +1,6 @@
 """Predictions from a checkpoint alone, on raw rows or images: ``Predictor.from_checkpoint(p).predict(df)``.
-
-Inputs go through what the run fitted to read them (:class:`ItemReading`), the model's ``predict_step``,
-then :func:`prediction_frame`; ``python -m src.cli predict`` runs the same pieces under the Trainer."""
+Inputs go through what the run fitted to read them (:class:`ItemReading`), ``predict_step``, then
+:func:`prediction_frame`, as ``python -m src.cli predict`` does under the Trainer."""
 
 from collections.abc import Sequence
 from pathlib import Path

@@ -17,10 +17,9 @@ from src.errors import UserInputError, process_group_error
 
 class LatestCheckpoint(ModelCheckpoint):
     """A :class:`ModelCheckpoint` keeping one ``last.ckpt`` for ``--ckpt_path last``: saved every
-    ``every_seconds`` at a step's end, at the fit's end, and on an exception between two steps.
-
-    An exception inside a step saves nothing (its update may be half made), nor does a lost distributed
-    process; a save due at an epoch's last step waits for a later one, so the validation is not skipped.
+    ``every_seconds`` at a step's end, at the fit's end, and on an exception between two steps (not inside
+    one, whose update may be half made, nor in a lost distributed process); a save due at an epoch's last
+    step waits for a later one, so the validation is not skipped.
 
     Args:
         dirpath: The folder; left out, ``checkpoints/`` in the logger's run folder.

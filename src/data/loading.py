@@ -49,11 +49,9 @@ def keep_batch(batch: Any) -> Any:
 
 
 class ResumableLoader(DataLoader):
-    """The training loader, resumable in the middle of an epoch.
-
-    Its state (saved by Lightning) is the generator before this epoch's order was drawn, the batches
-    processed (not drawn: Lightning draws one ahead) and the :meth:`batching`; a resume draws the same
-    order and skips those batches. A resume under other batching is refused in one sentence.
+    """The training loader, resumable mid-epoch: its state is the generator before this epoch's order was
+    drawn, the batches processed (not drawn: Lightning draws one ahead) and the :meth:`batching`; a resume
+    draws the same order and skips those batches, or is refused under other batching.
 
     Args:
         *args: What ``DataLoader`` takes.

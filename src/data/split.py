@@ -34,8 +34,7 @@ class Split:
     Args:
         val_fraction: Share of all rows held out for validation.
         test_fraction: Share of all rows held out for the final test; touched only by ``test``.
-        folds: Cross-validation: split the train and validation rows into this many folds, one of them
-            validating; the test split is unchanged.
+        folds: Cross-validation: this many folds of the train and validation rows, one validating.
         fold: Which fold (0 to ``folds - 1``) is the validation split when ``folds`` is set.
         train_on_validation: Refit on the training and validation rows together; the validation figures
             then flatter the model, so give ``trainer.max_epochs`` and ``early_stopping: null``.
