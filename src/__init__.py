@@ -1,7 +1,4 @@
-"""A Lightning project template for supervised learning.
-
-Run it with ``python -m src.cli fit --config configs/digits.yaml``.
-"""
+"""A Lightning project template for supervised learning: ``python -m src.cli fit -c configs/digits.yaml``."""
 
 
 def console() -> None:

@@ -1,18 +1,5 @@
-"""Reading checkpoints as data: one loader and one trust rule for every checkpoint the project opens.
-
-- :func:`load_checkpoint` reads tensors and plain data only (``torch.load(weights_only=True)``), and says
-  in one sentence, the same at every entry point, what is wrong with a file it cannot read.
-- :func:`check_names` refuses a checkpoint that names code outside the trusted set, at any depth of what
-  it carries, before anything it names is imported: a ``class_path`` anywhere, any other text that
-  reads as an importable dotted name, under any key (jsonargparse imports such a name for a parameter
-  typed as a class or a callable), and the same inside a text that jsonargparse would read as YAML or
-  as the path of a YAML file. Trusted: this project's own code (``src`` and any module whose file lies
-  in the project's folder, such as a net or LightningModule of yours beside ``src/``), the library
-  classes configs use, and what the user names.
-- :func:`model_class_name` is the model's class as the run's config names it.
-- :func:`load_model` is the one way every entry point rebuilds a checkpoint's model: read, checked,
-  its class found, loaded on the CPU.
-"""
+"""Reading checkpoints as data: one loader (:func:`load_checkpoint`, ``weights_only=True``) and one trust
+rule (:func:`check_names`) for every checkpoint the project opens; :func:`load_model` rebuilds its model."""
 
 import importlib
 import importlib.util
@@ -45,16 +32,14 @@ TRUSTED_PREFIXES = (
 #: functions (not classes) a checkpoint may name: the one Lightning's saving records
 TRUSTED_FUNCTIONS = ("lightning.pytorch.cli.instantiate_module",)
 DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
-#: the project's folder: a module whose file lies in it is the user's own code (``src`` itself, a
-#: ``my_model.py`` beside it, ``tests/``), unless it lies in an environment installed there (``.venv``)
+#: the project's folder: a module whose file lies in it (not in a ``.venv`` there) is the user's own code
 PROJECT = Path(__file__).resolve().parent.parent
 #: the sections of a checkpoint that are read as settings (the rest is state: tensors and numbers)
 SETTINGS = ("hyper_parameters", "datamodule_hyper_parameters", "config")
 
 
 def model_class_name(checkpoint: dict[str, Any]) -> str | None:
-    """The model's class as the run's config carried in the checkpoint names it (``model.class_path``,
-    written by :class:`src.runs.SaveConfig`), or ``None`` when the checkpoint carries none."""
+    """The ``model.class_path`` of the config the checkpoint carries, or ``None``."""
     config = checkpoint.get("config")
     model = config.get("model") if isinstance(config, dict) else None
     class_path = model.get("class_path") if isinstance(model, dict) else None
@@ -72,13 +57,7 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, An
 
 
 def read_data(path: str | Path, map_location: Any = "cpu") -> Any:
-    """What ``torch.save`` wrote at ``path``, read with ``torch.load(weights_only=True)`` (onto the CPU by
-    default): a checkpoint, or a bare state dict as Lightning's spawn strategies hand between processes.
-
-    Only tensors and plain data come back: a file that would need to run code to load is refused, as is
-    a URL (download it, then pass the local file), a folder, a missing file, or one that is not a
-    checkpoint; each with one sentence naming the file.
-    """
+    """What ``torch.save`` wrote at ``path``, as tensors and plain data only, or one sentence why not."""
     text = str(path)
     where = f"checkpoint {text!r}"
     if "://" in text:
@@ -116,7 +95,7 @@ def _why_unreadable(file: Path, err: Exception) -> str:
 
 
 def names_of_code(value: Any, where: str = "") -> Iterator[tuple[str, str]]:
-    """Every ``(key path, dotted name)`` in ``value`` that could be imported when it is parsed."""
+    """Every ``(key path, dotted name)`` in ``value``, at any depth, that parsing it could import."""
     if isinstance(value, dict):
         for key, item in value.items():
             inner = f"{where}.{key}" if where else str(key)
@@ -132,8 +111,7 @@ def names_of_code(value: Any, where: str = "") -> Iterator[tuple[str, str]]:
         if _importable(value):
             yield where, value
     elif isinstance(value, str):
-        # jsonargparse reads a text given for a nested setting as YAML (or JSON), or as the path of a
-        # YAML file: so is it read here
+        # as jsonargparse reads it: YAML, or the path of a YAML file
         try:
             parsed = yaml.safe_load(_file_text(value) or value)
         except yaml.YAMLError:
@@ -177,8 +155,7 @@ def resolve(name: str) -> Any:
 
 
 def in_project(name: str) -> bool:
-    """Whether a dotted name's top-level module is a file of this project's folder (:data:`PROJECT`),
-    found without importing it; a package installed into an environment inside the folder is not."""
+    """Whether a dotted name's top-level module lies in :data:`PROJECT`, found without importing it."""
     try:
         spec = importlib.util.find_spec(name.split(".", 1)[0])
     except (ImportError, ValueError):
@@ -197,16 +174,14 @@ def in_project(name: str) -> bool:
 
 
 def _imported_module_class(name: str) -> bool:
-    """Whether ``name`` is a torch module class (a net, a LightningModule) that the running program has
-    already imported: naming it imports nothing, as Lightning's own loader requires of a module class."""
+    """Whether ``name`` is an ``nn.Module`` class already imported: naming it imports nothing."""
     module, _, attribute = name.rpartition(".")
-    # the module's namespace as it is: a lazy attribute (src.data's DataModules) is not imported by asking
+    # vars(), not getattr: a lazy attribute (src.data's DataModules) is not imported by asking
     found = vars(sys.modules[module]).get(attribute) if module in sys.modules else None
     return isinstance(found, type) and issubclass(found, torch.nn.Module)
 
 
-#: names a checkpoint written before a move may carry (prefixes of dotted names), and the plug-in that
-#: holds them now (its README names the new paths)
+#: prefixes of dotted names that moved, and the plug-in that holds them now
 MOVED = {
     "src.data.TabularDataModule": "tables",
     "src.data.datamodule.": "tables",
@@ -224,14 +199,8 @@ def moved_to(name: str) -> str | None:
 def check_names(
     checkpoint: dict[str, Any], path: str | Path, allowed: Container[str] = (), import_trusted: bool = True
 ) -> None:
-    """Refuse ``checkpoint`` if it names code that is neither trusted nor in ``allowed`` (the names the
-    user gave: on the command line, in their config files, or as a class in the Python call).
-
-    Trusted: code in this project's folder (:func:`in_project`: a class of yours the run was configured
-    with is yours again when its checkpoint is read), a class of the libraries in
-    :data:`TRUSTED_PREFIXES` (imported to check that it is a class, unless ``import_trusted`` is off;
-    importing those runs no code of the checkpoint's choosing), and :data:`TRUSTED_FUNCTIONS`.
-    """
+    """Refuse ``checkpoint`` if it names code that is not ``allowed`` (named by the user), this project's,
+    :data:`TRUSTED_FUNCTIONS` or a class under :data:`TRUSTED_PREFIXES` (imported, if ``import_trusted``)."""
     for key, name in (
         found for section in SETTINGS for found in names_of_code(checkpoint.get(section), section)
     ):
@@ -265,13 +234,7 @@ def check_names(
 def load_model(
     path: str | Path, model_class: "type[LightningModule] | None" = None
 ) -> "tuple[LightningModule, dict[str, Any]]":
-    """The model a checkpoint holds, rebuilt on the CPU in eval mode, and the checkpoint itself.
-
-    Read as data (:func:`load_checkpoint`), its names checked (:func:`check_names`: ``model_class`` counts as
-    named), its class found (``model_class``, else :func:`model_class_name`), then Lightning's
-    ``load_from_checkpoint``. One sentence for a checkpoint that names no class, names one that is no
-    LightningModule, or does not fit the class (other arguments or weights).
-    """
+    """The checkpoint's model (``model_class``, else the one it names) on the CPU in eval mode, and itself."""
     from lightning import LightningModule
 
     checkpoint = load_checkpoint(path)
@@ -282,19 +245,14 @@ def load_model(
     if not (isinstance(found, type) and issubclass(found, LightningModule)):
         what = f"names {class_path!r}, which is not a LightningModule" if found else "names no model class"
         raise UserInputError(f"checkpoint {str(path)!r} {what}; pass the class it was trained with.")
-    # compiling pays off in training, not in a forward pass per request
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {}  # compiling pays off in training, not in a forward pass per request
     if "compile_net" in (checkpoint.get("hyper_parameters") or {}):
         options["compile_net"] = False
     try:
         model = found.load_from_checkpoint(path, map_location="cpu", **options)
     except UserInputError:
         raise
-    except (
-        TypeError,
-        RuntimeError,
-        ValueError,
-    ) as err:  # other arguments, or other weights, than the class's
+    except (TypeError, RuntimeError, ValueError) as err:  # other arguments or weights than the class's
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserInputError(
             f"checkpoint {str(path)!r} does not fit {found.__name__} ({first.rstrip('.')}); pass the class "
@@ -304,9 +262,7 @@ def load_model(
 
 
 def check_for_class(checkpoint_path: "str | Path | IO[bytes]", cls: type) -> None:
-    """Read the checkpoint a class's ``load_from_checkpoint`` is given as data only (Lightning's own turns
-    ``weights_only`` off for an ``http(s)://`` path, which :func:`read_data` refuses: download it first) and
-    check its names (:func:`check_names`), ``cls`` and its imported subclasses counting as named."""
+    """Read the checkpoint as data and check its names, ``cls`` and its subclasses counting as named."""
     if isinstance(checkpoint_path, str | Path):
         checkpoint = load_checkpoint(checkpoint_path)
     else:  # a file object: read, then rewound for Lightning

@@ -1,9 +1,5 @@
-"""The command line: ``python -m src.cli {fit,validate,test,predict} --config configs/<name>.yaml``.
-
-``configs/defaults.yaml`` is read first; each ``--config`` after it overrides it, the later winning
-(``--print_config`` shows the result). A checkpoint carries its run's settings and fitted preprocessing,
-so ``validate``, ``test`` and ``predict`` need nothing but ``--ckpt_path`` (a ``--config`` still wins).
-"""
+"""The command line: ``python -m src.cli {fit,validate,test,predict} --config configs/<name>.yaml``;
+``configs/defaults.yaml`` first, each ``--config`` over it; a checkpoint carries its run's settings."""
 
 import os
 import signal
@@ -11,18 +7,14 @@ import sys
 import warnings
 from pathlib import Path
 
-# Lightning 2.6.6 calls jsonargparse APIs that jsonargparse 4.53 marks deprecated; the notice is meant
-# for Lightning's maintainers and only adds noise to every run here.
+# jsonargparse 4.53 marks APIs that Lightning 2.6.6 calls deprecated: noise meant for Lightning's maintainers
 os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
 from typing import Any
 
 import lightning as L
 import yaml
-from lightning.pytorch.callbacks import (
-    Callback,
-    ModelCheckpoint,
-)
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
@@ -41,16 +33,12 @@ class CLI(LightningCLI):
 
     @override
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        # shapes known only to the data reach the model where its constructor asks for them
+        # shapes and target names known only to the data; jsonargparse skips a link whose ends are missing
         parser.link_arguments("data.in_features", "model.init_args.in_features", apply_on="instantiate")
         parser.link_arguments("data.out_features", "model.init_args.out_features", apply_on="instantiate")
-        # several targets (None for one): whether out_features counts labels or classes, and their names;
-        # jsonargparse leaves the link out for a DataModule without the attribute or a model without the
-        # argument, as it does the two above
         parser.link_arguments("data.target_names", "model.init_args.target_names", apply_on="instantiate")
         for section in callback_sections():
-            # not add_lightning_class_args: its callback keys would hand the Trainer a None for a section
-            # set to null; instantiate_trainer gives it the sections that are on instead
+            # not add_lightning_class_args, which would hand the Trainer a None for a section set to null
             parser.add_subclass_arguments(
                 Callback,
                 section,
@@ -83,15 +71,13 @@ class CLI(LightningCLI):
             dumped = yaml.safe_load(self.parser.dump(self.config, skip_none=False))[self.subcommand]
             settings.check_resumable(self.resumed_settings, dumped, config["ckpt_path"])
         if self.subcommand != "fit":
-            # an evaluation restores the checkpoint callbacks' state, which only a fit acts on: the notice
-            # that their folder changed (the checkpoint was moved, or is evaluated from elsewhere) is no news
+            # only a fit acts on the restored checkpoint callbacks' state: their moved folder is no news
             warnings.filterwarnings("ignore", message="The dirpath has changed from")
         settings.check_options(config, self.subcommand)
 
     @override
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
-        """The Trainer with the shipped callbacks (:func:`settings.shipped_callbacks`), then
-        ``trainer.callbacks``."""
+        """The Trainer with the shipped callbacks, then ``trainer.callbacks``."""
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         trainer = config.get("trainer") or {}
         shipped = settings.shipped_callbacks(config, self.subcommand)
@@ -105,16 +91,14 @@ class CLI(LightningCLI):
         config = self.config[self.subcommand] if self.subcommand else self.config
         resumed = runs.prepare_folder(self.trainer, config, self.subcommand)
         if resumed != config.get("ckpt_path"):
-            # --ckpt_path last: the run folder's own file, or None (a fresh start), for every check and
-            # for the fit alike (Lightning's own search for "last" might pick another)
+            # a fit's last: the run folder's own file, or None (a fresh start), not Lightning's own search
             config["ckpt_path"] = self.config_init[self.subcommand]["ckpt_path"] = resumed
         for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
             if isinstance(callback, TakesCommand):
                 callback.command = self.typed
         optimizer = getattr(self.model, "optimizer", None)  # the shipped tasks' injected one
         if callable(optimizer):
-            # built once on the real parameters now, so that a bad argument (a negative learning rate)
-            # is one sentence before the run starts, not a traceback from inside fit
+            # built once now, so a bad argument is one sentence before the run, not a traceback from fit
             try:
                 optimizer(self.model.parameters())
             except (ValueError, TypeError) as err:
@@ -128,8 +112,7 @@ class CLI(LightningCLI):
                 callback.overwrite = bool(config.get("overwrite")) or callback.overwrite
 
     def before_fit(self) -> None:
-        # before the Trainer starts the fit, whose setup already writes into the run folder (config.yaml,
-        # a TensorBoard event file): a resume the data refuses, and a folder the run may not write into
+        # first, as the fit's setup writes into the run folder: a refused resume, a folder it may not use
         self.check_resume()
         saver = next((c for c in self.trainer.callbacks if isinstance(c, runs.SaveConfig)), None)  # type: ignore[attr-defined]
         if saver is not None and self.trainer.logger is not None and self.trainer.log_dir is not None:
@@ -138,11 +121,9 @@ class CLI(LightningCLI):
                 raise UserInputError(refusal)
 
     def check_resume(self) -> None:
-        """The DataModule's refusal (:meth:`ResumableDataModule.check_resume`) of the checkpoint the fit
-        resumes from (read as data, as Lightning reads it after)."""
+        """The DataModule's refusal of the checkpoint the fit resumes from (read as data)."""
         resumed = self.config_init[self.subcommand].get("ckpt_path")
-        if resumed == "last" and self.trainer.log_dir is not None:  # the run folder's own (check_last)
-            # resolved, as Lightning's own search for it names it
+        if resumed == "last" and self.trainer.log_dir is not None:  # resolved, as Lightning names it
             resumed = str(Path(self.trainer.log_dir).resolve() / "checkpoints" / "last.ckpt")
         if resumed is None or not Path(resumed).is_file():
             return
@@ -166,8 +147,7 @@ class CLI(LightningCLI):
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         """Parse the words once, then place the run's logging (:func:`runs.place_logging`)."""
         words = [str(word) for word in (sys.argv[1:] if args is None else args)]
-        #: the words as typed, for advice that repeats the command
-        self.typed = words
+        self.typed = words  # as typed, for advice that repeats the command
         self.config = parser.parse_args(words)
         subcommand = self.config.get("subcommand")
         if subcommand is None:
@@ -175,14 +155,11 @@ class CLI(LightningCLI):
         ckpt_path, self.resumed_settings = self.layer.ckpt_path, self.layer.resumed
         found = self.config[subcommand].get("ckpt_path")
         if ckpt_path is None and found is not None and settings.is_checkpoint_file(str(found)):
-            # named in a config file: read and trusted as a typed one is, before LightningCLI applies the
-            # model hyperparameters it carries; its settings are that file's
-            ckpt_path = str(found)
+            ckpt_path = str(found)  # named in a config file: checked as a typed one is
             checkpoint = settings.read_checked(ckpt_path, words)
             self.resumed_settings = checkpoint.get("config") if subcommand == "fit" else None
         elif ckpt_path is not None and found is None:
-            # a config file's `ckpt_path: null` (every saved run config has one) does not undo a typed path
-            self.config[subcommand]["ckpt_path"] = ckpt_path
+            self.config[subcommand]["ckpt_path"] = ckpt_path  # a config's `ckpt_path: null` keeps it
         if ckpt_path is not None:
             runs.place_logging(self.config[subcommand], subcommand, ckpt_path, words)
             #: the model as parsed, which LightningCLI then rebuilds from the checkpoint's hyperparameters
@@ -205,16 +182,10 @@ class CLI(LightningCLI):
 
 
 def main(args: list[str] | None = None, run: bool = True) -> CLI:
-    """Run the CLI as a user would; tests call ``main([...])`` with the same words.
-
-    Bad input (a missing file, column or value) ends with one sentence on stderr and exit status 2.
-    """
+    """Run the CLI on ``args`` as a user would; bad input ends with one sentence on stderr and exit 2."""
     quiet_dependencies()
     if "" in sys.path:
-        # the parser reads a config file from inside the file's folder, where "" (the working folder of
-        # `python -m`) would then point: a module beside src/ named in a config file (examples.manual,
-        # a net of yours) is found from the folder the command was typed in
-        sys.path[sys.path.index("")] = os.getcwd()
+        sys.path[sys.path.index("")] = os.getcwd()  # "" would follow the parser into a config's folder
     words = [str(word) for word in (sys.argv[1:] if args is None else args)]
     try:
         with settings.checkpoint_layer(words) as layer:
@@ -235,14 +206,11 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
                 parser_class=Parser,
                 save_config_callback=runs.SaveConfig,
                 save_config_kwargs={"overwrite": True},
-                # one way to set the optimizer and scheduler: model.init_args.optimizer / .scheduler
-                # (top-level --optimizer / --lr_scheduler would silently replace them)
-                auto_configure_optimizers=False,
+                auto_configure_optimizers=False,  # a top-level --optimizer would replace the model's
                 layer=layer,
             )
     except SIGTERMException as err:
-        # stopped from outside (whoever stopped it saved and said where): the status it gave, else a
-        # shell's for SIGTERM (128 + SIGTERM)
+        # stopped from outside, which saved and said where: its status, else a shell's 128 + SIGTERM
         raise SystemExit(err.code if isinstance(err.code, int) else 128 + signal.SIGTERM) from err
     except Exception as err:
         lost = lost_process(err)

@@ -1,11 +1,4 @@
-"""Bad input on the command line becomes one sentence on stderr and exit status 2, never a traceback.
-
-Three doors: the parser (a value of the wrong type, an unknown class or key: jsonargparse's report,
-which lists every type it tried, is boiled down to the key, the value and the reason), checks made
-before anything runs (config files that are not YAML, a log folder that cannot be written), and errors
-raised while the classes are built or the run starts (:func:`user_error`: a :class:`UserInputError`
-anywhere in the chain, Lightning's own configuration errors, a checkpoint that does not fit the model).
-"""
+"""Bad input on the command line becomes one sentence on stderr and exit status 2, never a traceback."""
 
 import logging
 import os
@@ -40,8 +33,7 @@ NOISE = (
 )
 
 
-#: LightningCLI's own optimizer and scheduler options, switched off (``auto_configure_optimizers=False``:
-#: a top-level one would silently replace the model's), and what each is instead: the model's argument
+#: LightningCLI's own optimizer and scheduler options, switched off, and the model's argument instead
 MOVED = {
     "--optimizer": ("the optimizer", "model.init_args.optimizer"),
     "--lr_scheduler": ("the scheduler", "model.init_args.scheduler"),
@@ -49,8 +41,7 @@ MOVED = {
 
 
 def moved_option(message: str) -> str | None:
-    """The sentence for ``--optimizer ...`` or ``--lr_scheduler ...`` (any form: ``=SGD``, `` SGD``,
-    ``.lr=0.1``) among the arguments the parser did not recognize; ``None`` for any other message."""
+    """The sentence for an unrecognized ``--optimizer`` or ``--lr_scheduler`` (any form); else ``None``."""
     found = re.match(r"unrecognized arguments: (.+)", message.strip(), re.IGNORECASE)
     words = found.group(1).split() if found else []
     for i, word in enumerate(words):
@@ -90,7 +81,7 @@ def summarize(message: str) -> str:
     if choices:
         why = "expected one of " + ", ".join(choices)
     else:
-        # the most telling reason first: what is wrong with a class, then a key or a value
+        # what is wrong with a class first, then a key or a value
         telling = [
             r for pattern in ("abstract", "has no attribute", "not expected", "not accessible")
             for r in reasons if pattern in r
@@ -121,18 +112,15 @@ class Parser(LightningArgumentParser):
 
 
 class ConfigProblem(yaml.YAMLError):
-    """What makes a config file that YAML reads without complaint wrong anyway; the words after its name."""
+    """Why a config file that YAML reads without complaint is wrong anyway; the words after its name."""
 
 
 class ConfigLoader(yaml.SafeLoader):
-    """PyYAML's safe loader with three refusals it lacks: a key given twice in one mapping (YAML keeps the
-    last without a word), aliases that expand beyond :attr:`MAX_EXPANDED` values (a few hundred bytes can
-    stand for billions: the parser would expand them), and one of :attr:`NOT_NULL` left empty."""
+    """PyYAML's safe loader, also refusing duplicate keys, alias bombs and empty :attr:`NOT_NULL` sections."""
 
     #: values that aliases may add to a config (a shared optimizer setting adds a handful)
     MAX_EXPANDED = 10_000
-    #: sections whose null would replace every setting given before (callback sections, ``seed_everything``
-    #: and ``ckpt_path`` are null on purpose: off, not seeded, no checkpoint)
+    #: sections whose null would drop every setting given before (others are null on purpose)
     NOT_NULL = ("trainer", "model", "data")
 
     @override
@@ -150,8 +138,7 @@ class ConfigLoader(yaml.SafeLoader):
         return document
 
     def check_expansion(self, document: yaml.Node) -> None:
-        """Count the values each alias repeats, each anchored value's size found once: linear in the file's
-        length, however far its aliases would expand."""
+        """Count the values aliases repeat, each anchored value sized once: linear in the file's length."""
         sizes: dict[int, int] = {}  # id(node) → values in it, aliases expanded
         counting: set[int] = set()  # nodes whose size is being counted: an alias to one is a loop
         added = 0
@@ -200,8 +187,7 @@ class ConfigLoader(yaml.SafeLoader):
 
 
 def check_config_files(words: list[str]) -> None:
-    """Every ``--config FILE`` must be a UTF-8 YAML file of settings (:class:`ConfigLoader`): say which
-    file, where and what to do, before parsing starts."""
+    """Refuse, before parsing, a ``--config FILE`` that is not a UTF-8 YAML file of settings."""
     for i, word in enumerate(words):
         value = words[i + 1] if word in ("--config", "-c") and i + 1 < len(words) else None
         if word.startswith("--config="):
@@ -273,8 +259,7 @@ def check_log_folder(save_dir: Any) -> None:
 
 
 def does_not_fit(detail: str) -> str:
-    """The sentence for a checkpoint whose weights do not fit the configured model (``detail``: the first
-    difference, as torch words it)."""
+    """The sentence for a checkpoint whose weights do not fit the model (``detail``: torch's first)."""
     return (
         f"the checkpoint does not fit the configured model ({detail}), which is built from the config and "
         "the data's shapes (its columns, classes or characters); give the config and data the checkpoint "
@@ -283,8 +268,7 @@ def does_not_fit(detail: str) -> str:
 
 
 def check_fits(weights: dict[str, Any], model: torch.nn.Module) -> None:
-    """Refuses, in :func:`does_not_fit`'s sentence, checkpoint ``weights`` (its ``state_dict``) of another
-    shape than ``model``'s tensors of the same name (those not built yet have none to compare)."""
+    """Refuse checkpoint ``weights`` shaped otherwise than ``model``'s tensors of the same name."""
     for name, tensor in model.state_dict().items():
         saved = weights.get(name)
         if isinstance(tensor, UninitializedParameter) or not isinstance(saved, torch.Tensor):
@@ -320,13 +304,11 @@ def user_error(err: BaseException) -> str | None:
 
 
 def lost_process(err: BaseException) -> str | None:
-    """The one sentence for a distributed run whose processes never met or lost one another (a taken
-    port, a killed process or launcher), or ``None`` when no such error is in the chain."""
+    """The sentence for a distributed run whose processes never met or lost one another, else ``None``."""
     cause = process_group_error(err)
     if cause is None:
         return None
-    # torch's and gloo's messages go on with the C++ stack: the first line, less its source location and
-    # advice, says what happened
+    # the first line, less its source location and advice (a C++ stack follows)
     first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
     reason = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". ")[0].rstrip(".")
     who = f"rank {dist.get_rank()} of {dist.get_world_size()}" if dist.is_initialized() else "this process"
@@ -355,9 +337,7 @@ def quiet_dependencies() -> None:
         "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
     )
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_WithoutAdvertising())
-    # the shipped model_summary section replaces Lightning's default one, as meant; a scheduler that spans
-    # the run has Lightning count the steps from the loader: neither is news to anyone; nor which
-    # checkpoint was loaded: "Testing the best checkpoint: <path>" has said which
+    # none is news: the model_summary section is meant, and the CLI said which checkpoint it tests
     said = (
         "Trainer already configured with model summary",
         "Loading `train_dataloader` to estimate number",
@@ -367,8 +347,7 @@ def quiet_dependencies() -> None:
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
         lambda record: not record.getMessage().startswith(said)
     )
-    # a fit writes into a run folder holding checkpoints only when it resumes from it or was told to
-    # (SaveConfig.refusal): Lightning's warning about it is never news
+    # a fit writes into a folder holding checkpoints only when allowed (SaveConfig.refusal)
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
     # an epoch shorter than log_every_n_steps still logs: StepValues counts optimizer steps across epochs
     warnings.filterwarnings(
@@ -377,14 +356,8 @@ def quiet_dependencies() -> None:
 
 
 def as_command(main: Callable[[], object]) -> None:
-    """``python -m src.cli`` and the ``lightning-template`` command: ``main`` on the shell's words, as this
-    process's one run.
-
-    A background thread's error that has a sentence (:func:`user_error`) is kept, not printed with its
-    traceback: TensorBoard's event-file writer thread, on a full disk, dies with the error that the fit
-    then raises again from the logger. The run ends with one sentence, the fit's own, or the thread's when
-    the fit ended without one; a thread's bug keeps its traceback.
-    """
+    """``main`` on the shell's words; a thread's error that has a sentence (TensorBoard's writer on a full
+    disk) ends the run as one sentence, unless the fit's own does."""
     kept: list[str] = []
     report = threading.excepthook
 
@@ -395,8 +368,7 @@ def as_command(main: Callable[[], object]) -> None:
         else:
             kept.append(sentence)
 
-    # for the rest of the process, not restored: the dying thread may report after the fit has ended
-    threading.excepthook = keep
+    threading.excepthook = keep  # never restored: the dying thread may report after the fit has ended
     main()
     if kept:
         print(f"error: {kept[0]}", file=sys.stderr)

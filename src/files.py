@@ -1,16 +1,5 @@
-"""The one rule for every file the project writes from a path it was given or chose itself.
-
-- :func:`check_output`, before any work: never over an input of the run (a checkpoint, a data file, a
-  config: anything it reads) nor anywhere inside a folder the run reads (a folder of images), never over
-  a file that exists unless ``overwrite`` was asked for, and only ever a regular file (a device, a pipe
-  or a folder is refused, ``overwrite`` or not).
-- :func:`written`, for the writing itself: each file is written under a temporary name in its own
-  folder, flushed to disk and renamed onto its destination only when the whole block succeeded, so a
-  crash or a kill leaves the destination whole or absent. A temporary file that a killed writer left
-  (its process is gone) is removed by the next write in that folder. A write that runs out of room (a
-  full disk, a quota) removes its temporary files and ends in one sentence naming the file and the space
-  left (:class:`NoRoomError`); whatever the destination held before stays as it was.
-"""
+"""The one rule for every file the project writes: :func:`check_output` before any work (never an input,
+never an existing file unless asked), then :func:`written`, whole or not at all."""
 
 import errno
 import os
@@ -24,8 +13,7 @@ from pathlib import Path
 
 from src.errors import UserInputError
 
-#: a temporary file: ``.<stem>.partial-<pid><suffix>``; the suffix stays last, since some writers
-#: (``torch.export.save``) insist on their extension
+#: a temporary file: ``.<stem>.partial-<pid><suffix>``; the suffix last, as ``torch.export.save`` insists
 TEMPORARY = re.compile(r"^\..*\.partial-(\d+)(\.[^.]*)?$")
 #: what a write that ran out of room fails with: the disk is full, or the user's quota is used up
 NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -73,8 +61,7 @@ def _same(a: Path, b: Path) -> bool:
 
 
 def _inside(target: Path, folder: Path) -> bool:
-    """Whether ``target`` lies anywhere under ``folder`` (through links or not), or is a hard link to a file
-    there."""
+    """Whether ``target`` lies under ``folder`` (through links or not), or is a hard link to a file there."""
     if not folder.is_dir():
         return False
     if any(_same(parent, folder) for parent in target.absolute().parents if parent.exists()):
@@ -105,15 +92,9 @@ def _flat(inputs: Iterable[object]) -> Iterator[Path]:
 def check_output(
     path: str | Path, inputs: Iterable[object], overwrite: bool, option: str = "--output"
 ) -> Path:
-    """``path`` as a file this run may write, or one sentence saying why not (:class:`UserInputError`).
-
-    Args:
-        path: The file to be written.
-        inputs: Every file or folder the run reads (``None`` entries are skipped, lists opened): never
-            written, nor anything inside a folder among them, ``overwrite`` or not.
-        overwrite: Whether the user asked for an existing file to be replaced.
-        option: How the user named ``path``, for the sentence (``--output``, or what it derives from).
-    """
+    """``path`` as a regular file this run may write, or one sentence saying why not: never one of
+    ``inputs`` (files or folders the run reads) or inside one, nor an existing file unless ``overwrite``;
+    ``option`` names ``path`` in the sentence."""
     target = Path(path)
     named = f"{option}={str(path)!r}"
     for given in _flat(inputs):
@@ -144,11 +125,7 @@ def check_output(
 
 
 def refusal_to_create(folder: Path) -> str | None:
-    """Why ``folder`` refuses a new file (the system's words), or ``None`` when it takes one.
-
-    A real write, since ``access()`` says yes to root even where nothing can be created (/proc, a
-    read-only mount).
-    """
+    """Why ``folder`` refuses a new file, or ``None``; a real write, as ``access()`` says yes to root."""
     try:
         tempfile.TemporaryFile(dir=folder).close()
     except OSError as err:
@@ -158,14 +135,10 @@ def refusal_to_create(folder: Path) -> str | None:
 
 @contextmanager
 def written(*paths: Path) -> Iterator[list[Path]]:
-    """Temporary names for ``paths`` in their own folders, renamed onto them together when the block
-    succeeds and removed when it fails; each is flushed to disk before its rename.
+    """Temporary names for ``paths`` in their folders, flushed and renamed onto them when the block succeeds,
+    removed when it fails (a full disk: :class:`NoRoomError`); a killed writer's leftovers are removed.
 
-    A block that writes through a file object (not a file name) lets a full disk reach it as an
-    ``OSError``, which this turns into :class:`NoRoomError`. Writers whose native code cannot report a
-    failed write (``torch.export.save`` aborts the process) should serialize into memory first and write
-    the bytes here.
-    """
+    Writers whose native code cannot report a failed write (``torch.export.save``) should write bytes here."""
     temporary = [temporary_name(path) for path in paths]
     try:
         for folder in dict.fromkeys(path.parent for path in paths):
@@ -174,8 +147,7 @@ def written(*paths: Path) -> Iterator[list[Path]]:
         yield temporary
         for temp in temporary:
             _sync(temp)
-        # no fsync of the folder after the renames: it would make a rename itself durable, not a file
-        # whole; after a power loss each name holds its old file or its new one, both whole (or is absent)
+        # no fsync of the folder: after a power loss each name holds its old file or its new one, both whole
         for temp, path in zip(temporary, paths, strict=True):
             os.replace(temp, path)
     except Exception as err:
@@ -191,11 +163,7 @@ def written(*paths: Path) -> Iterator[list[Path]]:
 
 
 def out_of_room(err: BaseException) -> OSError | None:
-    """The out-of-space error behind ``err`` (itself, or one in its chain of causes), else ``None``.
-
-    torch's writers raise an error of their own (``inline_container``), with the file object's
-    ``OSError`` as its context.
-    """
+    """The out-of-space error in ``err``'s chain (torch's writers wrap it), else ``None``."""
     seen: set[int] = set()
     cause: BaseException | None = err
     while cause is not None and id(cause) not in seen:
@@ -207,8 +175,7 @@ def out_of_room(err: BaseException) -> OSError | None:
 
 
 def no_room_sentence(paths: Iterable[Path], err: OSError) -> str:
-    """The one sentence for ``paths`` not written for lack of room: ``cannot write 'a/last.ckpt': no space
-    left on device (40.0 KiB free there), and nothing was replaced; ...``."""
+    """The one sentence for ``paths`` not written for lack of room."""
     paths = tuple(paths)
     names = " and ".join(repr(str(path)) for path in paths)
     free = " and ".join(dict.fromkeys(_free(path.parent) for path in paths))
@@ -251,8 +218,7 @@ def _sync(path: Path) -> None:
 
 
 def special_file(path: Path) -> str | None:
-    """What ``path`` is, in words, when it is there but is neither a regular file nor a folder: a FIFO, a
-    socket, a device (reading one can wait for ever) or a link to nothing; None otherwise."""
+    """What ``path`` is, in words, when it is neither a regular file nor a folder; None otherwise."""
     try:
         kind = path.stat().st_mode  # follows links: a link to a FIFO is a FIFO
     except OSError:

@@ -1,18 +1,6 @@
-"""Predictions from a checkpoint alone, on raw rows or on images: the path Python, serving and the
-export's check share.
-
-```python
-from src.predict import Predictor
-
-predictor = Predictor.from_checkpoint("logs/digits/version_0/checkpoints/last.ckpt")
-predictor.predict(pandas.read_csv("new_rows.csv"))  # a DataFrame: row, prediction, probabilities
-```
-
-New inputs go through what the run's DataModule says its run fitted to read them (:class:`ItemReading`:
-the arrays' standardization, a table's preprocessing, an image run's statistics), then the model's
-``predict_step``, then :func:`prediction_frame`, which names each class by its label.
-``python -m src.cli predict`` runs the same pieces under the Trainer.
-"""
+"""Predictions from a checkpoint alone, on raw rows or images: ``Predictor.from_checkpoint(p).predict(df)``.
+Inputs go through what the run fitted to read them (:class:`ItemReading`), ``predict_step``, then
+:func:`prediction_frame`, as ``python -m src.cli predict`` does under the Trainer."""
 
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,8 +19,7 @@ if TYPE_CHECKING:  # Lightning is imported when a model is loaded
 
 @runtime_checkable
 class ItemReading(Protocol):
-    """How a run reads new items (rows, images): what its DataModule's ``reading_of(checkpoint, path)``
-    gives back (:class:`ReadsItems`)."""
+    """How a run reads new items (rows, images), as its DataModule's ``reading_of`` gives it."""
 
     #: class labels in class-id order; ``None`` for regression
     labels: Any
@@ -40,15 +27,11 @@ class ItemReading(Protocol):
     target_names: Sequence[str] | None
 
     def stack(self, items: Any, names: Sequence[str] | None = None, report: Any = None) -> torch.Tensor:
-        """Items (a DataFrame of rows, a list of images) → one tensor of them, each read as the run read
-        its own; ``names`` say what they are in a sentence (a file: its path); ``report`` collects what
-        was read otherwise than written, where the kind counts that (a table's cells), instead of a
-        logged warning."""
+        """Items (a DataFrame of rows, a list of images) → one tensor, read as the run read its own."""
         ...
 
     def graph(self, model: torch.nn.Module) -> torch.nn.Module:
-        """``model`` behind the run's fitted input transform: stacked items in, the model's output out;
-        its ``normalize(items)`` gives the model's input alone."""
+        """``model`` behind the run's fitted input transform; ``normalize(items)`` is the model's input."""
         ...
 
 
@@ -63,9 +46,7 @@ class ReadsItems(Protocol):
 
 
 def reading_of(checkpoint: dict[str, Any], path: str) -> ItemReading:
-    """What a checkpoint's run fitted to read new inputs: its DataModule's own reading (:class:`ReadsItems`).
-    The DataModule's class is the one its carried config names, which :func:`src.checkpoints.load_model`
-    has checked."""
+    """What a checkpoint's run fitted to read new inputs, from the DataModule its config names."""
     data = (checkpoint.get("config") or {}).get("data") or {}
     found = resolve(data["class_path"]) if isinstance(data.get("class_path"), str) else None
     if not (isinstance(found, type) and isinstance(found, ReadsItems)):
@@ -77,8 +58,7 @@ def reading_of(checkpoint: dict[str, Any], path: str) -> ItemReading:
 
 
 def beside_the_run(ckpt_path: str | Path) -> Path:
-    """Where ``predict`` writes when given no ``--output``: ``predictions.csv`` in the run folder of the
-    checkpoint (``<run>/checkpoints/x.ckpt`` → ``<run>/predictions.csv``), else beside the checkpoint."""
+    """``predictions.csv`` in the checkpoint's run folder, else beside the checkpoint."""
     folder = Path(ckpt_path).resolve().parent
     return (folder.parent if folder.name == "checkpoints" else folder) / "predictions.csv"
 
@@ -89,19 +69,11 @@ def prediction_frame(
     index: Sequence[Any] | pd.Index,
     targets: Sequence[str] | None = None,
 ) -> pd.DataFrame:
-    """``predict_step`` outputs of all items → one line per item.
+    """``predict_step`` outputs of all items → one line per item, after ``index``'s (``row``, ``path``).
 
-    Columns: what each item is (``index``'s name: ``row`` for a table's rows, ``path`` for image files),
-    then one column per ``(N,)`` output and one per entry of an ``(N, K)`` output, in the order of the
-    outputs. The shipped classifier's outputs (``probs`` ``(N, K)``, with or without ``preds`` ``(N,)`` class
-    ids) give ``prediction`` (the label of the class ``predict_step`` chose: a threshold of yours there is
-    the one that answers) and one ``probability(<label>)`` column per class. Otherwise ``preds`` ``(N,)`` is
-    ``prediction`` (a value in the target's units, or a class id), any other ``(N,)`` output the column of its
-    key, and an ``(N, K)`` output ``<key>(<name>)`` per entry: named by ``labels`` when they are K, else
-    numbered from 0 (a multi-label task's ``preds(spam)``, a multi-output regressor's ``preds(0)``). An output
-    of another length, or of more than two dimensions, is refused in one sentence. With the data's several
-    ``targets``, a ``prediction(<target>)`` column per target, then a ``probability(<target>)`` per target
-    (:func:`per_target`).
+    ``probs`` ``(N, K)`` (and ``preds`` ``(N,)`` class ids) give ``prediction``, the chosen class's label, and
+    ``probability(<label>)`` columns; else ``preds`` ``(N,)`` is ``prediction``, any other ``(N,)`` output
+    its key's column, an ``(N, K)`` one ``<key>(<label or 0..K-1>)``; several ``targets``: :func:`per_target`.
     """
     name = index.name if isinstance(index, pd.Index) and index.name is not None else "row"
     frame = pd.DataFrame({name: np.asarray(index)})
@@ -116,7 +88,7 @@ def prediction_frame(
             )
     probs, preds = outputs.get("probs"), outputs.get("preds")
     classes = probs is not None and probs.ndim == 2 and (preds is None or preds.ndim == 1)
-    chosen: list[pd.DataFrame] = []  # ``prediction``, first after the index as it has always been
+    chosen: list[pd.DataFrame] = []  # ``prediction``, first after the index
     columns: list[pd.DataFrame] = []
     for key, value in outputs.items():
         # float32 in the file whatever the model's precision (numpy has no bfloat16)
@@ -147,9 +119,8 @@ def _names(labels: Sequence[Any] | None, k: int) -> list[Any]:
 def per_target(
     outputs: dict[str, torch.Tensor], labels: Sequence[Any] | None, targets: Sequence[str]
 ) -> pd.DataFrame:
-    """``(N, K)`` outputs of several targets → ``prediction(<target>)`` columns (``preds``: a label's value
-    as the data wrote it, ``labels[k]`` holding target ``k``'s two values, negative first; or the value in
-    the target's units), then ``probability(<target>)`` columns (``probs``: of the positive value)."""
+    """``(N, K)`` outputs of several targets → ``prediction(<target>)`` (a label as written, ``labels[k]``
+    negative first, or a value), then ``probability(<target>)`` (of the positive value) columns."""
     columns: dict[str, np.ndarray] = {}
     if "preds" in outputs:
         preds = outputs["preds"].cpu()  # (N, K): 0/1 per label, or values
@@ -175,11 +146,10 @@ def accelerator(device: str | torch.device) -> str | torch.device:
 
 class Predictor:
     """A trained model with what its run fitted to read new data: raw rows or images in, labelled
-    predictions out. Every way of predicting outside the Trainer (Python, the server, the export's check)
-    goes through it, and it through the model's own ``predict_step``.
+    predictions (its own ``predict_step``'s) out; every way of predicting outside the Trainer uses it.
 
     Args:
-        model: The trained LightningModule, whose ``predict_step`` answers (the shipped tasks', or yours).
+        model: The trained LightningModule, whose ``predict_step`` answers.
         reading: What the same run fitted to read its inputs (:class:`ItemReading`).
         batch_size: Items per forward pass.
         device: Where the model runs: ``auto`` is the GPU when one is present, else the CPU.
@@ -207,15 +177,13 @@ class Predictor:
         batch_size: int = 1024,
         device: str | torch.device = "auto",
     ) -> "Predictor":
-        """The checkpoint's model (:func:`src.checkpoints.load_model`: read as data, its names checked, its
-        class the one it names or ``model_class``) with what its run fitted to read inputs, on ``device``."""
+        """The checkpoint's model (:func:`src.checkpoints.load_model`) and reading, on ``device``."""
         model, checkpoint = load_model(path, model_class)
         return cls(model, reading_of(checkpoint, str(path)), batch_size, device)
 
     @property
     def labels(self) -> list[Any] | None:
-        """The class labels in class-id order (with several targets, each one's two values); ``None`` for
-        regression."""
+        """The class labels in class-id order (several targets: each one's two); ``None`` for regression."""
         return self.reading.labels
 
     @property
@@ -224,8 +192,7 @@ class Predictor:
         return self.reading.target_names
 
     def read(self, items: Any, names: Sequence[str] | None = None, report: Any = None) -> torch.Tensor:
-        """Items (a DataFrame of rows; images: files, their bytes, Pillow images) → one tensor, each read as
-        the run read its own (:meth:`ItemReading.stack`)."""
+        """Items (a DataFrame of rows; images) → one tensor (:meth:`ItemReading.stack`)."""
         return (
             self.reading.stack(items, names, report)
             if report is not None
@@ -234,8 +201,7 @@ class Predictor:
 
     @torch.inference_mode()
     def outputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Stacked items (:meth:`read`) → the model's ``predict_step`` outputs for all of them,
-        ``batch_size`` per forward pass (the server calls this on the inputs of several requests at once)."""
+        """Stacked items (:meth:`read`) → the ``predict_step`` outputs, ``batch_size`` per forward pass."""
         batches = x.split(self.batch_size) or (x,)  # an empty frame still gives its (empty) columns
         outputs = [
             self.model.predict_step((self.graph.normalize(batch.to(self.device, non_blocking=True)),), i)
@@ -246,12 +212,7 @@ class Predictor:
     def predict(
         self, items: "pd.DataFrame | Sequence[Any]", source: str = "the rows", report: Any = None
     ) -> pd.DataFrame:
-        """One line per row (or image) of ``items``, in order (see :func:`prediction_frame`).
-
-        Rows: ``row`` is the frame's index, ``source`` names them in a sentence; a table's run counts the
-        cells it read otherwise than written into ``report`` (a ``CellReport``) instead of logging them.
-        Images: ``path`` when all are files (as ``predict``'s CSV file), else ``row``, their positions.
-        """
+        """One line per row (or image) of ``items``, in order (:func:`prediction_frame`)."""
         if isinstance(items, pd.DataFrame):
             index = pd.Index(items.index.to_numpy(), name="row")
             outputs = self.outputs(self.read(items, [source], report))

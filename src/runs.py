@@ -1,10 +1,4 @@
-"""Run folders are the user's record: which run a checkpoint belongs to, how far each of its checkpoints
-got, and the lock that keeps one process writing into a run at a time.
-
-A run folder is ``<save_dir>/<name>/<version>/``, its checkpoints in ``checkpoints/``. A fit writes into
-a run folder that already holds checkpoints only when it resumes from the newest of them (or is told
-``--overwrite true``); two fits never write into one run folder at once.
-"""
+"""Run folders (``<save_dir>/<name>/<version>/``): which run a checkpoint is of, and one fit at a time."""
 
 import fcntl
 import functools
@@ -34,14 +28,9 @@ def run_of(ckpt_path: str | Path) -> Path | None:
 
 
 def resumed_folders(run: Path, ckpt_path: str, logger: Any, typed: bool) -> tuple[str, str] | None:
-    """The ``save_dir`` and ``name`` under which a fit resumed from ``ckpt_path``, a checkpoint of the run
-    folder ``run``, logs into that very folder: the ``logger``'s own (its ``init_args``) when they lead
-    there, else the ones ``ckpt_path`` is written under. ``None`` when the user typed a logger folder that
-    leads elsewhere (``typed``): the fit then starts a new version there.
-
-    Paths are kept as the run wrote them where they lead to the same folder: Lightning restores a
-    ModelCheckpoint's best-so-far only when its folder reads as the text it saved.
-    """
+    """The ``save_dir`` and ``name`` that lead a fit resumed from ``ckpt_path`` into its folder ``run``;
+    ``None`` when a ``typed`` logger folder leads elsewhere. Paths are kept as written: Lightning restores a
+    ModelCheckpoint's best-so-far only when its folder reads as the text it saved."""
     save_dir, name = str(logger.get("save_dir")), str(logger.get("name") or "")
     if (Path(save_dir) / name).resolve() == run.parent:
         return save_dir, name
@@ -64,8 +53,7 @@ def step_of(ckpt_path: str | Path) -> int:
 
 
 def replaced_by_resuming(ckpt_path: str | Path, run: Path) -> Path | None:
-    """The run's ``last.ckpt`` when it got further than ``ckpt_path`` (more optimizer steps): a fit resumed
-    from ``ckpt_path`` inside that run would replace it with an earlier state. ``None`` otherwise."""
+    """The run's ``last.ckpt`` when it got further than ``ckpt_path``, which a resume would replace."""
     last = run / "checkpoints" / "last.ckpt"
     if not last.is_file() or last.resolve() == Path(ckpt_path).resolve():
         return None
@@ -73,8 +61,7 @@ def replaced_by_resuming(ckpt_path: str | Path, run: Path) -> Path | None:
 
 
 def resumable_step(ckpt_path: Path) -> int | None:
-    """The optimizer steps of a whole checkpoint of a fit's full state, read without loading its tensors;
-    ``None`` for anything else (a weights-only save has no optimizer or loops)."""
+    """The optimizer steps of a checkpoint of a fit's full state (memory-mapped), else ``None``."""
     try:
         checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # not a whole checkpoint
@@ -85,13 +72,9 @@ def resumable_step(ckpt_path: Path) -> int | None:
 
 
 def last_of_run(base: Path, version: Any) -> Path | None:
-    """The checkpoint ``--ckpt_path last`` goes on from in the named run folder under ``base``
-    (``<save_dir>/<name>``): its ``last.ckpt``, else its newest whole checkpoint by optimizer step (a run
-    killed before its first ``last.ckpt``, written at most once a minute, leaves best ones), in one line
-    saying which. ``None`` where the folder holds no checkpoint: the fit starts afresh there, in one line,
-    as a requeued job's first start does, and the next start with the same command resumes. Without a
-    named folder, or in one whose checkpoints are none of them whole, one sentence; another run's
-    checkpoint is never the one to go on from."""
+    """What ``--ckpt_path last`` goes on from in the run folder ``version`` under ``base``: its ``last.ckpt``,
+    else its newest whole checkpoint; ``None`` (a fresh start, as a requeued job's first) where it holds
+    none. Refused without a named folder, or where no checkpoint is whole."""
     if version is None:
         raise UserInputError(
             f"--ckpt_path last goes on from the run folder under {base} that "
@@ -129,8 +112,7 @@ def checkpoints_in(folder: Path) -> list[Path]:
 
 
 def first_process() -> bool:
-    """Whether this process writes the run's files (global rank 0), known from what launchers set before
-    the Trainer knows its own rank: a global ``RANK`` or ``SLURM_PROCID``, else ``LOCAL_RANK`` on node 0."""
+    """Whether this process is global rank 0, from what launchers set before the Trainer knows its rank."""
     for key in ("RANK", "SLURM_PROCID"):
         if key in os.environ:
             return int(os.environ[key]) == 0
@@ -138,11 +120,7 @@ def first_process() -> bool:
 
 
 class RunLock:
-    """An exclusive lock on a run folder, held from a fit's start to its end.
-
-    ``flock`` on the folder itself: nothing is written into it, and the system releases the lock when the
-    process ends, however it ends (a kill leaves no stale lock behind).
-    """
+    """An exclusive ``flock`` on a run folder, which the system releases however the process ends."""
 
     def __init__(self) -> None:
         self._held: int | None = None
@@ -181,14 +159,12 @@ class SaveConfig(SaveConfigCallback):
 
     @functools.cached_property
     def config_text(self) -> str:
-        """The run's resolved config as YAML; dumped once, since it does not change while the run lasts
-        (checkpoints are saved every epoch); the parser checked it when it read it."""
+        """The run's resolved config as YAML, dumped once (it does not change while the run lasts)."""
         return self.parser.dump(self.config, skip_none=False, skip_validation=True)
 
     @functools.cached_property
     def carried(self) -> dict[str, Any]:
-        """What every checkpoint carries of the config: plain YAML data (strings, numbers, lists), so
-        ``torch.load(weights_only=True)`` still reads it."""
+        """What every checkpoint carries of the config, as plain data (``weights_only=True`` reads it)."""
         dumped = yaml.safe_load(self.config_text)
         # the run's choices too, for its evaluations: the logger, and the callback sections on and off
         carried = {key: dumped[key] for key in (*CARRIED, *callback_sections()) if key in dumped}
@@ -200,9 +176,7 @@ class SaveConfig(SaveConfigCallback):
 
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        # config.yaml goes into the run folder, whole or not at all (src.files.written). predict has none (it
-        # writes its predictions file only), nor has a run without a logger: Lightning would write the file
-        # into the working folder, over any config.yaml of the user's there. Checkpoints carry the config.
+        # none for predict, nor without a logger (Lightning would write it into the working folder)
         if stage == "predict" or trainer.logger is None or self.already_saved:
             return
         folder = trainer.log_dir  # a collective under DDP: every process asks
@@ -214,8 +188,7 @@ class SaveConfig(SaveConfigCallback):
         self.already_saved = trainer.strategy.broadcast(self.already_saved)
 
     def refusal(self, folder: Path) -> str | None:
-        """Why this fit may not write into the run folder ``folder``, or ``None``; the first process then
-        holds the folder's lock until the fit ends."""
+        """Why this fit may not write into ``folder``, or ``None`` (the first process then holds its lock)."""
         held = checkpoints_in(folder)
         resumed = self.config.get("ckpt_path")
         if resumed == "last":  # Lightning's name for the run folder's own last.ckpt (check_last found it)
@@ -223,8 +196,7 @@ class SaveConfig(SaveConfigCallback):
         inside = resumed is not None and run_of(resumed) == folder.resolve()
         if held and not inside and not self.config.get("overwrite"):
             last = folder / "checkpoints" / "last.ckpt"
-            # without a last.ckpt (killed in its first minute), last goes on from its newest checkpoint
-            resume = last if last.is_file() else "last"
+            resume = last if last.is_file() else "last"  # killed in its first minute: its newest
             return (
                 f"{folder} holds the checkpoints of an earlier run ({', '.join(p.name for p in held[:3])}); "
                 f"resume it with --ckpt_path {resume}, name another trainer.logger.init_args.version, or "
@@ -251,9 +223,7 @@ class SaveConfig(SaveConfigCallback):
 
     @override
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        # Lightning's hook for saving the config elsewhere (global rank 0, once per run): TensorBoard's
-        # Text tab shows the resolved config beside the run's curves
-        logger = trainer.logger
+        logger = trainer.logger  # TensorBoard's Text tab shows the config beside the run's curves
         if isinstance(logger, TensorBoardLogger) and trainer.is_global_zero and stage != "predict":
             logger.experiment.add_text("run/config", f"```yaml\n{self.config_text}\n```")
 
@@ -268,10 +238,8 @@ class SaveConfig(SaveConfigCallback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
         self.lock.release()
-        # a run that failed before its first optimizer step (or an evaluation that failed) leaves no
-        # folder behind: nothing in it is worth keeping, and a pile of empty version_N folders hides the
-        # runs that matter. Only the logger's folder this very run created is removed, never one that
-        # was there before.
+        # a run that failed before its first step leaves no folder (empty version_N folders hide the runs
+        # that matter); only a folder this very run created is removed
         logger = trainer.logger
         version = Path(logger.log_dir) if self.new_version and isinstance(logger, TensorBoardLogger) else None
         folder = self.made_folder or version
@@ -286,11 +254,9 @@ class SaveConfig(SaveConfigCallback):
 
 
 def place_logging(config: Any, subcommand: str, ckpt_path: str, words: list[str]) -> None:
-    """Where a run given a checkpoint logs: ``fit`` resumes into the checkpoint's own run folder (unless
-    a version is named, a typed logger folder is elsewhere, or that run got further than the
-    checkpoint: then into a new version, leaving the run as it was); unless the user said where (any
-    ``--trainer.logger`` word), ``validate`` and ``test`` log inside that run folder and ``predict``
-    logs nothing. ``config`` is the subcommand's, changed in place."""
+    """Where a run given a checkpoint logs (``config`` changed in place): ``fit`` into the checkpoint's run
+    folder (unless named, typed elsewhere, or the run got further: a new version); unless the user said,
+    ``validate`` and ``test`` inside that folder and ``predict`` nowhere."""
     typed = any(word.startswith("--trainer.logger") for word in words)
     if typed and subcommand != "fit":
         return
@@ -326,10 +292,7 @@ def place_logging(config: Any, subcommand: str, ckpt_path: str, words: list[str]
 
 
 def prepare_folder(trainer: Any, config: Any, subcommand: str | None) -> Any:
-    """Tell the run's :class:`SaveConfig` what this run will create, found without fixing the version
-    number now (two runs built before either starts must still get version_0 and version_1); and return
-    the ``ckpt_path`` the run goes on from: as given, but for a fit's ``last``, the file :func:`last_of_run`
-    finds (``None``: nothing to resume yet, a fresh start)."""
+    """Tell :class:`SaveConfig` what this run creates; return the ``ckpt_path`` to go on from."""
     logger = trainer.logger
     saver = next((c for c in trainer.callbacks if isinstance(c, SaveConfig)), None)
     if not isinstance(logger, TensorBoardLogger) or saver is None:

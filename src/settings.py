@@ -1,9 +1,5 @@
 """Which settings a run gets, in layers, the later winning: ``configs/defaults.yaml``, the settings a
-checkpoint carries (``--ckpt_path``), each ``--config`` file in order, then the words typed. jsonargparse
-parses them once and merges them by its own rules: a later ``class_path`` changes the class and keeps the
-arguments the new class shares (docs/configs.md); ``--print_config`` and the run's ``config.yaml`` show
-what runs.
-"""
+checkpoint carries (``--ckpt_path``), each ``--config`` file in order, then the words typed."""
 
 import copy
 import functools
@@ -39,9 +35,7 @@ RESTORED = ("optimizer", "scheduler", "scheduler_interval")
 
 
 def check_resumable(saved: Any, now: Any, ckpt_path: str) -> None:
-    """Refuse a resumed fit whose seed, optimizer or scheduler settings (``now``, the run's config) differ
-    from those the checkpoint was trained with (``saved``, the config it carries): the run goes on from
-    the checkpoint's state, and a changed setting would be recorded but not used."""
+    """Refuse a resumed fit whose seed, optimizer or scheduler settings differ from the checkpoint's."""
     if not isinstance(saved, dict) or not isinstance(now, dict):
         return
     seed = saved.get("seed_everything")
@@ -66,10 +60,7 @@ def check_resumable(saved: Any, now: Any, ckpt_path: str) -> None:
 
 
 def check_kept(given: Any, applied: Any, ckpt_path: str, subcommand: str) -> None:
-    """Refuse a model setting given beside ``--ckpt_path`` (``given``: the model as parsed, the user's
-    words and files over the checkpoint's settings) that LightningCLI's re-apply of the checkpoint's
-    hyperparameters (``applied``) replaced: the model is built from the checkpoint's, so the setting
-    would be dropped silently. Shapes linked from the data (left unset in ``given``) are not settings."""
+    """Refuse a model setting (``given``) that the checkpoint's hyperparameters (``applied``) replaced."""
     for where, new, old in differences(plain(given), plain(applied), "model"):
         if new is None:
             continue
@@ -85,8 +76,7 @@ def check_kept(given: Any, applied: Any, ckpt_path: str, subcommand: str) -> Non
 
 
 def differences(old: Any, new: Any, where: str) -> list[tuple[str, Any, Any]]:
-    """``(key, old value, new value)`` for each setting that differs between two nested configs; a
-    changed class is one difference (its own arguments are then a new class's)."""
+    """``(key, old, new)`` per setting that differs between two nested configs; a changed class is one."""
     if isinstance(old, dict) and isinstance(new, dict):
         if old.get("class_path") != new.get("class_path"):
             return [(f"{where}.class_path", old.get("class_path"), new.get("class_path"))]
@@ -116,23 +106,15 @@ def option_value(words: list[str], key: str) -> str | None:
 
 
 def is_checkpoint_file(ckpt_path: str) -> bool:
-    """Whether ``--ckpt_path`` names a file (or something refused in one sentence as one: a URL, a folder,
-    a missing file) rather than Lightning's ``last``, ``best``, ``hpc`` or ``registry``."""
+    """Whether ``--ckpt_path`` names a file (or URL, folder...) rather than ``last``, ``best``, ``hpc``..."""
     return ckpt_path not in ("last", "best", "hpc") and not ckpt_path.startswith("registry")
 
 
 def carried_settings(
     config: Any, ckpt_path: str, named: Container[str] = (), choices: bool = True
 ) -> dict[str, Any]:
-    """What of a checkpoint's carried config a later run takes: what :class:`SaveConfig` writes there (the
-    model, the data, the seed, the logger and the callback sections the run had on or off), and nothing
-    else a file from elsewhere could add (an output path, a checkpoint folder of its choosing); the data
-    reads the checkpoint's fitted preprocessing when its DataModule takes one (``preprocessing_from``).
-
-    The logger and each section whose class is neither trusted nor named (``named``), or is no longer
-    here (an extra taken off), are left off, in one line each. Without ``choices`` (a resumed fit, whose
-    command gives its sections again) only the logger's run name is taken.
-    """
+    """What of a checkpoint's carried config a later run takes: model, data, seed, logger and callback
+    sections (:func:`choice_of`), nothing that says where to write; without ``choices``, the run name."""
     config = config if isinstance(config, dict) else {}
     taken = {key: copy.deepcopy(config[key]) for key in CARRIED if key in config}
     trainer = config.get("trainer") if isinstance(config.get("trainer"), dict) else {}
@@ -161,15 +143,12 @@ def carried_settings(
 
 #: a carried choice that is not taken
 LEFT_OFF = object()
-#: arguments of a carried logger or callback that say where it writes: the run decides that (its folder,
-#: the words typed), never the checkpoint
+#: arguments of a carried logger or callback that say where it writes: the run decides, not the checkpoint
 WHERE = ("dirpath", "save_dir", "version", "output_path", "overwrite")
 
 
 def choice_of(key: str, value: Any, ckpt_path: str, named: Container[str]) -> Any:
-    """A carried logger or callback section as a later run takes it: off (``null``/``false``) as it is; a
-    class this project trusts (or the user named) and has, without the arguments in :data:`WHERE`; any
-    other is :data:`LEFT_OFF`, in one line."""
+    """A carried logger or callback section, trusted and without :data:`WHERE`, else :data:`LEFT_OFF`."""
     name = value.get("class_path") if isinstance(value, dict) else None
     if not isinstance(name, str):
         return copy.deepcopy(value)
@@ -197,8 +176,7 @@ def writes_predictions(section: str) -> bool:
 
 
 def core_settings(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """``checkpoint`` without the logger and callback sections its config carries, which
-    :func:`carried_settings` takes or leaves one by one."""
+    """``checkpoint`` without its logger and callback sections (:func:`carried_settings` judges those)."""
     config = checkpoint.get("config")
     if not isinstance(config, dict):
         return checkpoint
@@ -219,9 +197,7 @@ def config_files(words: list[str]) -> list[str]:
 
 
 class NamedByUser:
-    """The dotted names the user wrote, in the words and in the ``--config`` files they give: a name a
-    checkpoint carries is looked up here only when no other rule trusts it, and only then are the files'
-    texts read (their names, not their settings: the parser reads those)."""
+    """The dotted names the user wrote, in the words and ``--config`` files; read only when first asked."""
 
     def __init__(self, words: list[str]) -> None:
         self.words = words
@@ -230,8 +206,7 @@ class NamedByUser:
     def __contains__(self, name: object) -> bool:
         if self.names is None:
             words = self.words
-            # a word that names a file (``model.ckpt``, ``data.csv``), or the value of an option that
-            # takes a path, names no class, whatever its dots
+            # a file (``model.ckpt``) or a path option's value names no class, whatever its dots
             values = [
                 word.split("=", 1)[-1]
                 for i, word in enumerate(words)
@@ -255,13 +230,7 @@ def defaults_of(defaults: Path = DEFAULTS) -> dict[str, Any]:
 
 @functools.cache
 def callback_sections(defaults: Path = DEFAULTS) -> list[str]:
-    """The callback sections: each top-level key of ``configs/defaults.yaml`` that names a class (or is
-    ``null``) and is not LightningCLI's own, in the file's order.
-
-    A section is one callback a later config changes one setting of (``early_stopping: {init_args:
-    {patience: 5}}``) without repeating the others, or switches off with ``null``; ``trainer.callbacks``
-    holds the user's own. Removing a section from the defaults removes it from every run.
-    """
+    """The keys of ``configs/defaults.yaml`` that are one callback each (a class, or ``null``)."""
     loaded = defaults_of(defaults)
     return [
         key
@@ -278,15 +247,13 @@ class TakesCommand(Protocol):
 
 
 def check_options(config: Any, subcommand: str) -> None:
-    """Refuse, in one sentence, options that do not belong to the subcommand or cannot do what they say;
-    ``config`` is the subcommand's parsed config (``--output`` checked against the run's inputs)."""
+    """Refuse options that do not belong to the subcommand or cannot do what they say."""
     if config.get("weights_only") is False:
         raise UserInputError(
             "--weights_only=false would let a checkpoint run code as it loads; checkpoints are read as "
             "tensors and plain data only here, so leave it out."
         )
-    # Lightning's own restore reads the checkpoint too, through whatever checkpoint plugin is in use
-    config["weights_only"] = True
+    config["weights_only"] = True  # for Lightning's own restore too, through any checkpoint plugin
     if config.get("output") and subcommand != "predict":
         raise UserInputError(f"--output belongs to predict, not to {subcommand}.")
     if config.get("overwrite") and subcommand not in ("fit", "predict"):
@@ -317,8 +284,7 @@ SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 @dataclass
 class Layer:
-    """The config files the parser reads before ``--config`` ones: ``configs/defaults.yaml``, then, for a
-    checkpoint file typed as ``--ckpt_path``, the settings it carries (:func:`carried_settings`)."""
+    """The config files read before ``--config`` ones: the defaults, then a typed checkpoint's settings."""
 
     files: list[str]
     #: the checkpoint file typed as ``--ckpt_path``, else ``None``
@@ -329,10 +295,7 @@ class Layer:
 
 @contextmanager
 def checkpoint_layer(words: list[str]) -> Iterator[Layer]:
-    """The :class:`Layer` of ``words``: config files checked (:func:`check_config_files`), and a typed
-    checkpoint file read (one sentence for a URL, a missing, broken or unsafe file; nothing it names
-    imported unless trusted or named by the user) and its settings written to a file that lasts while the
-    command runs, for the parser to read as its last default config file."""
+    """The :class:`Layer` of ``words``: a typed checkpoint's settings in a file while the command runs."""
     check_config_files(words)
     subcommand = next((word for word in words if word in SUBCOMMANDS), None)
     typed = option_value(words, "--ckpt_path")
@@ -349,20 +312,14 @@ def checkpoint_layer(words: list[str]) -> Iterator[Layer]:
 
 
 def read_checked(ckpt_path: str, words: list[str]) -> dict[str, Any]:
-    """The checkpoint at ``ckpt_path``, read as data, refused if it names code neither trusted nor named in
-    ``words`` (:class:`NamedByUser`)."""
+    """The checkpoint, read as data, refused if it names code neither trusted nor named in ``words``."""
     checkpoint = load_checkpoint(ckpt_path)
     check_names(core_settings(checkpoint), ckpt_path, NamedByUser(words))
     return checkpoint
 
 
 def shipped_callbacks(config: Any, subcommand: str | None) -> list[Any]:
-    """The callbacks of the sections that are on, as built. A subcommand other than predict leaves out the
-    prediction writer (the Trainer calls every callback at each hook of every step, whether it acts or not);
-    ``trainer.enable_checkpointing=false`` leaves out the sections that are ModelCheckpoints,
-    ``enable_progress_bar=false`` the progress bar and ``enable_model_summary=false`` the model summary, so
-    that each means what it says instead of clashing with them (one given in ``trainer.callbacks`` still
-    clashes: the user asked for both)."""
+    """The callbacks of the sections on, less those the subcommand or ``trainer.enable_*=false`` drops."""
     trainer = config.get("trainer") or {}
     off: list[type] = [] if subcommand in (None, "predict") else [BasePredictionWriter]
     off += [ModelCheckpoint] if trainer.get("enable_checkpointing") is False else []

@@ -1,5 +1,4 @@
-"""``last.ckpt``: the latest state of a fit, written often enough to lose little and seldom enough to cost
-little."""
+"""``last.ckpt``: a fit's latest state, written often enough to lose little, seldom enough to cost little."""
 
 import contextlib
 from datetime import timedelta
@@ -17,22 +16,10 @@ from src.errors import UserInputError, process_group_error
 
 
 class LatestCheckpoint(ModelCheckpoint):
-    """Lightning's :class:`ModelCheckpoint` keeping one ``last.ckpt``, the state ``--ckpt_path last``
-    resumes from: written at a training step's end once ``every_seconds`` have passed since the last one,
-    at the fit's end, and when the fit stops on an exception (Ctrl-C, an error) between two steps. A
-    ``kill -9`` loses at most ``every_seconds`` of training, or the step under way. SIGTERM's save, at the
-    step's end, is left to whoever stopped the fit there (the shipped configs: a callback that also says
-    how to go on).
-
-    An exception inside a training step saves nothing: the step's batch is drawn and its update may be
-    half made, so no state of that moment resumes exactly; the file from the last save stays as it was.
-    Nor does a process that lost the others of a distributed run: it may be inside a validation, whose
-    score would never count, and the save's closing barrier fails, replacing the error that names the
-    last checkpoint to go on from.
-
-    A save due at an epoch's last step waits for a later step (the next one, when saving by time): the
-    epoch's validation runs after that step, and a resume from a state saved before it would count the
-    validation as run without its score ever reaching the best checkpoint or early stopping.
+    """A :class:`ModelCheckpoint` keeping one ``last.ckpt`` for ``--ckpt_path last``: saved every
+    ``every_seconds`` at a step's end, at the fit's end, and on an exception between two steps (not inside
+    one, whose update may be half made, nor in a lost distributed process); a save due at an epoch's last
+    step waits for a later one, so the validation is not skipped.
 
     Args:
         dirpath: The folder; left out, ``checkpoints/`` in the logger's run folder.

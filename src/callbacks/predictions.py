@@ -17,23 +17,12 @@ from src.predict import beside_the_run, prediction_frame
 
 
 class PredictionWriter(BasePredictionWriter):
-    """Collects the ``predict_step`` outputs of one ``predict`` run into a CSV file.
-
-    One line per predicted item, in order: what it is (the DataModule's ``predict_index()``: ``row`` of
-    a table's file, 0-based, header not counted; ``path`` of an image; the position when the DataModule
-    has no such method), ``prediction`` (the label as the data wrote it, or the value in the target's
-    units) and, for classification, one ``probability(<label>)`` column per class, named by the
-    DataModule's ``label_names``; with several targets (its ``target_names``) a ``prediction(<target>)``
-    and ``probability(<target>)`` column per target; any other ``(N,)`` or ``(N, K)`` output of
-    ``predict_step`` as columns of its own (:func:`src.predict.prediction_frame`). Works with any
-    DataModule and any LightningModule whose ``predict_step`` returns a dict of such tensors.
-    The path is checked before anything is predicted (:func:`src.files.check_output`: never an input of
-    the run, never an existing file unless ``overwrite``), and the file is written whole or not at all.
+    """Collects the ``predict_step`` outputs of one ``predict`` run into a CSV file (its columns:
+    :func:`src.predict.prediction_frame`; each row named by the DataModule's ``predict_index()``).
 
     Args:
-        output_path: Where to write (the CLI's ``--output``); left out, ``predictions.csv`` in the run
-            folder of the checkpoint predicted from, else in this run's log folder. Under several
-            processes each rank writes ``<name>.rank<N>.csv``.
+        output_path: Where to write (``--output``); left out, ``predictions.csv`` in the checkpoint's run
+            folder. Each rank of several writes ``<name>.rank<N>.csv``.
         overwrite: Replace a file already at that path (the CLI's ``--overwrite``).
     """
 
@@ -70,11 +59,7 @@ class PredictionWriter(BasePredictionWriter):
 
     @override
     def write_on_epoch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        predictions: Any,
-        batch_indices: Any,
+        self, trainer: L.Trainer, pl_module: L.LightningModule, predictions: Any, batch_indices: Any
     ) -> None:
         # a dict of named (B,) or (B, K) tensors per batch; a bare tensor is the predictions alone
         batches = [{"preds": b} if isinstance(b, torch.Tensor) else b for b in predictions]
@@ -85,8 +70,7 @@ class PredictionWriter(BasePredictionWriter):
                 "of (B,) or (B, K) tensors (or one tensor), one column per entry."
             )
         outputs = {name: torch.cat([b[name] for b in batches]) for name in batches[0]}
-        # batch_indices: per dataloader, per batch, the dataset positions (in order without a sampler
-        # that shuffles; under DDP each rank holds its share)
+        # batch_indices: per dataloader, per batch, the dataset positions (under DDP, this rank's share)
         positions = np.array([i for batch in (batch_indices[0] if batch_indices else []) for i in batch])
         datamodule = trainer.datamodule  # type: ignore[attr-defined]  # set by Lightning at run time
         count = len(next(iter(outputs.values())))

@@ -1,11 +1,5 @@
 """Arrays in memory: features and targets → a seeded split → standardized on the training rows → loaders.
-
-The first DataModule to edit: swap :func:`load` for your own arrays and keep the rest.
-
-    python -m src.cli fit --config configs/digits.yaml
-    python -m src.cli predict --ckpt_path logs/digits/version_0/checkpoints/last.ckpt \
-        --data.predict_path new_rows.csv
-"""
+The first DataModule to edit: swap :func:`load` for your own arrays and keep the rest."""
 
 import math
 from collections.abc import Sequence
@@ -86,8 +80,7 @@ class Standardized(nn.Module):
 
 
 class ArrayReading:
-    """What an array run fitted, read back from its checkpoint: enough to predict new rows
-    (:class:`src.predict.ItemReading`)."""
+    """What an array run fitted, read back from its checkpoint to predict new rows."""
 
     def __init__(self, state: dict[str, Any]) -> None:
         self.columns: list[str] = list(state["columns"])
@@ -116,25 +109,18 @@ class ArrayReading:
 
 
 class ArrayDataModule(ResumableDataModule):
-    """Features and targets held in memory: bundled (``digits``, ``diabetes``) or synthetic (``spiral``,
-    ``friedman``). Standardization is fitted on the training rows only and saved in each checkpoint.
+    """Bundled (``digits``, ``diabetes``) or synthetic (``spiral``, ``friedman``) arrays.
 
     Args:
-        source: Which arrays :func:`load` gives; left out, ``digits``. ``None`` by default, as the table
-            kind's ``source`` is: a config that switches ``data.class_path`` keeps the settings both
-            classes take (jsonargparse's rule), so a table config inherits no bundled source from here.
-        split: Which rows train, validate and test (:class:`src.data.split.Split`:
-            ``data.split.val_fraction``, ``test_fraction``, cross-validation's ``folds``).
+        source: Which arrays :func:`load` gives; ``None``: ``digits`` (a switch to a table inherits none).
+        split: Which rows train, validate and test (:class:`src.data.split.Split`).
         batch_size: Rows per batch, per process.
         seed: Seeds the split, the synthetic data and the training shuffle.
-        min_batches_per_epoch: A training epoch of fewer batches passes over the training rows again (in
-            a fresh order) until it has this many, since budgets and patience count epochs; ``None``: one
-            pass per epoch.
+        min_batches_per_epoch: Repeat the training rows (reshuffled) up to this many batches an epoch.
         num_workers: Loader worker processes; 0 loads in the main process (best for arrays in memory).
         drop_last: Drop the last, smaller training batch of each epoch.
         predict_path: A CSV file of the feature columns to predict; left out, the validation split.
-        resplit_on_resume: Let a resumed fit go on with another split than its checkpoint's; left false,
-            such a resume is refused.
+        resplit_on_resume: Let a resumed fit go on with another split than its checkpoint's.
         num_samples: Row count of a synthetic source.
         noise: Noise of a synthetic source (spiral: angle jitter, 0.2; friedman: target std, 1.0).
     """
@@ -232,8 +218,6 @@ class ArrayDataModule(ResumableDataModule):
             math.ceil(wanted * self.hparams["batch_size"] / len(rows)) if stage == "train" and wanted else 1
         )
         return TensorBatches(x, y, repeat=passes)
-
-    # -- checkpoints ----------------------------------------------------------------------------------
 
     @classmethod
     def reading_of(cls, checkpoint: dict[str, Any], path: str) -> ArrayReading:

@@ -1,5 +1,4 @@
-"""What the shipped DataModules share, whatever they read: in-memory tensors batched by indexing, the
-loaders of the splits, and a training loader that resumes in the middle of an epoch, bit for bit."""
+"""What the shipped DataModules share: tensors batched by indexing, and loaders that resume mid-epoch."""
 
 import itertools
 from abc import ABC, abstractmethod
@@ -21,18 +20,13 @@ Stage = Literal["train", "val", "test", "predict"]
 
 
 class TensorBatches(Dataset[tuple[torch.Tensor, ...]]):
-    """Tensors held in memory and batched by indexing.
-
-    ``DataLoader`` hands ``__getitems__`` the whole list of a batch's indices, so a batch costs one
-    fancy-index per tensor instead of ``batch_size`` calls to ``__getitem__`` plus a collate.
-    """
+    """Tensors in memory, batched by indexing: ``__getitems__`` takes a whole batch's indices at once."""
 
     def __init__(self, *tensors: torch.Tensor, repeat: int = 1) -> None:
         if len({len(t) for t in tensors}) != 1:
             raise ValueError("all tensors need the same first dimension")
         self.tensors = tensors
-        #: how many times each row is in the dataset: index ``i`` is row ``i % rows``, so a shuffled epoch
-        #: holds every row ``repeat`` times (``tensors`` keeps each row once)
+        #: how many times each row is in the dataset: index ``i`` is row ``i % rows``
         self.repeat = repeat
 
     def __len__(self) -> int:
@@ -46,9 +40,7 @@ class TensorBatches(Dataset[tuple[torch.Tensor, ...]]):
         index = torch.as_tensor(indices)
         if self.repeat > 1:
             index = index % len(self.tensors[0])
-        # index_select: the same rows as t[index], without advanced indexing's general path (a third of
-        # the time for a batch of 256 rows of 64 floats)
-        return tuple(t.index_select(0, index) for t in self.tensors)
+        return tuple(t.index_select(0, index) for t in self.tensors)  # t[index], but faster
 
 
 def keep_batch(batch: Any) -> Any:
@@ -57,15 +49,9 @@ def keep_batch(batch: Any) -> Any:
 
 
 class ResumableLoader(DataLoader):
-    """The training loader, resumable in the middle of an epoch.
-
-    Lightning saves a loader's ``state_dict`` in each checkpoint and hands it back on resume when the
-    loader has one. The state is the shuffle generator as it stood before this epoch's order was drawn,
-    how many batches the epoch has processed (:attr:`processed`) and how the epoch was cut into batches
-    (:meth:`batching`); the resumed loader draws the same order again and skips those batches, so the run
-    goes on with the very batch the interrupted one would have taken. (Batches drawn are not batches
-    processed: Lightning draws one ahead.) A resume under other batching (another batch size, process
-    count, ``drop_last`` or training split) could not go on exactly and is refused in one sentence.
+    """The training loader, resumable mid-epoch: its state is the generator before this epoch's order was
+    drawn, the batches processed (not drawn: Lightning draws one ahead) and the :meth:`batching`; a resume
+    draws the same order and skips those batches, or is refused under other batching.
 
     Args:
         *args: What ``DataLoader`` takes.
@@ -76,7 +62,7 @@ class ResumableLoader(DataLoader):
         super().__init__(*args, **kwargs)
         #: batches of the current epoch that reached a training step; the DataModule counts them
         self.processed = 0
-        #: processes that share each epoch, each its own part (the DataModule sets the Trainer's world size)
+        #: processes that share each epoch (the DataModule sets the Trainer's world size)
         self.processes = 1
         #: the Trainer that iterates it, once a batch reached a step (the DataModule sets it)
         self.trainer: L.Trainer | None = None
@@ -85,8 +71,7 @@ class ResumableLoader(DataLoader):
         self._closing = False  # the epoch to skip had all of its batches done
 
     def batching(self) -> dict[str, Any]:
-        """What cuts an epoch into batches: the items per batch, whether the last short batch is dropped,
-        the processes sharing the epoch, the items of the training split and the passes over them."""
+        """What cuts an epoch into batches: batch size, drop_last, processes, items and passes over them."""
         passes = self.dataset.repeat if isinstance(self.dataset, TensorBatches) else 1
         return {
             "batch_size": self.batch_size,
@@ -101,17 +86,14 @@ class ResumableLoader(DataLoader):
         skip = self.start_epoch()
         batches = super().__iter__()
         if closing:
-            # an epoch whose batches were all done, re-entered by a resume from within its closing
-            # validation, is asked for none: passed over now, its order is still drawn, and the generator
-            # left where the interrupted epoch left it (the batches done of any other epoch are passed
-            # over when the first is asked for, once Lightning has set a DistributedSampler's epoch)
+            # all batches done (resumed within the closing validation): drawn, so the generator ends where
+            # the interrupted epoch's did, but none given (other epochs skip once the sampler's epoch is set)
             deque(batches, maxlen=0)
             return batches
         return itertools.islice(batches, skip, None)
 
     def start_epoch(self) -> int:
-        """Sets the generator where this epoch's order is drawn from (where the interrupted epoch's was, on
-        resume) and the count of batches processed; the batches of the interrupted epoch to skip."""
+        """Set the generator for this epoch's order (on resume, the interrupted one's); return the skip."""
         skip, self._skip, self._closing = self._skip, 0, False
         if self.generator is not None:
             if skip and self._epoch_start is not None:
@@ -122,13 +104,7 @@ class ResumableLoader(DataLoader):
         return skip
 
     def position(self) -> int:
-        """The batches of the current epoch a resume skips: those processed while the epoch lasts, none once
-        it is over (the next epoch then starts afresh from the generator).
-
-        Validation at an epoch's end runs before the epoch ends, and a resume from a checkpoint written
-        within it re-enters the epoch with all of its batches done; after the epoch's end (or from the
-        end of its last step, where Lightning counts the epoch as ended) a resume starts the next one.
-        """
+        """The batches a resume skips: those processed while the epoch (or its closing validation) lasts."""
         trainer = self.trainer
         batches = trainer.num_training_batches if trainer is not None else len(self)
         if self.processed < batches or self.closing():
@@ -149,8 +125,7 @@ class ResumableLoader(DataLoader):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """The interrupted epoch's position; one sentence if this loader cuts epochs otherwise (checked
-        here, before Lightning starts the epoch: one it counts as done already never draws a batch)."""
+        """The interrupted epoch's position; refused here if batching differs (a done epoch draws nothing)."""
         done = int(state_dict["done"])
         if done:  # "batching" and "closing" are absent from checkpoints of older versions
             check_batching(
@@ -164,11 +139,8 @@ class ResumableLoader(DataLoader):
 def check_batching(
     saved: dict[str, Any] | None, now: dict[str, Any], done: int, batches: int | None, closing: bool = False
 ) -> None:
-    """Refuses, in one sentence, to go on with an epoch interrupted after ``done`` batches under batching
-    other than the interrupted run's (``saved``; ``None`` from a checkpoint that did not record it, where
-    only a position past this epoch's ``batches`` shows the difference; ``batches`` is ``None`` before
-    the fit, when the recorded batching alone is compared). All of them done is a position only within
-    the epoch's closing validation (``closing``)."""
+    """Refuse to go on with an epoch interrupted after ``done`` batches under batching other than ``saved``
+    (``None``: not recorded); all ``batches`` done is a position only in the ``closing`` validation."""
     differs = [key for key in now if saved is not None and saved.get(key) != now[key]]
     if "batch_size" in differs and "passes" in differs:
         differs.remove("passes")  # data.min_batches_per_epoch gives small batches fewer passes
@@ -211,16 +183,14 @@ def _change(key: str, saved: Any, now: Any) -> tuple[str, str]:
     )
 
 
-#: the split of each item in :func:`split_record`: trained on (the validation items too under
-#: ``train_on_validation``), held out for validation, held out for test
+#: the split of each item in :func:`split_record`
 TRAINED, VALIDATED, TESTED = 0, 1, 2
 
 
 def split_record(items: np.ndarray, splits: np.ndarray, settings: dict[str, Any]) -> dict[str, Any]:
-    """What a split was made from, as a checkpoint keeps it (tensors and plain data): ``items``, a 64-bit
-    hash of each item in the data's order; ``splits``, the split each went to (:data:`TRAINED` ...), or
-    ``(items, 3)`` the count of each one's rows in each split where an item holds many (a row group); and
-    the settings that split them, by their config keys (``data.seed``)."""
+    """What a split was made from, as tensors and plain data: ``items``, a 64-bit hash of each item;
+    ``splits``, each one's split (:data:`TRAINED` ...) or ``(items, 3)`` row counts per split (a row group);
+    the ``settings`` that split them, by their config keys."""
     counts = np.ndim(splits) == 2
     return {
         "items": torch.from_numpy(np.array(items, np.uint64).view(np.int64)),  # a copy: pandas' is read-only
@@ -238,14 +208,10 @@ def check_split(
     part: str | None = None,
     moved: Callable[[], tuple[int, int]] | None = None,
 ) -> None:
-    """Refuses, in one sentence, a resumed fit given other data or split settings than its checkpoint's
-    run split (``saved`` and ``now``: :func:`split_record`'s; ``None`` from a checkpoint that did not
-    record it), unless ``resplit`` (the DataModule's ``option``) accepts the new split: then one line
-    says how many of the data's items (each an ``item``) changed split.
-
-    Where each of the record's items holds many ``item``s (``part``: a row group of rows; its ``splits``
-    the counts in each split), ``moved`` (needed then) counts the ``item``s that changed split and those
-    of them held out before and trained on now."""
+    """Refuse a resumed fit whose data or split settings differ from its checkpoint's (``saved``, ``now``:
+    :func:`split_record`'s), unless ``resplit`` (the ``option``); then say how many items changed split.
+    Where a record's item holds many ``item``s (``part``), ``moved`` counts those that changed split and
+    those newly trained on."""
     if saved is None:
         return
     old, new = saved["items"].numpy(), now["items"].numpy()
@@ -272,8 +238,7 @@ def check_split(
 
 
 def _moved(saved: dict[str, Any], now: dict[str, Any]) -> tuple[int, int]:
-    """Of the items both records hold, found by their hashes: those whose split changed, and those of them
-    held out before and trained on now (one split per item)."""
+    """Of the items both records hold: those whose split changed, and those of them newly trained on."""
     old, new = saved["items"].numpy(), now["items"].numpy()
     keys, first = np.unique(old, return_index=True)
     at = np.searchsorted(keys, new).clip(max=len(keys) - 1)
@@ -284,8 +249,7 @@ def _moved(saved: dict[str, Any], now: dict[str, Any]) -> tuple[int, int]:
 
 
 def _item_changes(old: np.ndarray, new: np.ndarray, item: str) -> list[str]:
-    """How the hashed items ``new`` differ from ``old``: added, removed, edited (as many removed as
-    added), or the same items in another order (which splits them otherwise)."""
+    """How the hashed items ``new`` differ from ``old``: added, removed, edited, or reordered."""
     if np.array_equal(old, new):
         return []
     keys, index = np.unique(np.concatenate([old, new]), return_inverse=True)
@@ -318,17 +282,11 @@ def check_fractions(val_fraction: float, test_fraction: float, items: str, key: 
 
 
 class ResumableDataModule(L.LightningDataModule, ABC):
-    """What the shipped DataModules share: the loaders of their splits, and a training loader that
-    resumes in the middle of an epoch, bit for bit. A subclass says what each split holds
-    (:meth:`dataset`).
+    """The loaders of the splits, with a training loader that resumes mid-epoch bit for bit; a subclass
+    says what each split holds (:meth:`dataset`).
 
-    The training loader is a :class:`ResumableLoader` drawing its order from one seeded generator. Its
-    position (the epoch's order and the batches processed) is kept twice: Lightning saves the loader's
-    own ``state_dict`` in each checkpoint, and this DataModule's ``state_dict`` carries it too, with the
-    generator. Lightning restores a DataModule before the model's ``configure_optimizers`` runs, the
-    loader's state only after; a run-length scheduler asks ``trainer.estimated_stepping_batches`` there,
-    which builds the loader early, and Lightning 2.6 then never hands that loader its saved state
-    (Lightning-AI/pytorch-lightning#20550). Restoring it from here makes the resume exact either way.
+    The loader's position is also in this DataModule's ``state_dict``: a run-length scheduler builds the
+    loader early, and Lightning 2.6 then never hands that loader its saved state.
 
     Args:
         seed: Seeds the training order.
@@ -366,8 +324,7 @@ class ResumableDataModule(L.LightningDataModule, ABC):
         }
 
     def batching(self, processes: int) -> dict[str, Any]:
-        """How the training loader cuts an epoch into batches on ``processes`` processes
-        (:meth:`ResumableLoader.batching`), known before the fit starts."""
+        """The training loader's :meth:`ResumableLoader.batching` on ``processes``, known before the fit."""
         return self._training_loader(processes).batching()
 
     def _training_loader(self, processes: int) -> ResumableLoader:
@@ -378,8 +335,7 @@ class ResumableDataModule(L.LightningDataModule, ABC):
             drop_last=self._loading[2],
             **self._loader_options(),
         )
-        # kept by the copy with a DistributedSampler that Lightning makes of this loader under DDP
-        loader.processes = processes
+        loader.processes = processes  # kept by the copy with a DistributedSampler Lightning makes
         return loader
 
     @override
@@ -400,14 +356,10 @@ class ResumableDataModule(L.LightningDataModule, ABC):
         return {"shuffle": self._shuffle.get_state(), "loader": position}
 
     def check_resume(self, state_dict: dict[str, Any]) -> None:
-        """Refuses, in one sentence, to resume a fit from a checkpoint holding ``state_dict`` (this
-        DataModule's state in it) on data it cannot go on with exactly; nothing by default. Called on
-        restore, and by the CLI before the fit writes anything into the run folder."""
+        """Refuse to resume from ``state_dict`` on data it cannot go on with exactly; nothing by default."""
 
     def check_resumed_batching(self, state_dict: dict[str, Any], processes: int) -> None:
-        """Refuses, in one sentence, to go on on ``processes`` processes with an epoch that the checkpoint
-        holding ``state_dict`` stopped in the middle of, under other batching (:func:`check_batching`);
-        asked by the CLI before the fit writes anything, and again by the loader on restore."""
+        """Refuse to go on with an interrupted epoch under other batching (:func:`check_batching`)."""
         position = state_dict.get("loader")
         if position and position["done"]:
             batching = self.batching(processes)
@@ -417,8 +369,7 @@ class ResumableDataModule(L.LightningDataModule, ABC):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """The training order's state; in a resumed fit, first :meth:`check_resume`, unless the CLI did
-        already (evaluations of a checkpoint take any data)."""
+        """The training order's state; in a resumed fit, first :meth:`check_resume` unless the CLI did."""
         fitting = self.trainer is not None and self.trainer.state.fn == TrainerFn.FITTING
         if fitting and not self.resume_checked:
             self.check_resume(state_dict)
@@ -441,14 +392,12 @@ class ResumableDataModule(L.LightningDataModule, ABC):
 
     @override
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        # Lightning calls this once for each batch it runs a step on, after drawing it (and the one it
-        # draws ahead), so the training loader learns how many batches its epoch has processed. (A
-        # LightningModule's own on_before_batch_transfer then yields to this one, as Lightning warns.)
+        # called once per batch a step runs on (not per batch drawn): counts the epoch's batches processed;
+        # a LightningModule's own on_before_batch_transfer yields to this one, as Lightning warns
         if self.trainer is not None and self.trainer.training:
             running = self.trainer.train_dataloader
             if isinstance(running, ResumableLoader):
-                # under DDP, the copy of train_dataloader()'s loader that Lightning gave a
-                # DistributedSampler: the one iterated, and the one whose state Lightning saves
+                # under DDP, Lightning's copy with a DistributedSampler: the one iterated and saved
                 self._train_loader = running
             if self._train_loader is not None:
                 self._train_loader.trainer = self.trainer

@@ -1,5 +1,4 @@
-"""Which rows train, validate and test: the ``data.split`` settings every DataModule of rows shares, and the
-seeded split they make (stratified by class for classification; folds for cross-validation)."""
+"""Which rows train, validate and test: the ``data.split`` settings, and the seeded split they make."""
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -15,8 +14,7 @@ G = TypeVar("G")
 
 
 def group(value: object, kind: type[G], key: str) -> G:
-    """A settings group given as itself, left out (its defaults) or as a mapping, as ``hparams`` and
-    checkpoints hold it, so ``DataModule(**datamodule.hparams)`` builds the same DataModule."""
+    """A settings group given as itself, left out (its defaults), or as the mapping ``hparams`` hold."""
     if value is None:
         return kind()
     if isinstance(value, Mapping):
@@ -36,16 +34,10 @@ class Split:
     Args:
         val_fraction: Share of all rows held out for validation.
         test_fraction: Share of all rows held out for the final test; touched only by ``test``.
-        folds: Cross-validation: split the train and validation rows together into this many folds
-            (stratified by class for classification, seeded by ``seed``); ``fold`` is then the
-            validation split and the other folds the training split. The test split is unchanged.
+        folds: Cross-validation: this many folds of the train and validation rows, one validating.
         fold: Which fold (0 to ``folds - 1``) is the validation split when ``folds`` is set.
-        train_on_validation: Refit: train on the training and validation rows together (the
-            preprocessing is fitted on both too), for a final model once a first run has chosen the
-            epoch count. The validation split is still evaluated, but it is no longer held out, so its
-            figures flatter the model and must not pick a checkpoint or stop the run: give
-            ``trainer.max_epochs`` and ``early_stopping: null``, keep ``last.ckpt`` (docs/data.md). The
-            test split is untouched.
+        train_on_validation: Refit on the training and validation rows together; the validation figures
+            then flatter the model, so give ``trainer.max_epochs`` and ``early_stopping: null``.
     """
 
     val_fraction: float = 0.1
@@ -102,10 +94,7 @@ def split_settings(seed: int, split: Split) -> dict[str, Any]:
 def split_rows(
     count: int, stratify: np.ndarray | None, split: Split, seed: int, task: str, what: str
 ) -> dict[str, np.ndarray]:
-    """Disjoint sorted positions of ``count`` rows per split, seeded; stratified by ``stratify`` ``(N,)``
-    when given. With ``folds`` set, ``train`` and ``val`` are fold ``fold``'s training and held-out rows
-    of the train and validation rows together; ``test`` is the same as without folds. ``what`` names the
-    rows in a sentence (``CSV file 'x.csv'``)."""
+    """Disjoint sorted positions of ``count`` rows per split, seeded, stratified by ``stratify`` ``(N,)``."""
     rows = np.arange(count)
     try:
         rest, test = train_test_split(

@@ -1,8 +1,5 @@
-"""The base task: an injected net, one shared step for train/val/test, injected optimizer and scheduler.
-
-Each step is the tutorial's: the net's output, the loss, the stage's torchmetrics objects updated; each
-epoch's end logs them with ``self.log``. A subclass says what differs: loss, metrics, ``predict_step``.
-"""
+"""The base task: an injected net, one shared step for train/val/test, injected optimizer and scheduler;
+a subclass says what differs: loss, metrics, ``predict_step``."""
 
 import functools
 import warnings
@@ -24,8 +21,7 @@ from src.errors import UserInputError
 from src.models.schedules import check_length, check_replaced, run_length, settings, spanned_by
 from src.nets import DEFAULT_NET, MLP, shard
 
-#: builds the net from the data's widths: ``net(in_features, out_features)``; in YAML, the ``class_path`` of
-#: any ``nn.Module`` whose first two arguments are those widths, with its other arguments as ``init_args``
+#: builds the net from the data's widths: ``net(in_features, out_features)``
 NetFactory = Callable[[int, int], nn.Module]
 #: builds the optimizer from the parameters (LightningCLI's ``OptimizerCallable``)
 OptimizerCallable = Callable[[Iterable[Any]], Optimizer]
@@ -37,27 +33,17 @@ DEFAULT_OPTIMIZER = functools.partial(torch.optim.AdamW, lr=1e-3)
 class BaseTask(L.LightningModule, ABC):
     """What the classifier and the regressor share; subclasses define the loss, metrics and predictions.
 
-    ``build_metrics``, ``loss``, ``metric_inputs`` and ``predict_step`` are abstract: a subclass that
-    leaves one out cannot be instantiated (``TypeError`` naming the missing hooks).
-
     Args:
-        in_features: Input width; linked from the DataModule by the CLI, never typed by hand.
-        out_features: Output width (class count, or 1 for regression; the target count with several
-            targets); linked from the DataModule.
-        net: Builds the net from ``(in_features, out_features)``: in YAML the ``class_path`` of any
-            ``nn.Module`` taking those two widths first, its other arguments as ``init_args``. ``None``
-            means :data:`src.nets.DEFAULT_NET` (a plain MLP).
-        optimizer: Builds the optimizer from the parameters; chosen in YAML (``class_path`` + ``init_args``).
-            ``None`` means ``AdamW(lr=1e-3)``. (No class default here on purpose: the parser would carry a
-            default class's ``init_args``, say AdamW's ``weight_decay``, over to the class a config names.)
+        in_features: Input width; linked from the DataModule.
+        out_features: Output width (classes, labels, targets, or 1); linked from the DataModule.
+        net: Builds the net from ``(in_features, out_features)``; ``None``: :data:`src.nets.DEFAULT_NET`.
+        optimizer: Builds the optimizer from the parameters; ``None``: ``AdamW(lr=1e-3)`` (a class default's
+            ``init_args`` would carry over to the class a config names).
         scheduler: Builds the LR scheduler from the optimizer; ``None`` keeps the LR constant.
-        scheduler_interval: ``epoch`` or ``step``: when Lightning steps the scheduler. Per-step schedules
-            (warmup, OneCycleLR) need ``step``; epoch schedules stepped per batch decay far too fast.
+        scheduler_interval: When Lightning steps the scheduler; warmup and OneCycleLR need ``step``.
         scheduler_monitor: The logged metric a ``ReduceLROnPlateau`` watches.
-        compile_net: Compile the net with ``torch.compile`` (the net only: ``self.log`` does not compile).
-        target_names: The data's target columns when it has several, one output each (``None``: one
-            target); linked from the DataModule, since ``out_features`` alone cannot tell 3 labels from 3
-            classes.
+        compile_net: Compile the net (only the net) with ``torch.compile``.
+        target_names: The data's target columns when it has several (``None``: one); linked from the data.
     """
 
     def __init__(
@@ -73,14 +59,12 @@ class BaseTask(L.LightningModule, ABC):
         target_names: list[str] | None = None,
     ) -> None:
         super().__init__()
-        # primitives only, so that checkpoints load with weights_only=True: ``net`` as its config (class_path
-        # and init_args), the optimizer and scheduler from the run's config the checkpoints carry
+        # plain data, so checkpoints load with weights_only=True; optimizer and scheduler: in the run's config
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r"Attribute 'net' is an instance of `nn.Module`")
             self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         if self.hparams.get("net") is not None and not isinstance(self.hparams["net"], dict):
-            # a net factory built in Python, not read from a config: pass it again when loading
-            # (``load_from_checkpoint(path, net=...)``); its weights are in the checkpoint either way
+            # a net factory built in Python: pass it again to load_from_checkpoint(path, net=...)
             self.save_hyperparameters(ignore=["optimizer", "scheduler", "net"])
         self.check_shapes()
         self.optimizer = optimizer
@@ -91,10 +75,8 @@ class BaseTask(L.LightningModule, ABC):
         except (ValueError, TypeError) as err:  # a bad argument of the net, as one sentence
             raise UserInputError(f"model.init_args.net: {err}") from err
         if compile_net:
-            # in place: the state_dict keeps its keys, so checkpoints load with or without compiling
-            self.net.compile()
-        # the metrics of each stage, logged as `train/acc`, `val/acc` ...; and its loss as a mean over rows,
-        # which leaves out a step whose loss is not finite (NonFiniteGuard skips that step)
+            self.net.compile()  # in place: the state_dict keeps its keys, so checkpoints load either way
+        # each stage's metrics (`val/acc` ...) and mean loss over rows, leaving out non-finite (skipped) steps
         metrics = self.build_metrics()
         self.train_metrics = metrics.clone(prefix="train/")
         self.val_metrics = metrics.clone(prefix="val/")
@@ -112,15 +94,11 @@ class BaseTask(L.LightningModule, ABC):
         strict: bool | None = None,
         **kwargs: Any,
     ) -> Self:
-        """Lightning's loader, under the project's rule for checkpoints: read as data only, whatever the
-        path, and no class imported that the checkpoint names unless it is trusted, this class or one of its
-        imported subclasses (:func:`src.checkpoints.check_for_class`)."""
+        """Lightning's loader, reading data only and importing no untrusted class the checkpoint names."""
         check_for_class(checkpoint_path, cls)
         return super().load_from_checkpoint(
             checkpoint_path, map_location, hparams_file, strict, weights_only=True, **kwargs
         )
-
-    # -- what subclasses define -----------------------------------------------------------------------
 
     def check_shapes(self) -> None:
         """Refuse shapes the task cannot serve (say, regression data linked into a classifier)."""
@@ -140,12 +118,7 @@ class BaseTask(L.LightningModule, ABC):
     @override
     @abstractmethod
     def predict_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> dict[str, torch.Tensor]:
-        """Named ``(B,)`` or ``(B, K)`` tensors per batch; ``PredictionWriter`` makes them CSV columns.
-
-        Lightning's own default would call the net on the whole ``(x, y)`` batch tuple.
-        """
-
-    # -- the steps ------------------------------------------------------------------------------------
+        """Named ``(B,)`` or ``(B, K)`` tensors per batch; ``PredictionWriter`` makes them CSV columns."""
 
     @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -166,8 +139,7 @@ class BaseTask(L.LightningModule, ABC):
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         self._shared_step(batch, self.test_loss, self.test_metrics)
 
-    # Lightning resets the logged metrics when an epoch ends; one cut short by an exception leaves its
-    # updates in them, which the next fit of this module would count: each epoch starts from empty ones
+    # an epoch cut short by an exception leaves its updates (Lightning resets at an epoch's end): start empty
     @override
     def on_train_epoch_start(self) -> None:
         self.train_loss.reset()
@@ -183,8 +155,7 @@ class BaseTask(L.LightningModule, ABC):
         self.test_loss.reset()
         self.test_metrics.reset()
 
-    # the epoch's values, once per epoch: torchmetrics computes each over the epoch's updates (gathered
-    # from every process), Lightning logs and resets it
+    # torchmetrics computes each over the epoch (gathered from every process); Lightning logs and resets it
     @override
     def on_train_epoch_end(self) -> None:
         self._log_epoch(self.train_loss, self.train_metrics)
@@ -205,8 +176,7 @@ class BaseTask(L.LightningModule, ABC):
         if targets is None:
             self.log_dict(metrics)
             return
-        # several targets: a metric of one value per target, (K,), is logged per target, `val/r2(<target>)`,
-        # and as their mean, `val/r2`; computed here (gathered from every process), reset as an epoch starts
+        # several targets: a (K,) metric is logged per target, `val/r2(<target>)`, and as their mean, `val/r2`
         for name, value in metrics.compute().items():
             self.log(name, value.mean())  # a scalar, as it is
             if value.ndim:
@@ -216,8 +186,7 @@ class BaseTask(L.LightningModule, ABC):
     def _shared_step(
         self, batch: tuple[torch.Tensor, torch.Tensor], loss_mean: MeanMetric, metrics: MetricCollection
     ) -> dict[str, torch.Tensor]:
-        """The batch's ``loss`` (with its graph), and the detached ``preds`` and ``target`` of the metrics;
-        the stage's mean loss and metrics updated with them."""
+        """``loss`` (with its graph) and detached ``preds`` and ``target``; updates the stage's metrics."""
         x, target = batch
         output = self(x)  # (B, K) raw logits or (B, 1) values
         loss = self.loss(output, target)
@@ -228,16 +197,12 @@ class BaseTask(L.LightningModule, ABC):
 
     @override
     def configure_model(self) -> None:
-        # only under ModelParallelStrategy (FSDP2), which sets the mesh once the processes exist
-        if self.device_mesh is not None:
+        if self.device_mesh is not None:  # only under ModelParallelStrategy (FSDP2)
             shard(self.net, self.device_mesh["data_parallel"])
-
-    # -- optimization ---------------------------------------------------------------------------------
 
     @override
     def configure_optimizers(self) -> Any:
-        # called by the Trainer once the model is on its device and dtype: the optimizer holds the
-        # parameters that will really be trained
+        # the Trainer calls this once the model is on its device and dtype: the parameters really trained
         optimizer = (self.optimizer or DEFAULT_OPTIMIZER)(self.parameters())
         if self.scheduler is None:
             return optimizer

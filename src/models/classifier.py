@@ -19,15 +19,11 @@ from src.models.base import BaseTask
 
 
 class Classifier(BaseTask):
-    """Predicts one of ``out_features`` classes or, when the data has several targets (``target_names``),
-    whether each of ``out_features`` labels holds (multi-label); ``net``, ``optimizer``, ``scheduler`` ...
-    are :class:`BaseTask`'s, passed through ``**kwargs`` (``--help`` lists them too).
+    """Predicts one of ``out_features`` classes or, with several targets, whether each label holds.
 
     Args:
-        label_smoothing: Mass moved from the true class to all classes in the loss (0 turns it off); for
-            labels, each one's two values share it alike: a target of 1 becomes ``1 - s/2``, 0 ``s/2``.
-        class_weights: Weigh the loss by balanced class weights computed on the training split; for
-            labels, each label's positives by its training negatives over positives (BCE's ``pos_weight``).
+        label_smoothing: Mass moved from the true class to all classes (0: off); a label's 1 is ``1 - s/2``.
+        class_weights: Weigh the loss by the training split's balanced class weights (labels: ``pos_weight``).
         **kwargs: :class:`BaseTask`'s arguments.
     """
 
@@ -68,9 +64,7 @@ class Classifier(BaseTask):
 
     @override
     def setup(self, stage: str) -> None:
-        # Trainer.datamodule is public and documented, but Lightning assigns it in its data connector
-        # without declaring it on the class, so mypy cannot see it
-        datamodule = self.trainer.datamodule  # type: ignore[attr-defined]
+        datamodule = self.trainer.datamodule  # type: ignore[attr-defined]  # public, undeclared on Trainer
         if stage == "fit" and self.hparams["class_weights"] and datamodule is not None:
             self.class_weight.copy_(datamodule.class_weights())
 
@@ -84,8 +78,7 @@ class Classifier(BaseTask):
                     "model Classifier reads several targets as labels, but the data's are values "
                     "(data.task: regression); use src.models.Regressor."
                 )
-            # (B, K) raw logits, one per label, never sigmoided: the loss applies log-sigmoid itself;
-            # (B, K) 0/1 targets, smoothed as cross-entropy smooths two classes: 1 - s/2 and s/2
+            # (B, K) logits, never sigmoided (the loss does it); 0/1 targets smoothed to s/2 and 1 - s/2
             soft = target.to(output.dtype) * (1 - smoothing) + smoothing / 2
             return F.binary_cross_entropy_with_logits(output, soft, pos_weight=weight)
         # output: (B, K) raw logits, never softmaxed: cross_entropy applies log-softmax itself

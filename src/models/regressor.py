@@ -18,30 +18,18 @@ from src.models.base import BaseTask
 class Regressor(BaseTask):
     """Predicts one continuous value, or one per target when the data has several (``target_names``).
 
-    Its own arguments are below; the rest (``net``, ``optimizer``, ``scheduler`` ...) are
-    :class:`BaseTask`'s and pass through ``**kwargs`` (``--help`` lists them too).
-
     Args:
         loss_fn: ``mse`` or ``huber``.
-        huber_delta: Where the Huber loss turns from quadratic to linear (in standardized units when
-            ``standardize_target`` is on).
-        standardize_target: Train on ``(y - mean) / std`` with the training split's statistics; metrics
-            and predictions are always in original units.
-        target_transform: ``log``: train on ``log(1 + y)`` (then standardized), which a target of
-            positive amounts spread over orders of magnitude (prices, wages, counts) is closer to normal
-            in, and predict ``exp(.) - 1`` of the net's output, in the target's units again; it needs
-            every training target at least 0. ``auto``: ``log`` when the training targets are all at
-            least 0 and skewed to the right (skewness above :data:`SKEWED`) and their logarithm is less
-            skewed, else ``none``. ``none`` (the default): the target as it is. On the tables benchmark
-            the logarithm's predictions, back in the target's units, scored a worse RMSE (skewed ozone
-            readings: 0.76 of the best library's against 0.92 without; wages: level), since a net that
-            fits the logarithm's mean under-predicts the large values that dominate an RMSE.
+        huber_delta: Where the Huber loss turns from quadratic to linear (in standardized units).
+        standardize_target: Train on ``(y - mean) / std`` of the training split; metrics stay in its units.
+        target_transform: ``log``: train on ``log(1 + y)`` (targets at least 0); ``auto``: ``log`` for
+            right-skewed targets (above :data:`SKEWED`) the log makes less skewed; ``none``: as they are
+            (the default: a net fitting the log's mean under-predicts the large values an RMSE weighs).
         **kwargs: :class:`BaseTask`'s arguments.
     """
 
-    #: the training split's target mean and std (of ``log(1 + y)`` when that is what the net learns), and
-    #: 1 when it learns the logarithm, else 0: buffers registered in ``__init__``, scalars for one target,
-    #: ``(K,)`` for several
+    #: the training split's target mean and std (of what the net learns), and 1 where it learns the log:
+    #: buffers, scalars for one target, ``(K,)`` for several
     target_mean: torch.Tensor
     target_std: torch.Tensor
     target_log: torch.Tensor
@@ -92,15 +80,12 @@ class Regressor(BaseTask):
 
     @override
     def setup(self, stage: str) -> None:
-        # Trainer.datamodule is public and documented, but Lightning assigns it in its data connector
-        # without declaring it on the class, so mypy cannot see it
-        datamodule = self.trainer.datamodule  # type: ignore[attr-defined]
+        datamodule = self.trainer.datamodule  # type: ignore[attr-defined]  # public, undeclared on Trainer
         if stage == "fit" and datamodule is not None:
             self.fit_target_scaling(datamodule.train_targets())
 
     def fit_target_scaling(self, targets: np.ndarray) -> None:
-        """Set each target's transform and standardization from the training split's ``(N,)`` targets, or
-        ``(N, K)`` with several."""
+        """Set each target's transform and standardization from training targets ``(N,)`` or ``(N, K)``."""
         y = np.asarray(targets, dtype=np.float64).reshape(len(targets), -1)  # (N, K), K = 1 for one target
         logs = [use_log(column, self.hparams["target_transform"]) for column in y.T]
         learnt = np.stack([np.log1p(c) if log else c for c, log in zip(y.T, logs, strict=True)], axis=1)
@@ -111,15 +96,13 @@ class Regressor(BaseTask):
             buffer.copy_(torch.as_tensor(np.asarray(values, np.float64)).reshape(buffer.shape))
 
     def learnt_units(self, target: torch.Tensor) -> torch.Tensor:
-        """(B,) targets in original units, or (B, K) with several → the units the net learns: transformed,
-        then standardized."""
+        """(B,) or (B, K) targets in original units → the units the net learns: transformed, standardized."""
         learnt = torch.where(self.target_log > 0, torch.log1p(target.clamp(min=0)), target)
         return (learnt - self.target_mean) / self.target_std
 
     @override
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        # output: (B, 1) in the learnt units, (B, K) with several targets; target: (B,) or (B, K) in
-        # original units (squeezing (B, K) leaves it as it is)
+        # output: (B, 1) or (B, K) in the learnt units; target: (B,) or (B, K) in original units
         if not target.is_floating_point():  # class ids: several labels have the shape of several values
             raise UserInputError(
                 "model Regressor reads the targets as values, but the data's are labels "
@@ -168,6 +151,5 @@ def use_log(y: np.ndarray, transform: str) -> bool:
 
 
 def _without_log(module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
-    """A checkpoint written before the target could be learnt as its logarithm has no ``target_log``:
-    it learnt the target as it is."""
+    """An older checkpoint without ``target_log`` learnt the target as it is."""
     state_dict.setdefault(f"{prefix}target_log", torch.tensor(0.0))

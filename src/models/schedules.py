@@ -10,15 +10,12 @@ from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
 
 from src.errors import UserInputError, notice
 
-#: arguments by which a scheduler spans the whole run: OneCycleLR's and WarmupCosine's ``total_steps``,
-#: CosineAnnealingLR's (and Cosine's) ``T_max``
+#: arguments by which a scheduler spans the whole run (OneCycleLR's, CosineAnnealingLR's)
 SPANS_THE_RUN = ("total_steps", "T_max")
 
 
 def spanned_by(factory: Callable[..., Any]) -> str | None:
-    """The argument by which a scheduler spans the run when the config left it out (the task then gives it
-    the run's length), else ``None``. The CLI builds a ``functools.partial`` binding every init argument,
-    unset ones as ``None``: its public ``keywords`` say which were left out."""
+    """The argument by which a scheduler spans the run when the config left it out (bound as None)."""
     bound = factory.keywords if isinstance(factory, functools.partial) else {}
     if bound.get("epochs") is not None:
         return None  # OneCycleLR given epochs and steps_per_epoch counts them itself
@@ -26,10 +23,7 @@ def spanned_by(factory: Callable[..., Any]) -> str | None:
 
 
 def run_length(trainer: Any, interval: str, argument: str = "T_max") -> int:
-    """The run's length in the steps of a schedule's ``argument``: ``total_steps`` counts optimizer steps;
-    ``T_max`` counts the scheduler's own steps, optimizer steps or epochs as ``interval`` says (epochs:
-    ``trainer.max_epochs``, fewer when ``max_steps`` ends the run first). From the Trainer's
-    ``estimated_stepping_batches``."""
+    """The run's length in the steps of a schedule's ``argument`` (optimizer steps, or epochs)."""
     if argument == "total_steps" and interval != "step":
         raise UserInputError(
             "a scheduler that counts total_steps (OneCycleLR, WarmupCosine) steps per optimizer step: "
@@ -48,8 +42,7 @@ def run_length(trainer: Any, interval: str, argument: str = "T_max") -> int:
 
 
 def check_length(scheduler: Any, run_length: Callable[[str], int], interval: str) -> None:
-    """A length typed in the config (``T_max``, ``total_steps``) that is not the run's (``run_length`` of
-    the argument): said in one line, since the schedule then restarts or stops short as the run goes on."""
+    """Say in one line when a typed ``T_max`` or ``total_steps`` is not the run's length."""
     for argument in SPANS_THE_RUN:
         given = getattr(scheduler, argument, None)  # torch's schedulers keep them as public attributes
         if not isinstance(given, int) or given == (length := run_length(argument)):
@@ -75,10 +68,7 @@ def settings(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
 
 
 def check_replaced(before: list[dict[str, Any]], optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
-    """A setting of the optimizer's own that ``scheduler`` replaces (``before``: the optimizer's
-    :func:`settings` until it was built), said in one line: OneCycleLR and CyclicLR with ``cycle_momentum``
-    cycle the momentum (Adam's first beta) between their own bounds, whatever the config gave the
-    optimizer; any other scheduler that changed a setting besides the learning rate is named too."""
+    """Say which optimizer setting ``scheduler`` replaced (the momentum OneCycleLR cycles, say)."""
     name, group, old = type(scheduler).__name__, optimizer.param_groups[0], before[0]
     # torch's cycling schedulers keep their bounds in each group, and cycle betas[0] where there are betas
     if getattr(scheduler, "cycle_momentum", False) and "base_momentum" in group:
@@ -101,17 +91,12 @@ def check_replaced(before: list[dict[str, Any]], optimizer: torch.optim.Optimize
 
 
 class WarmupCosine(SequentialLR):
-    """Linear warmup, then cosine decay: torch's ``LinearLR`` and ``CosineAnnealingLR`` in a ``SequentialLR``.
-
-    Meant to be stepped per optimizer step (``model.scheduler_interval: step``). A scheduler list
-    cannot be written in YAML, because each scheduler needs the optimizer that only exists at run time;
-    this class takes plain numbers instead.
+    """Linear warmup, then cosine decay, stepped per optimizer step; YAML cannot compose the two itself.
 
     Args:
         optimizer: The optimizer whose learning rate is scheduled.
         warmup_steps: Steps of linear warmup, from ``warmup_start_factor * lr`` up to ``lr``.
-        total_steps: Length of the whole run in steps; left out, the task fills in the Trainer's
-            estimate (as for ``OneCycleLR``).
+        total_steps: Length of the whole run in steps; left out, the task fills it in.
         warmup_start_factor: Fraction of the base learning rate at step 0.
         eta_min: Learning rate at the end of the cosine.
     """
@@ -139,12 +124,7 @@ class WarmupCosine(SequentialLR):
 
 
 class Cosine(CosineAnnealingLR):
-    """torch's ``CosineAnnealingLR`` whose length is the run's: ``T_max`` may be left out of the config.
-
-    Left out, the task fills in the run's length from the Trainer (as for ``OneCycleLR``): in epochs with
-    ``model.scheduler_interval: epoch``, in optimizer steps with ``step``. The learning rate then reaches
-    ``eta_min`` as the run ends, however long ``trainer.max_epochs`` makes it. (torch's own class needs
-    ``T_max`` written out; the task refuses one that is not the run's length.)
+    """torch's ``CosineAnnealingLR`` whose ``T_max`` the task fills in with the run's length.
 
     Args:
         optimizer: The optimizer whose learning rate is scheduled.

@@ -13,8 +13,7 @@ DEFAULT_NET: dict[str, Any] = {"class_path": "src.nets.MLP", "init_args": {"hidd
 
 
 def shard(net: nn.Module, mesh: DeviceMesh) -> None:
-    """FSDP2 on ``mesh``: each Linear its own group (its parameters gathered just before use), then the
-    rest of the net; a net sharded already (``configure_model`` runs for every stage) is left alone."""
+    """FSDP2 on ``mesh``, each Linear its own group; a net sharded already is left alone."""
     if isinstance(net, FSDPModule):
         return
     for layer in net.modules():

@@ -28,9 +28,7 @@ class MLP(nn.Module):
         activation: One of ``relu``, ``gelu``, ``silu``, ``tanh``, ``leaky_relu``.
         dropout: Drop probability after each hidden activation; 0 disables it.
         batch_norm: Put a ``BatchNorm1d`` after each hidden linear layer.
-        activation_checkpointing: While gradients are being recorded, keep only each hidden block's input
-            and recompute the block in backward: less memory for one more forward per block. The last
-            block runs normally, since backward needs its activations at once.
+        activation_checkpointing: Recompute each hidden block (but the last) in backward: less memory.
     """
 
     def __init__(
@@ -56,16 +54,14 @@ class MLP(nn.Module):
         layers: list[nn.Module] = []
         width = in_features
         for hidden in hidden_sizes:
-            # bias is redundant right before BatchNorm, which subtracts the mean anyway
-            layers.append(nn.Linear(width, hidden, bias=not batch_norm))
+            layers.append(nn.Linear(width, hidden, bias=not batch_norm))  # BatchNorm subtracts the mean
             if batch_norm:
                 layers.append(nn.BatchNorm1d(hidden))
             layers.append(ACTIVATIONS[activation]())
             if dropout > 0:
                 layers.append(nn.Dropout(dropout))
             width = hidden
-        # nn.Sequential, not a Python list: a list would hide the layers from .parameters() and .to()
-        self.body = nn.Sequential(*layers)
+        self.body = nn.Sequential(*layers)  # a list would hide the layers from .parameters() and .to()
         self.head = nn.Linear(width, out_features)
         self.activation_checkpointing = activation_checkpointing
         self.num_blocks = len(hidden_sizes)
@@ -73,8 +69,7 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, in_features) → (B, out_features); raw outputs, no softmax."""
         if self.activation_checkpointing and self.num_blocks > 1 and torch.is_grad_enabled():
-            # one segment per hidden block; non-reentrant, so it works with inputs that need no grad
-            # and restores the RNG state for dropout when it recomputes
+            # non-reentrant: works with inputs that need no grad, and restores dropout's RNG state
             hidden = checkpoint_sequential(self.body, self.num_blocks, x, use_reentrant=False)
         else:
             hidden = self.body(x)
