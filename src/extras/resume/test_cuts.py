@@ -352,7 +352,7 @@ def test_a_sigterm_during_a_background_checkpoint_write_resumes_exactly(
     workdir: Path, uninterrupted: dict[str, torch.Tensor], step: int
 ) -> None:
     plugin = {
-        "class_path": "src.checkpoint_io.BackgroundCheckpointIO",
+        "class_path": "src.extras.resume.background.BackgroundCheckpointIO",
         "init_args": {
             "checkpoint_io": {"class_path": f"{__name__}.SigtermWhileWriting", "init_args": {"step": step}}
         },

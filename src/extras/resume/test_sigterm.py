@@ -1,6 +1,6 @@
 """SIGTERM, as a scheduler preempting a job sends it: the fit saves last.ckpt at the step's end (whole before
 the process exits) and says the command that resumes the run, and that command goes on in the one run
-folder. The core's runs of tests/test_checkpoint_io.py and tests/test_run_folders.py, with this extra back
+folder. The runs of test_background.py and tests/test_run_folders.py, with this extra back
 on after their CORE_ONLY."""
 
 import shlex
@@ -11,7 +11,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-import tests.test_checkpoint_io as checkpoint_io
+import src.extras.resume.test_background as checkpoint_io
 import tests.test_run_folders as run_folders
 from src.checkpoints import load_checkpoint
 from src.cli import main
