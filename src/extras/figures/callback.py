@@ -22,6 +22,10 @@ from src.extras.loggers import BestEpoch, last_by_cap, logging_step, tensorboard
 from src.extras.pacing import Pace
 from src.extras.painter import Painter
 
+#: ``draw_in="auto"``'s longest fit drawn on a thread, in epochs: a handful of figures, which a worker
+#: process's start would outlast
+THREAD_EPOCHS = 10
+
 if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, on the worker when there is one
     from matplotlib.figure import Figure
 
@@ -75,10 +79,10 @@ class ValidationFigures(Callback):
         image_size: Width and height of the regression's image, in pixels; the confusion matrix is
             sized to its class count instead.
         max_points: Regression: at most this many validation rows (the first ones) in the scatter plot.
-        draw_in: ``thread`` (a background thread of this process: a few figures a fit, nothing left
-            running after the command) or ``process`` (a worker process, whose drawing never holds the
-            training interpreter's lock: for figures many or large; it starts with the first figure and ends
-            with the fit).
+        draw_in: ``thread`` (a background thread of this process, whose drawing holds the training
+            interpreter's lock while it runs), ``process`` (a worker process, which never does; it starts
+            with the first figure, about a second, and ends with the fit), or ``auto``: a process for a fit
+            of more than :data:`THREAD_EPOCHS` epochs (``max_epochs``), a thread otherwise.
         max_share: The most of the fit's time that drawing may take, from the request to the written
             figure (:class:`~src.extras.pacing.Pace`); ``None``: no limit.
     """
@@ -88,7 +92,7 @@ class ValidationFigures(Callback):
         every_n_epochs: int = 5,
         image_size: int = 480,
         max_points: int = 2000,
-        draw_in: Literal["process", "thread"] = "thread",
+        draw_in: Literal["auto", "process", "thread"] = "auto",
         max_share: float | None = 0.05,
     ) -> None:
         for name, value in {"every_n_epochs": every_n_epochs, "image_size": image_size}.items():
@@ -107,8 +111,10 @@ class ValidationFigures(Callback):
         self._latest: _Epoch | None = None
         self._best = BestEpoch()
         self._pace = Pace(max_share, "ValidationFigures")
-        if draw_in not in ("process", "thread"):
-            raise UserInputError(f"ValidationFigures draw_in={draw_in!r} is not 'process' or 'thread'.")
+        if draw_in not in ("auto", "process", "thread"):
+            raise UserInputError(
+                f"ValidationFigures draw_in={draw_in!r} is not 'auto', 'process' or 'thread'."
+            )
         self.draw_in = draw_in
         self._painter = Painter("validation-figures", processes=draw_in == "process")
         self._drew = False  # whether this run has drawn a figure yet
@@ -232,6 +238,12 @@ class ValidationFigures(Callback):
         self._pace.reset()
 
     @override
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.draw_in == "auto":  # a few figures: a thread; a long fit's many: a process
+            epochs = trainer.max_epochs
+            self._painter.processes = stage == "fit" and (epochs is None or not 0 <= epochs <= THREAD_EPOCHS)
+
+    @override
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # before Lightning closes the loggers: every figure is written, and a drawing error is raised here
         self._finish(drawn=True)
@@ -265,7 +277,7 @@ class ValidationFigures(Callback):
             if group == "val":
                 epoch.drawing = drawn
 
-        if self.draw_in == "process":
+        if self._painter.processes:
             self._painter.submit(drawing.validation, *what, epoch.target, None, self.image_size, then=write)
         else:
             self._painter.submit(self._draw, *what, epoch.target, then=write)

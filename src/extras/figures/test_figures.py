@@ -25,7 +25,7 @@ from typing_extensions import override
 import tests.test_any_module as any_module
 from src.cli import main
 from src.extras import painter
-from src.extras.figures.callback import ValidationFigures
+from src.extras.figures.callback import THREAD_EPOCHS, ValidationFigures
 from src.extras.figures.drawing import DPI, MIN_CELL_IN, confusion_figure
 from src.extras.tables import TabularDataModule
 from src.models import Classifier
@@ -66,7 +66,7 @@ def fit(
     every: int,
     *callbacks: Callback,
     validate_every: int = 1,
-    draw_in: Literal["process", "thread"] = "thread",
+    draw_in: Literal["auto", "process", "thread"] = "thread",
     max_share: float | None = None,
 ) -> tuple[Threads, dict[str, list[int]]]:
     """A fit's figure steps; drawn on a thread, where :class:`Threads` records which one each is drawn on."""
@@ -594,3 +594,16 @@ def test_preds_of_a_shape_no_figure_reads_get_one_line_and_no_figures(tmp_path: 
         "figures are drawn."
     ]
     assert events.Tags()["images"] == []
+
+
+def test_auto_draws_a_short_fit_on_a_thread_and_a_longer_one_in_a_worker_process(tmp_path: Path) -> None:
+    """``draw_in: auto`` (the shipped default): a fit of at most THREAD_EPOCHS epochs draws its few figures
+    on a thread of the training's process; a longer one in a worker process, shut down with the fit."""
+    short, _ = fit(tmp_path / "short", 2, 1, draw_in="auto")
+    assert short.threads
+    assert not short._painter.processes
+    long, steps = fit(tmp_path / "long", THREAD_EPOCHS + 1, 5, draw_in="auto")
+    assert long._painter.processes
+    assert long.threads == []  # none drawn in this process
+    assert steps["images"]  # and drawn all the same, by the worker
+    assert not painter.workers.running("validation-figures")
