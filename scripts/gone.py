@@ -83,6 +83,7 @@ def naming(paths: frozenset[str], targets: frozenset[str], sections: frozenset[s
             words.append(r"\b" + r"[./]".join(map(re.escape, path.removesuffix(".py").split("/"))) + r"\b")
     if targets:
         words.append(rf"\bmake (?:{'|'.join(sorted(targets))})\b")
-    if sections:
-        words.append(rf"--(?:{'|'.join(sorted(sections))})\b")
-    return re.compile("|".join(words) or r"(?!)")
+    if sections:  # a section as a CLI word, a YAML key starting a line, or in backticks (its key too)
+        names = "|".join(sorted(sections))
+        words += [rf"--(?:{names})\b", rf"^\s*(?:{names}):", rf"`(?:{names})[:`]"]
+    return re.compile("|".join(words) or r"(?!)", re.MULTILINE)

@@ -6,7 +6,7 @@ tests/test_layout.py."""
 import pytest
 
 from scripts import plugins
-from scripts.gone import Gone
+from scripts.gone import Gone, naming
 from scripts.slim_configs import edit_config
 from scripts.slim_pages import edit_markdown
 from tests.conftest import ROOT
@@ -90,3 +90,17 @@ def test_a_page_loses_rows_sentences_commands_and_sections_that_name_what_went()
         "make train   # stays\n"
         "```\n"
     )
+
+
+def test_a_section_is_named_by_its_cli_word_its_yaml_key_or_in_backticks_and_never_as_a_plain_word() -> None:
+    pattern = naming(frozenset(), frozenset(), frozenset({"resume", "baselines"}))
+    named = [
+        "--resume=null",
+        "baselines: null",
+        "  resume:\n",
+        "`baselines: null` skips them",
+        "the `resume` section",
+    ]
+    plain = ["a fit can resume: from last.ckpt", "the baselines fit beside the net", "--resumed", "`resumed`"]
+    assert [text for text in named if pattern.search(text)] == named
+    assert [text for text in plain if pattern.search(text)] == []

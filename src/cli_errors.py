@@ -1,5 +1,6 @@
 """Bad input on the command line becomes one sentence on stderr and exit status 2, never a traceback."""
 
+import ast
 import logging
 import os
 import re
@@ -57,6 +58,17 @@ def moved_option(message: str) -> str | None:
     return None
 
 
+def stray_keys(given: str) -> list[str]:
+    """The keys of a class's mapping as jsonargparse quotes it (``{'init_args': ..., 'callbacks': ...}``)
+    that a class's mapping does not take."""
+    try:
+        value = ast.literal_eval(given.strip().strip('"'))
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return []
+    known = ("class_path", "init_args", "dict_kwargs")
+    return [str(key) for key in value if key not in known] if isinstance(value, dict) else []
+
+
 def summarize(message: str) -> str:
     """jsonargparse's report of a rejected value, as one line: the key, the value and why."""
     moved = moved_option(message)
@@ -89,6 +101,12 @@ def summarize(message: str) -> str:
         why = (telling or reasons or ["not accepted"])[0].split(". Got value")[0]
         why = re.sub(r"Expected a <class '(\w+)'>", r"expected \1", why)
     where = ".".join(dict.fromkeys(k for k in keys if k))  # outer key, then the nested one, once each
+    stray = stray_keys(given.group(1) if given else "")
+    if stray and "subclass" in why:  # a key at a class's level that belongs elsewhere (its indentation)
+        return (
+            f"{where}.{stray[0]} is not a key of {where}, which takes class_path, init_args and dict_kwargs; "
+            "move it where it belongs (check its indentation)"
+        )
     # a value jsonargparse assembled itself (a nested key, a class with all its arguments) says nothing
     value = (
         f" {given.group(1).strip()!r}"

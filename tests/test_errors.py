@@ -62,6 +62,16 @@ def test_unknown_key_inside_a_config_file(cli, capsys, workdir: Path) -> None:
     assert "hiden_sizes" in capsys.readouterr().err
 
 
+def test_a_key_indented_under_a_class_it_does_not_belong_to_is_named(cli, capsys, workdir: Path) -> None:
+    # the Trainer's callbacks indented one level too deep, under the model
+    (workdir / "indent.yaml").write_text("model:\n  init_args: {}\n  callbacks: []\n")
+    line = fails(cli, capsys, "--config", "digits.yaml", "--config", "indent.yaml")
+    assert line.startswith(
+        "error: model.callbacks is not a key of model, which takes class_path, init_args and dict_kwargs; "
+        "move it where it belongs (check its indentation)"
+    )
+
+
 def test_unknown_key_in_a_callback_section_of_a_config_file(cli, capsys, workdir: Path) -> None:
     (workdir / "typo.yaml").write_text("early_stopping:\n  init_args:\n    patiense: 5\n")
     line = fails(cli, capsys, "--config", "spiral.yaml", "--config", "typo.yaml")
