@@ -157,8 +157,12 @@ def not_copied(folder: str, names: list[str]) -> set[str]:
 
 
 def copy_of(tmp_path: Path) -> Path:
+    """The working tree copied, with the environment a checkout has after ``make install`` (``.venv``, which
+    the hooks of ``.pre-commit-config.yaml`` name) linked in rather than copied."""
     copy = tmp_path / "repository"
     shutil.copytree(ROOT, copy, ignore=not_copied)
+    if (ROOT / ".venv").is_dir():
+        (copy / ".venv").symlink_to(ROOT / ".venv")
     return copy
 
 
