@@ -311,15 +311,29 @@ def remove_folder(root: Path, folder: str) -> list[str]:
     return sorted(theirs)
 
 
+#: the folders whose sub-folders make slim may remove whole
+REMOVABLE = ("src/extras/", "src/apps/")
+
+
 def refuse_unless_committed(root: Path) -> None:
     """make slim undoes with git: a tree with changes git has not committed would lose them."""
-    status = subprocess.run(["git", "-C", str(root), "status", "--porcelain"], capture_output=True, text=True)
+    status = subprocess.run(
+        ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=all"],
+        capture_output=True,
+        text=True,
+    )
     if status.returncode != 0:
         raise SlimError(f"{root} is no git checkout, so nothing could bring back what make slim removes.")
-    if status.stdout.strip():
-        changed = len(status.stdout.splitlines())
+    # an untracked file is at risk only inside the folders whose plug-ins may go; elsewhere slim edits
+    # and deletes tracked files alone
+    lines = status.stdout.splitlines()
+    at_risk = [
+        line for line in lines if not line.startswith("??") or line[3:].strip('"').startswith(REMOVABLE)
+    ]
+    if at_risk:
         raise SlimError(
-            f"the tree has {changed} uncommitted change(s) (git status): commit or stash them first, so that "
+            f"the tree has {len(at_risk)} uncommitted change(s) make slim could lose (git status: "
+            f"{at_risk[0][3:]}{' ...' * (len(at_risk) > 1)}): commit or stash them first, so that "
             f"`{UNDO}` can bring back all that make slim removes."
         )
 

@@ -121,8 +121,16 @@ def test_make_slim_refuses_a_tree_with_uncommitted_changes(tmp_path: Path) -> No
     subprocess.run([*git, "add", "a.txt"], check=True)
     subprocess.run([*git, "commit", "-q", "-m", "a"], check=True)
     slim.refuse_unless_committed(tmp_path)  # clean: goes ahead
-    (tmp_path / "b.txt").write_text("b\n")  # new, not ignored: git clean would delete it
-    with pytest.raises(plugins.SlimError, match=r"uncommitted change.*git checkout -- \."):
+    (tmp_path / "my_data.csv").write_text("b\n")  # a file of the user's that make slim never touches
+    slim.refuse_unless_committed(tmp_path)
+    mine = tmp_path / "src" / "extras" / "mine" / "notes.txt"  # inside a folder make slim may remove
+    mine.parent.mkdir(parents=True)
+    mine.write_text("c\n")
+    with pytest.raises(plugins.SlimError, match=r"uncommitted change.*src/extras/.*git checkout -- \."):
+        slim.refuse_unless_committed(tmp_path)
+    mine.unlink()
+    (tmp_path / "a.txt").write_text("changed\n")  # a change to a file make slim may edit
+    with pytest.raises(plugins.SlimError, match=r"1 uncommitted change.*a\.txt"):
         slim.refuse_unless_committed(tmp_path)
 
 
