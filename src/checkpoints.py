@@ -108,7 +108,7 @@ def names_of_code(value: Any, where: str = "") -> Iterator[tuple[str, str]]:
         for i, item in enumerate(value):
             yield from names_of_code(item, f"{where}[{i}]")
     elif isinstance(value, str) and DOTTED.fullmatch(value) and _file_text(value) is None:
-        if _importable(value):
+        if _found(value.split(".", 1)[0]):
             yield where, value
     elif isinstance(value, str):
         # as jsonargparse reads it: YAML, or the path of a YAML file
@@ -129,18 +129,10 @@ def _file_text(value: str) -> str | None:
         return None
 
 
-def _importable(name: str) -> bool:
-    """Whether the first part of a dotted name is a module Python could import (nothing is run)."""
+def _found(module: str) -> bool:
+    """Whether Python could import ``module`` (nothing is run but its parents' imports)."""
     try:
-        return importlib.util.find_spec(name.split(".", 1)[0]) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def _importable_module(name: str) -> bool:
-    """Whether the module part of a dotted name can be found (nothing is imported but its parents)."""
-    try:
-        return importlib.util.find_spec(name.rpartition(".")[0]) is not None
+        return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
 
@@ -220,7 +212,7 @@ def check_names(
                     f"checkpoint {str(path)!r} names {name!r} (at {key}), which moved to the {new} plug-in "
                     f"(its README names the new path); its settings name the old place, so train a new run."
                 )
-            gone = found is None and name.startswith("src.") and not _importable_module(name)
+            gone = found is None and name.startswith("src.") and not _found(name.rpartition(".")[0])
             why = (
                 "which this project does not have: put back the extra or module it was written with, if it "
                 "was removed since"
