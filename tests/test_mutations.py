@@ -336,8 +336,8 @@ def test_trust_catches_a_walk_that_stops_at_the_top_level(
         "                yield from names_of_code(item, inner) if not where else ()",
     )
     with pytest.raises((AssertionError, pytest.fail.Exception)):
-        trust.test_a_checkpoint_names_no_code_at_any_depth_at_any_entry_point(
-            trained, planted, workdir, capsys, "Predictor", "deep in a list"
+        trust.assert_names_no_code(
+            trust.entry_points(workdir)["Predictor"], trained, planted, workdir, capsys, "deep in a list"
         )
 
 
