@@ -13,6 +13,7 @@ The modules beside the folders (``src/extras/*.py``) belong to whichever folders
 """
 
 import ast
+import dataclasses
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -78,12 +79,14 @@ def plugins(root: Path = ROOT) -> dict[str, Plugin]:
             found[name] = Plugin(
                 name, kind, frozenset(table["needs"]), frozenset(table.get("uses", [])), stand_ins
             )
-    for plugin in found.values():
-        unknown = sorted((plugin.needs | plugin.uses) - set(found))
+    for name, plugin in found.items():
+        unknown = sorted(plugin.needs - set(found))
         if unknown:
             raise SlimError(
                 f"{plugin.folder}/plugin.toml names {unknown}, no folder of src/extras/ or src/apps/."
             )
+        # what it uses may be gone already (make slim removes it without the one that uses it)
+        found[name] = dataclasses.replace(plugin, uses=plugin.uses & set(found))
     return found
 
 

@@ -104,3 +104,16 @@ def test_a_section_is_named_by_its_cli_word_its_yaml_key_or_in_backticks_and_nev
     plain = ["a fit can resume: from last.ckpt", "the baselines fit beside the net", "--resumed", "`resumed`"]
     assert [text for text in named if pattern.search(text)] == named
     assert [text for text in plain if pattern.search(text)] == []
+
+
+def test_a_folder_may_use_one_already_removed_but_not_need_one(tmp_path) -> None:
+    """``uses`` names what make slim removes without the folder that uses it (serve reads image checkpoints
+    only where the images extra is kept): once gone, it is no longer used; ``needs`` must be there."""
+    app = tmp_path / "src" / "apps" / "serve"
+    app.mkdir(parents=True)
+    (app / "__init__.py").write_text("")
+    (app / "plugin.toml").write_text('needs = []\nuses = ["images"]\n')
+    assert plugins.plugins(tmp_path)["serve"].uses == frozenset()
+    (app / "plugin.toml").write_text('needs = ["images"]\n')
+    with pytest.raises(plugins.SlimError, match=r"src/apps/serve/plugin.toml names \['images'\], no folder"):
+        plugins.plugins(tmp_path)
