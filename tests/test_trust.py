@@ -113,28 +113,43 @@ def test_a_checkpoint_names_no_code_at_any_depth_at_any_entry_point(
     trained: Trained, planted: Path, workdir: Path, capsys, caplog, entry: str, where: str
 ) -> None:
     if where == "the logger in the settings" and entry not in ("Predictor", "load_from_checkpoint"):
-        # a command takes a carried logger only where it trusts the class (a run's own choice, never what
-        # the model needs): a foreign one is left off in one line, and the command goes on without it
-        checkpoint = load_checkpoint(trained.checkpoint)
-        plant(checkpoint, where)
-        torch.save(checkpoint, workdir / "foreign.ckpt")
-        if entry.startswith("fit"):
-            # a resumed fit takes only the logger's run name, whatever its class; these words then differ
-            # from the checkpoint's net, which is refused in its own sentence
-            sentence = refusal(entry_points(workdir)[entry], str(workdir / "foreign.ckpt"), capsys)
-            assert "hidden_sizes" in sentence
-        else:
-            with caplog.at_level(logging.INFO):
-                entry_points(workdir)[entry](str(workdir / "foreign.ckpt"))
-            said = [r.getMessage() for r in caplog.records if PLANTED in r.getMessage()]
-            assert said == [
-                f"--ckpt_path {workdir / 'foreign.ckpt'}: its run's trainer.logger {PLANTED}.Optimizer is "
-                "code outside this project that a checkpoint does not name by itself; it is left off."
-            ]
-        assert PLANTED not in sys.modules
-        assert not planted.exists()
+        open_ = entry_points(workdir)[entry]
+        assert_foreign_logger_left_off(
+            open_, entry.startswith("fit"), trained, planted, workdir, capsys, caplog
+        )
         return
     assert_names_no_code(entry_points(workdir)[entry], trained, planted, workdir, capsys, where)
+
+
+def assert_foreign_logger_left_off(
+    open_: Callable[[str], None],
+    resumes: bool,
+    trained: Trained,
+    planted: Path,
+    workdir: Path,
+    capsys,
+    caplog,
+) -> None:
+    """A command takes a carried logger only where it trusts the class (a run's own choice, never what the
+    model needs): ``open_`` leaves a foreign one off in one line and goes on without it, or, where it
+    ``resumes`` a fit, takes only its run name and refuses these words' other net in its own sentence;
+    nothing planted is imported."""
+    checkpoint = load_checkpoint(trained.checkpoint)
+    plant(checkpoint, "the logger in the settings")
+    path = workdir / "foreign.ckpt"
+    torch.save(checkpoint, path)
+    if resumes:
+        assert "hidden_sizes" in refusal(open_, str(path), capsys)
+    else:
+        with caplog.at_level(logging.INFO):
+            open_(str(path))
+        said = [r.getMessage() for r in caplog.records if PLANTED in r.getMessage()]
+        assert said == [
+            f"--ckpt_path {path}: its run's trainer.logger {PLANTED}.Optimizer is code outside this project "
+            "that a checkpoint does not name by itself; it is left off."
+        ]
+    assert PLANTED not in sys.modules
+    assert not planted.exists()
 
 
 def assert_names_no_code(

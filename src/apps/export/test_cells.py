@@ -12,8 +12,13 @@ from hypothesis import strategies as st
 
 import src.extras.tables.test_cells as cells
 from src.apps import export
+from src.extras.tables import conftest as tables
 from src.predict import Predictor
 from tests.conftest import Trained
+
+# the table runs these tests read (the table kind's fixtures)
+messy_trained = tables.messy_trained
+target_trained = tables.target_trained
 
 
 def docs_example(folder: Path, monkeypatch: pytest.MonkeyPatch) -> dict:

@@ -9,9 +9,14 @@ from hypothesis import strategies as st
 
 import src.extras.tables.test_cells as cells
 from src.apps import serve
+from src.extras.tables import conftest as tables
 from src.extras.tables.preprocessing import CellReport
 from src.predict import Predictor
 from tests.conftest import Trained
+
+# the table runs these tests read (the table kind's fixtures)
+messy_trained = tables.messy_trained
+target_trained = tables.target_trained
 
 
 @pytest.fixture(scope="module", params=["one-hot", "target means"])

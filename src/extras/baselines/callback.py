@@ -12,6 +12,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from sklearn.base import BaseEstimator
 from torchmetrics import MeanAbsoluteError, MeanSquaredError, R2Score
@@ -308,9 +309,10 @@ class Baselines(Callback):
 
     def budget(self, trainer: L.Trainer) -> int:
         """Boosting's most iterations for this fit: ``iterations_per_epoch`` per epoch of ``max_epochs``, at
-        most ``max_iter``."""
+        most ``max_iter``; ``max_iter`` for validate and test, whose trainer settings say nothing of a fit."""
         epochs = trainer.max_epochs
-        if self.iterations_per_epoch is None or epochs is None or epochs < 0:
+        fitting = trainer.state.fn == TrainerFn.FITTING  # validate and test keep pace with no fit: max_iter
+        if self.iterations_per_epoch is None or epochs is None or epochs < 0 or not fitting:
             return self.max_iter
         return min(self.max_iter, self.iterations_per_epoch * max(epochs, 1))
 
