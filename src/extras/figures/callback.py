@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import lightning as L
 import numpy as np
-import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
@@ -166,10 +165,9 @@ class ValidationFigures(Callback):
             if self._label_counts is None:
                 self._label_counts = MultilabelConfusionMatrix(preds.shape[1], validate_args=False)
             self._binary.to(preds.device).update(((target == 0) | (target == 1)).all().float())
-            # torchmetrics' reading of scores: probabilities when all lie in [0, 1], else logits; decided on
-            # the device (no host sync), then 0/1 at 0.5, as its multi-label metrics threshold them
-            probs = torch.where(((preds >= 0) & (preds <= 1)).all(), preds, preds.sigmoid())
-            self._label_counts.to(preds.device).update((probs > 0.5).long(), (target > 0.5).long())
+            # the scores as they are: torchmetrics reads them as its multi-label metrics do (probabilities
+            # when all lie in [0, 1], else logits, decided on the device; then 0/1 at 0.5)
+            self._label_counts.to(preds.device).update(preds, (target > 0.5).long())
         if self._points < self.max_points:  # the values, for a scatter plot of (B,) or (B, K) outputs
             keep = self.max_points - self._points  # a slice length from Python ints: no sync
             self._preds.to(preds.device).update(preds[:keep].float())

@@ -35,8 +35,8 @@ def test_the_label_counts_test_catches_probabilities_thresholded_as_logits(
         monkeypatch,
         ValidationFigures,
         "on_validation_batch_end",
-        "probs = torch.where(((preds >= 0) & (preds <= 1)).all(), preds, preds.sigmoid())",
-        "probs = preds + 0.5",
+        "update(preds, (target > 0.5).long())",
+        "update(preds + 0.5, (target > 0.5).long())",  # read as logits: every label's sigmoid above 0.5
     )
     with pytest.raises(AssertionError, match="not equal"):
         figures.test_k_labels_get_a_2x2_matrix_each_that_counts_every_validation_row_once(
