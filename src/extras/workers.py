@@ -3,14 +3,16 @@ drawing figures): one per purpose, started on first use and ended by its user wh
 (:func:`shutdown`), so that the command leaves no process behind.
 
 A thread of the training's process would hold its interpreter's lock while it runs Python, and the
-training would wait for it; a process does not. A worker is a fresh interpreter (``python -c``) that
-imports only what the submitted function's module imports, never the main module (a CLI's ``python -m
-src.cli`` would import Lightning), so it starts in the time its own imports take. Calls and answers go
-through its stdin and stdout as pickles, in order; there is no pool, queue or semaphore, so no resource
-tracker outlives the command either.
+training would wait for it; a process does not, and runs at the lowest priority (:data:`NICENESS`), so
+that it takes a core the training leaves idle, never the training's. A worker is a fresh interpreter
+(``python -c``) that imports only what the submitted function's module imports, never the main module (a
+CLI's ``python -m src.cli`` would import Lightning), so it starts in the time its own imports take. Calls
+and answers go through its stdin and stdout as pickles, in order; there is no pool, queue or semaphore,
+so no resource tracker outlives the command either.
 """
 
 import contextlib
+import os
 import pickle
 import queue
 import signal
@@ -24,6 +26,8 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+#: a worker's scheduling priority below the training's (POSIX ``nice``; 19 is the lowest)
+NICENESS = 19
 #: the worker's start: the parent's import path first, then the loop of :func:`serve`
 START = (
     "import pickle, sys; sys.path[:] = pickle.load(sys.stdin.buffer); "
@@ -133,13 +137,20 @@ def serve() -> None:
     # a terminal's Ctrl-C reaches every process of the command, and the training's own decides how the run
     # ends (its end shuts the workers down); a worker would only print its traceback
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # work beside the training, never instead of it: where no core is idle the training goes first and
+    # the worker takes what it leaves; its user waits for it only at the end, when the training idles
+    if hasattr(os, "nice"):  # POSIX
+        os.nice(NICENESS)
     calls, answers = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # what the work prints goes to stderr, never among the answers
     while True:
         try:
             function, args = pickle.load(calls)
         except EOFError:
-            return
+            # every answer is written and flushed: the worker holds nothing else, so it ends now, without
+            # the interpreter's teardown of every module its work imported, which its user waits for
+            sys.stderr.flush()
+            os._exit(0)
         try:
             answer: tuple[bool, Any] = (True, function(*args))
         except Exception as err:

@@ -22,7 +22,6 @@ from typing import Any
 import torch
 from lightning.pytorch import loggers
 from lightning.pytorch.utilities import rank_zero_only
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 from typing_extensions import override
 
@@ -52,6 +51,9 @@ def logged_name(run: str, tag: str) -> str:
 def read_scalars(log_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar of a run folder and its stage runs, by the name it was logged under: ``(step, value)``
     pairs, as TensorBoard reads them (``{"val/loss": [(19, 0.41), ...], "train/optimization/lr": ...}``)."""
+    # imported here: reading events back (a sweep's summary, the tests) is rare; writing is every run's
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     found: dict[str, list[tuple[int, float]]] = {}
     for run in ["", *STAGE_RUNS.values()]:
         folder = Path(log_dir) / run
