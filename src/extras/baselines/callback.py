@@ -4,7 +4,7 @@ table says what the net is worth."""
 import re
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Future, ThreadPoolExecutor
-from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import lightning as L
 import numpy as np
@@ -14,7 +14,6 @@ import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
-from sklearn.base import BaseEstimator
 from torchmetrics import MeanAbsoluteError, MeanSquaredError, R2Score
 from torchmetrics.classification import (
     MulticlassAccuracy,
@@ -29,6 +28,9 @@ from src.extras import workers
 from src.extras.baselines import models as baseline_models
 from src.extras.baselines.models import Spec
 from src.extras.loggers import last_by_cap
+
+if TYPE_CHECKING:
+    from sklearn.base import BaseEstimator
 
 Split = Literal["train", "val", "test"]
 #: the baselines, by the name their figures carry
@@ -66,8 +68,12 @@ TITLE = {"hgb": "HistGradientBoosting", "linear": "the linear model"}
 
 
 T = TypeVar("T")
-#: ``fit_in="auto"``'s largest budget for a thread: 5 epochs' worth at 5 iterations an epoch
-THREAD_ITERATIONS = 25
+#: ``fit_in="auto"``'s largest budget for a thread, in trees (a fit of 10 epochs at 10 trees an epoch):
+#: boosting's Python holds the interpreter's lock for each tree it grows, which the training waits for;
+#: a worker's fresh interpreter outlasts a fit shorter than that
+THREAD_TREES = 100
+#: the fewest iterations a fit's budget gives boosting (a one-epoch fit's of K classes)
+MIN_ITERATIONS = 5
 
 
 def _submit(fit_in: str, function: Callable[..., T], *args: Any) -> "Future[T]":
@@ -160,9 +166,10 @@ class Baselines(Callback):
     them its own way: :func:`src.extras.baselines.models.build_models`), on a thread or in a process of
     their own started once the data is split, so that the training goes on and never waits for them, but
     at the fit's last validation epoch by its cap (``max_epochs``, ``max_steps``), and when the fit ends.
-    Their budget fits the fit's: boosting grows ``iterations_per_epoch`` iterations per epoch of the fit's
-    ``max_epochs``, at most ``max_iter``, and stops early on its own held-out rows where their classes
-    allow (:func:`src.extras.baselines.models.can_stop_early`); ``threads`` leave the training its cores.
+    Their budget fits the fit's (:meth:`budget`): boosting grows ``trees_per_epoch`` trees per epoch of the
+    fit's ``max_epochs``, at a learning rate that fits that many iterations, and stops early on its own
+    held-out rows where their classes allow (:func:`src.extras.baselines.models.can_stop_early`);
+    ``threads`` leave the training its cores.
     Scored with the task's figures (:data:`METRICS`) on the validation rows, and on the test rows when the
     run is tested. Every validation epoch from the first after they are in logs ``val/<metric>_<model>``
     (``val/acc_hgb``: a flat line beside the net's ``val/acc`` in TensorBoard, and a value in
@@ -179,10 +186,12 @@ class Baselines(Callback):
 
     Args:
         max_iter: Gradient boosting's most iterations (scikit-learn's default, 100, at its learning rate 0.1;
-            a model of K > 2 classes grows K trees per iteration).
-        iterations_per_epoch: Boosting's iterations per epoch of the fit's ``max_epochs`` (5: a one-epoch
-            fit gets 5, one of 20 epochs or more ``max_iter``), so that baselines of seconds go with a fit of
-            seconds. ``None``: ``max_iter``, whatever the fit's length (also a fit without ``max_epochs``).
+            a model of K > 2 classes, or of K targets, grows K trees per iteration).
+        trees_per_epoch: Boosting's trees per epoch of the fit's ``max_epochs``, so that baselines of seconds
+            go with a fit of seconds: a model growing one tree an iteration (a value, two classes) gets as
+            many iterations (10 per epoch: 10 epochs or more reach ``max_iter``), one of K classes or targets
+            a K-th of them; at least :data:`MIN_ITERATIONS`, at most ``max_iter``. ``None``: ``max_iter``,
+            whatever the fit's length (also a fit without ``max_epochs``).
         margin: The relative shortfall the verdict forgives: within it the net counts as level. 1 %
             is about the seed-to-seed spread of the net on tables of a few thousand rows; on smaller
             validation splits one row weighs more than that, so any worse row is named.
@@ -200,8 +209,8 @@ class Baselines(Callback):
             ``process``: a process of their own (:mod:`src.extras.workers`, importing scikit-learn only),
             which never holds the training's lock; its start (a fresh interpreter, about a second) is paid
             beside the fit's first epochs. ``auto``: a thread for a budget of at most
-            :data:`THREAD_ITERATIONS` iterations (a fit of a few epochs, which a process's start would
-            outlast), else a process.
+            :data:`THREAD_TREES` trees (a short fit, which a process's start would outlast), else a
+            process.
         verdict_metric: The figure the verdict compares, as the net logs it under ``val/``: ``acc`` or
             ``f1`` for classification, ``rmse``, ``mae`` or ``r2`` for regression. ``None``: ``acc``, or
             ``rmse`` for regression.
@@ -210,7 +219,7 @@ class Baselines(Callback):
     def __init__(
         self,
         max_iter: int = 100,
-        iterations_per_epoch: int | None = 5,
+        trees_per_epoch: int | None = 10,
         margin: float = 0.01,
         seed: int = 0,
         max_rows: int | None = 50_000,
@@ -220,10 +229,9 @@ class Baselines(Callback):
     ) -> None:
         if max_iter < 1:
             raise UserInputError(f"baselines.max_iter={max_iter} must be at least 1.")
-        if iterations_per_epoch is not None and iterations_per_epoch < 1:
+        if trees_per_epoch is not None and trees_per_epoch < 1:
             raise UserInputError(
-                f"baselines.iterations_per_epoch={iterations_per_epoch} must be at least 1, or null for "
-                "max_iter."
+                f"baselines.trees_per_epoch={trees_per_epoch} must be at least 1, or null for max_iter."
             )
         if not 0 <= margin < 1:
             raise UserInputError(f"baselines.margin={margin} must lie in [0, 1).")
@@ -236,7 +244,7 @@ class Baselines(Callback):
             raise UserInputError(f"baselines.verdict_metric={verdict_metric!r} is not one of {known}.")
         self.max_iter, self.margin, self.seed, self.threads = max_iter, margin, seed, threads
         self.max_rows, self.verdict_metric = max_rows, verdict_metric
-        self.iterations_per_epoch = iterations_per_epoch
+        self.trees_per_epoch = trees_per_epoch
         if fit_in not in ("auto", "process", "thread"):
             raise UserInputError(f"baselines.fit_in={fit_in!r} is not 'auto', 'process' or 'thread'.")
         self.fit_in = fit_in
@@ -250,9 +258,10 @@ class Baselines(Callback):
         self.seconds = 0.0
         #: the process id that fitted them (this process's when ``fit_in="thread"``)
         self.fitted_by: int | None = None
-        #: boosting's iterations run, and the most this fit allowed it (:meth:`budget`)
+        #: boosting's iterations run, the most this fit allowed it (:meth:`budget`) and their learning rate
         self.iterations = 0
         self.budget_iterations = 0
+        self.learning_rate = baseline_models.LEARNING_RATE
         self._data: RawSplits | None = None
         self._spec: Spec | None = None
         self._targets: dict[str, np.ndarray] = {}
@@ -287,34 +296,43 @@ class Baselines(Callback):
         if kept is not None:
             train = train[0].iloc[kept].reset_index(drop=True), train[1][kept]
         categories = train[0].dtypes.map(lambda dtype: not pd.api.types.is_numeric_dtype(dtype))
-        self.budget_iterations = self.budget(trainer)
+        classes = data.out_features if data.task == "classification" and train[1].ndim == 1 else 1
+        targets = train[1].shape[1] if train[1].ndim == 2 else 0  # K of (N, K) targets
+        # trees grown per iteration: one per class beyond two, or one model per target
+        trees = max(targets, classes if classes > 2 else 1)
+        self.budget_iterations = self.budget(trainer, trees)
+        self.learning_rate = baseline_models.learning_rate(self.budget_iterations)
         self._spec = spec = Spec(
             task=data.task,
             numeric=[str(c) for c in train[0].columns[~categories]],
             categorical=[str(c) for c in train[0].columns[categories]],
-            classes=data.out_features if data.task == "classification" and train[1].ndim == 1 else 1,
+            classes=classes,
             max_iter=self.budget_iterations,
             seed=self.seed,
             threads=self.threads,
-            targets=train[1].shape[1] if train[1].ndim == 2 else 0,  # K of (N, K) targets
+            targets=targets,
             early_stopping=baseline_models.can_stop_early(data.task, train[1]),
+            learning_rate=self.learning_rate,
         )
         evaluated = {split: raw_rows(data, split) for split in ("val", "test")}
         evaluated = {split: rows for split, rows in evaluated.items() if len(rows[1])}
         self._targets = {split: y for split, (_, y) in evaluated.items()}
         frames = {split: x for split, (x, _) in evaluated.items()}
         if self.fit_in == "auto":
-            self.fitted_in = "thread" if self.budget_iterations <= THREAD_ITERATIONS else "process"
+            small = self.budget_iterations == MIN_ITERATIONS or self.budget_iterations * trees <= THREAD_TREES
+            self.fitted_in = "thread" if small else "process"
         self._pending = _submit(self.fitted_in, baseline_models.fit, spec, train, frames)
 
-    def budget(self, trainer: L.Trainer) -> int:
-        """Boosting's most iterations for this fit: ``iterations_per_epoch`` per epoch of ``max_epochs``, at
-        most ``max_iter``; ``max_iter`` for validate and test, whose trainer settings say nothing of a fit."""
+    def budget(self, trainer: L.Trainer, trees: int = 1) -> int:
+        """Boosting's most iterations for this fit, growing ``trees`` trees each: ``trees_per_epoch`` trees
+        per epoch of ``max_epochs``, at least :data:`MIN_ITERATIONS` and at most ``max_iter``; ``max_iter``
+        for validate and test, whose trainer settings say nothing of a fit."""
         epochs = trainer.max_epochs
         fitting = trainer.state.fn == TrainerFn.FITTING  # validate and test keep pace with no fit: max_iter
-        if self.iterations_per_epoch is None or epochs is None or epochs < 0 or not fitting:
+        if self.trees_per_epoch is None or epochs is None or epochs < 0 or not fitting:
             return self.max_iter
-        return min(self.max_iter, self.iterations_per_epoch * max(epochs, 1))
+        iterations = -(-self.trees_per_epoch * max(epochs, 1) // trees)  # rounded up
+        return min(self.max_iter, max(iterations, MIN_ITERATIONS))
 
     def _take(self, fitted: baseline_models.Fitted) -> None:
         """The models of a finished fit, and their validation figures (the test rows' outputs are kept for
@@ -485,7 +503,8 @@ class Baselines(Callback):
         )
         budget = (
             f"(Baselines' budget: boosting ran {self.iterations} of at most {self.budget_iterations} "
-            f"iterations, on {threads}{' in a process of their own' * (self.fitted_in == 'process')}, "
+            f"iterations at learning rate {self.learning_rate:.2g}, on {threads}"
+            f"{' in a process of their own' * (self.fitted_in == 'process')}, "
             f"{self.seconds:.1f} s beside the training.)"
         )
         if not shortfall > self.margin:

@@ -8,23 +8,22 @@ training's interpreter never runs the boosting's Python (which would hold its lo
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator
-from sklearn.compose import ColumnTransformer
-from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
-from sklearn.impute import SimpleImputer
-from sklearn.linear_model import LogisticRegression, Ridge
-from sklearn.multioutput import MultiOutputClassifier, MultiOutputRegressor
-from sklearn.pipeline import Pipeline, make_pipeline
-from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder, StandardScaler
 from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]  # no py.typed, no stubs
+
+if TYPE_CHECKING:  # the models' modules are imported where they are built: a callback that only sends
+    from sklearn.base import BaseEstimator  # their fit to a worker process never imports them
 
 #: gradient boosting reads at most this many categories of a column as categories of their own (its
 #: histograms hold 255 bins); the rarer ones share one
 MAX_BOOSTED_CATEGORIES = 255
+#: boosting's learning rate at scikit-learn's 100 iterations, its default; a smaller budget of iterations
+#: takes larger steps (:func:`learning_rate`), at most MAX_LEARNING_RATE
+LEARNING_RATE = 0.1
+MAX_LEARNING_RATE = 0.3
 #: boosting stops early on a tenth of its training rows, held out (stratified by class), when each class
 #: (each label's 0 and 1) has at least this many training rows, and a regression at least 10 times it
 EARLY_STOPPING_ROWS = 10
@@ -46,6 +45,7 @@ class Spec:
     threads: int | None
     targets: int = 0
     early_stopping: bool = False
+    learning_rate: float = LEARNING_RATE
 
 
 @dataclass
@@ -53,12 +53,20 @@ class Fitted:
     """The fitted models by name; their outputs on each evaluated split (:func:`outputs`), by split then
     model; the seconds fitting and running them took; the process that did it."""
 
-    models: dict[str, BaseEstimator]
+    models: "dict[str, BaseEstimator]"
     outputs: dict[str, dict[str, np.ndarray]]
     seconds: float
     pid: int
     #: boosting's iterations run (the most over K targets' models), up to ``Spec.max_iter``
     iterations: int = 0
+
+
+def learning_rate(iterations: int) -> float:
+    """Boosting's learning rate for a budget of ``iterations``: the steps of scikit-learn's defaults (100
+    iterations at 0.1) in as many fewer, larger ones, the shrinkage and iteration count traded as boosting
+    trades them; 0.1 from 100 iterations on, at most :data:`MAX_LEARNING_RATE` (33 iterations and fewer),
+    beyond which boosting of many classes diverges."""
+    return min(max(LEARNING_RATE * 100 / iterations, LEARNING_RATE), MAX_LEARNING_RATE)
 
 
 def can_stop_early(task: str, y: np.ndarray) -> bool:
@@ -71,12 +79,12 @@ def can_stop_early(task: str, y: np.ndarray) -> bool:
     return all(np.unique(column, return_counts=True)[1].min() >= EARLY_STOPPING_ROWS for column in columns)
 
 
-def build_models(spec: Spec) -> dict[str, BaseEstimator]:
+def build_models(spec: Spec) -> "dict[str, BaseEstimator]":
     """The two baselines, unfitted, each a pipeline from the raw columns (numbers as numbers with NaN for
     missing cells, categories as text).
 
-    ``hgb``: HistGradientBoosting with scikit-learn's defaults (at most ``max_iter`` iterations at learning
-    rate 0.1, whatever the class count; its early stopping when ``spec.early_stopping``), numbers as they
+    ``hgb``: HistGradientBoosting with scikit-learn's defaults but the budget (at most ``max_iter``
+    iterations at ``spec.learning_rate``; its early stopping when ``spec.early_stopping``), numbers as they
     are (missing cells its own way), each categorical column as a native categorical feature (its
     :data:`MAX_BOOSTED_CATEGORIES` most frequent values). ``linear``: logistic or ridge regression on
     numbers filled with the median (with a missing indicator) and
@@ -85,6 +93,14 @@ def build_models(spec: Spec) -> dict[str, BaseEstimator]:
     ``MultiOutputClassifier`` / ``MultiOutputRegressor``), one logistic regression per label, and one ridge
     regression of all K values (ridge fits several outputs itself).
     """
+    from sklearn.compose import ColumnTransformer
+    from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.multioutput import MultiOutputClassifier, MultiOutputRegressor
+    from sklearn.pipeline import Pipeline, make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder, StandardScaler
+
     ordinal = OrdinalEncoder(
         handle_unknown="use_encoded_value", unknown_value=np.nan, max_categories=MAX_BOOSTED_CATEGORIES
     )
@@ -103,12 +119,13 @@ def build_models(spec: Spec) -> dict[str, BaseEstimator]:
     )  # fmt: skip
     options = {
         "max_iter": spec.max_iter,
+        "learning_rate": spec.learning_rate,
         "early_stopping": spec.early_stopping,
         "random_state": spec.seed,
         "categorical_features": is_categorical,
     }
-    hgb: BaseEstimator
-    linear: BaseEstimator
+    hgb: Any
+    linear: Any
     if spec.task == "classification":
         hgb, linear = HistGradientBoostingClassifier(**options), LogisticRegression(max_iter=1000)
         if spec.targets:

@@ -17,6 +17,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.demos.boring_classes import BoringDataModule, BoringModel
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.trainer.states import TrainerFn
 from sklearn.compose import ColumnTransformer
 from sklearn.datasets import make_blobs
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
@@ -43,8 +44,16 @@ ON = ["--baselines=src.extras.baselines.callback.Baselines"]  # back after bare.
 #: the table kind's DataModule in place of the core's array one digits.yaml names: a file's raw cells
 TABLE = "--data=src.extras.tables.TabularDataModule"
 EPOCHS = ["--trainer.max_epochs=2", "--trainer.logger=false", "--trainer.enable_checkpointing=false"]
-#: boosting's budget in a fit of 2 epochs: 5 iterations per epoch
-ITERATIONS = 10
+#: boosting's budget in a fit of 2 epochs, for a model growing one tree an iteration (a value, two
+#: classes): 10 trees per epoch; a budget of at most 33 iterations boosts in steps of 0.3
+ITERATIONS = 20
+STEP = 0.3
+
+
+def iterations(trees: int, epochs: int = 2) -> int:
+    """Boosting's budget for ``trees`` trees an iteration (K classes or targets): 10 trees per epoch, a K-th
+    of them as iterations, rounded up, and at least 5."""
+    return max(-(-10 * epochs // trees), 5)
 
 
 def fit(*words: str):
@@ -79,12 +88,14 @@ def by_hand(task: str, numeric: list[str], categorical: list[str], y: np.ndarray
     ])  # fmt: skip
     if task == "classification":
         hgb = HistGradientBoostingClassifier(
-            max_iter=max_iter, early_stopping=stops_early(y), random_state=0, categorical_features=mask
-        )
+            max_iter=max_iter, learning_rate=STEP, early_stopping=stops_early(y), random_state=0,
+            categorical_features=mask,
+        )  # fmt: skip
         return make_pipeline(trees, hgb), make_pipeline(lines, LogisticRegression(max_iter=1000))
     hgb = HistGradientBoostingRegressor(
-        max_iter=max_iter, early_stopping=stops_early(y, task), random_state=0, categorical_features=mask
-    )
+        max_iter=max_iter, learning_rate=STEP, early_stopping=stops_early(y, task), random_state=0,
+        categorical_features=mask,
+    )  # fmt: skip
     return make_pipeline(trees, hgb), make_pipeline(lines, Ridge())
 
 
@@ -121,7 +132,8 @@ def test_classification_baselines_fit_the_raw_columns_of_the_nets_rows_and_score
     # the targets are the validation loader's, in its order: the rows the net was scored on
     np.testing.assert_array_equal(rows(run.trainer.val_dataloaders)[1], y_val)
     assert len(x) + len(x_val) + len(data.split_rows["test"]) == 240
-    hgb, linear = by_hand("classification", numeric, categorical, y)
+    assert data.out_features == 3  # three trees an iteration
+    hgb, linear = by_hand("classification", numeric, categorical, y, iterations(3))
     with threadpool_limits(1):  # as the callback fits them
         hgb.fit(x, y)
         linear.fit(x, y)
@@ -164,8 +176,9 @@ def test_regression_baselines_score_in_the_targets_units(workdir: Path) -> None:
 
 @pytest.mark.slow
 def test_many_classes_boost_with_scikit_learns_steps_and_beat_guessing(workdir: Path) -> None:
-    """15 classes: 100 iterations at 0.1, as scikit-learn boosts 2 (fewer, larger steps to keep within
-    300 trees, 25 iterations at 0.4, score 0.933 on these validation rows instead of 0.953)."""
+    """15 classes grow 15 trees an iteration: a fit's budget of trees gives them fewer iterations (two
+    epochs: the least, 5), in steps of 0.3; boosting of this many classes diverges at 0.5 (0.19 after 20
+    iterations on such rows), which is why the steps stop at 0.3."""
     x, label = make_blobs(1500, n_features=6, centers=15, cluster_std=2.5, random_state=0)
     frame = pd.DataFrame(x, columns=[f"x{i}" for i in range(6)]).assign(kind=[f"k{v}" for v in label])
     frame.to_csv("blobs.csv", index=False)
@@ -179,7 +192,7 @@ def test_many_classes_boost_with_scikit_learns_steps_and_beat_guessing(workdir: 
     data, metrics = run.datamodule, run.trainer.callback_metrics
     assert data.out_features == 15
     (x, y), (x_val, y_val) = raw(data, "train"), raw(data, "val")
-    hgb, _ = by_hand("classification", list(x.columns), [], y)
+    hgb, _ = by_hand("classification", list(x.columns), [], y, iterations(15))
     with threadpool_limits(1):
         hgb.fit(x, y)
     assert float(metrics["val/acc_hgb"]) == pytest.approx(accuracy_score(y_val, hgb.predict(x_val)))
@@ -236,10 +249,10 @@ def test_a_net_far_behind_gets_one_sentence_and_a_level_one_no_advice(workdir: P
     net = max(float(run.trainer.callback_metrics["val/acc"]), 0)
     hgb = float(run.trainer.callback_metrics["val/acc_hgb"])
     assert said[0].startswith(f"The net's best val/acc {net:.4g} trails HistGradientBoosting's {hgb:.4g}")
-    # and the budget they had: a one-epoch fit's 5 boosting iterations
+    # and the budget they had: a one-epoch fit's 10 trees, of three classes' three a round: the least, 5
     baselines = next(c for c in run.trainer.callbacks if isinstance(c, Baselines))
-    assert said[0].endswith(f"boosting ran 5 of at most 5 iterations, on 1 thread, {baselines.seconds:.1f} s "
-                            "beside the training.)")  # fmt: skip
+    assert said[0].endswith(f"boosting ran 5 of at most 5 iterations at learning rate 0.3, on 1 thread, "
+                            f"{baselines.seconds:.1f} s beside the training.)")  # fmt: skip
     caplog.clear()
     with caplog.at_level(logging.INFO):
         fit(*words, "--baselines.margin=0.99")  # a shortfall within the margin counts as level
@@ -323,7 +336,10 @@ def test_k_targets_get_scikit_learns_multi_output_baselines_scored_as_the_task_s
     if kind == "labels":
         hgb = MultiOutputClassifier(
             HistGradientBoostingClassifier(
-                max_iter=ITERATIONS, early_stopping=stops_early(y_train), random_state=0
+                max_iter=iterations(3),
+                learning_rate=STEP,
+                early_stopping=stops_early(y_train),
+                random_state=0,
             )
         )
         linear = make_pipeline(
@@ -346,7 +362,10 @@ def test_k_targets_get_scikit_learns_multi_output_baselines_scored_as_the_task_s
     else:
         hgb = MultiOutputRegressor(
             HistGradientBoostingRegressor(
-                max_iter=ITERATIONS, early_stopping=stops_early(y_train, "regression"), random_state=0
+                max_iter=iterations(3),
+                learning_rate=STEP,
+                early_stopping=stops_early(y_train, "regression"),
+                random_state=0,
             )
         )
         linear = make_pipeline(
@@ -565,16 +584,41 @@ def test_a_worker_process_killed_costs_the_baselines_not_the_run(
 
 
 def test_auto_fits_a_few_epochs_budget_on_a_thread_and_a_longer_one_in_a_process(workdir: Path) -> None:
-    """``fit_in: auto`` (the shipped default) decides by the budget: a one-epoch fit's 5 iterations on a
-    thread of the training's process, 6 epochs' 30 in a worker process, which is shut down at the fit's
-    end; the verdict says which."""
+    """``fit_in: auto`` (the shipped default) decides by the budget: a one-epoch fit's 5 iterations of the
+    ten digits' 10 trees each on a thread of the training's process, 11 epochs' 11 (110 trees) in a worker
+    process, which is shut down at the fit's end; the verdict says which."""
     where = {}
-    for epochs in (1, 6):
+    for epochs in (1, 11):
         run = fit(f"--trainer.max_epochs={epochs}", "--trainer.limit_train_batches=2")
         baselines = next(c for c in run.trainer.callbacks if isinstance(c, Baselines))
         assert baselines.fit_in == "auto"
-        assert baselines.budget_iterations == 5 * epochs
+        assert baselines.budget_iterations == max(epochs, 5)
         where[epochs] = baselines.fitted_in, baselines.fitted_by != os.getpid()
-        assert ("in a process of their own" in (baselines.verdict() or "")) is (epochs == 6)
-    assert where == {1: ("thread", False), 6: ("process", True)}
+        assert ("in a process of their own" in (baselines.verdict() or "")) is (epochs == 11)
+    assert where == {1: ("thread", False), 11: ("process", True)}
     assert not callback_module.workers.running("baselines")  # its worker shut down at the fit's end
+
+
+@pytest.mark.parametrize(
+    ("epochs", "trees", "budget", "step"),
+    [
+        (1, 1, 10, 0.3),  # a value or two classes: 10 iterations an epoch
+        (10, 1, 100, 0.1),  # ... scikit-learn's 100 at 0.1 from 10 epochs on
+        (60, 1, 100, 0.1),  # at most max_iter
+        (1, 10, 5, 0.3),  # ten classes, one epoch: 10 trees, the least 5 iterations
+        (30, 10, 30, 0.3),  # 300 trees: 30 iterations, in steps of at most 0.3
+        (60, 10, 60, 10 / 60),  # make train's digits: the steps of 100 at 0.1 in 60
+        (60, 15, 40, 0.25),
+    ],
+)
+def test_the_budget_counts_the_trees_a_fit_affords_and_steps_to_fit_it(
+    epochs: int, trees: int, budget: int, step: float
+) -> None:
+    """The budget is trees per epoch (10), an iteration of K classes growing K of them; fewer iterations than
+    scikit-learn's 100 take the same way in larger steps, at most 0.3."""
+    trainer = L.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False)
+    trainer.state.fn = TrainerFn.FITTING
+    assert Baselines().budget(trainer, trees) == budget
+    assert fitting.learning_rate(budget) == pytest.approx(step)
+    trainer.state.fn = TrainerFn.TESTING  # a test keeps pace with no fit: scikit-learn's own budget
+    assert Baselines().budget(trainer, trees) == 100
