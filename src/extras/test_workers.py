@@ -44,10 +44,10 @@ def test_a_call_cancelled_before_it_is_sent_never_runs(tmp_path) -> None:
     assert (tmp_path / "ran").exists() is not cancelled
 
 
-def test_a_worker_runs_below_the_training_and_is_gone_once_shut_down() -> None:
-    """Its work takes the cores the training leaves (the lowest priority); shutdown returns once it exited."""
-    ours = os.nice(0)
-    assert workers.submit("niceness", os.nice, 0).result(timeout=60) == min(ours + workers.NICENESS, 19)
-    pid = workers.submit("niceness", os.getpid).result(timeout=60)
-    workers.shutdown("niceness")
+def test_a_worker_runs_at_the_trainings_priority_and_is_gone_once_shut_down() -> None:
+    """Not below it: on a machine busy with other work a lower priority starves the worker, and the fit's
+    end waits on it. Shutdown returns once the worker exited."""
+    assert workers.submit("priority", os.nice, 0).result(timeout=60) == os.nice(0)
+    pid = workers.submit("priority", os.getpid).result(timeout=60)
+    workers.shutdown("priority")
     assert not psutil.pid_exists(pid)  # exited and reaped

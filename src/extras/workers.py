@@ -3,8 +3,9 @@ drawing figures): one per purpose, started on first use and ended by its user wh
 (:func:`shutdown`), so that the command leaves no process behind.
 
 A thread of the training's process would hold its interpreter's lock while it runs Python, and the
-training would wait for it; a process does not, and runs at the lowest priority (:data:`NICENESS`), so
-that it takes a core the training leaves idle, never the training's. A worker is a fresh interpreter
+training would wait for it; a process does not. It runs at the training's own priority: a lower one
+would leave the training the second core on an idle machine, but on one busy with other work it starves
+the worker, and the fit's end waits on it (at the lowest, for minutes). A worker is a fresh interpreter
 (``python -c``) that imports only what the submitted function's module imports, never the main module (a
 CLI's ``python -m src.cli`` would import Lightning), so it starts in the time its own imports take. Calls
 and answers go through its stdin and stdout as pickles, in order; there is no pool, queue or semaphore,
@@ -26,8 +27,6 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-#: a worker's scheduling priority below the training's (POSIX ``nice``; 19 is the lowest)
-NICENESS = 19
 #: the worker's start: the parent's import path first, then the loop of :func:`serve`
 START = (
     "import pickle, sys; sys.path[:] = pickle.load(sys.stdin.buffer); "
@@ -137,10 +136,6 @@ def serve() -> None:
     # a terminal's Ctrl-C reaches every process of the command, and the training's own decides how the run
     # ends (its end shuts the workers down); a worker would only print its traceback
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # work beside the training, never instead of it: where no core is idle the training goes first and
-    # the worker takes what it leaves; its user waits for it only at the end, when the training idles
-    if hasattr(os, "nice"):  # POSIX
-        os.nice(NICENESS)
     calls, answers = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # what the work prints goes to stderr, never among the answers
     while True:
