@@ -138,10 +138,22 @@ class CLI(LightningCLI):
             self.datamodule.resume_checked = True
             self.datamodule.check_resumed_batching(state, self.trainer.num_devices * self.trainer.num_nodes)
 
-    def __init__(self, *args: Any, layer: settings.Layer | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        layer: settings.Layer | None = None,
+        subcommands: tuple[str, ...] = SUBCOMMANDS,
+        **kwargs: Any,
+    ) -> None:
         #: the default config files, with a typed checkpoint's settings (:func:`settings.checkpoint_layer`)
         self.layer = layer or settings.Layer([str(DEFAULTS)])
+        self.built = subcommands
         super().__init__(*args, **kwargs)
+
+    def subcommands(self) -> dict[str, set[str]]:  # type: ignore[override]  # Lightning's is static
+        """Lightning's subcommands, those :meth:`__init__` was given: a command builds the parser of the one
+        it runs, not all four (each holds every section's arguments)."""
+        return {name: skip for name, skip in super().subcommands().items() if name in self.built}
 
     @override
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
@@ -187,13 +199,16 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
     if "" in sys.path:
         sys.path[sys.path.index("")] = os.getcwd()  # "" would follow the parser into a config's folder
     words = [str(word) for word in (sys.argv[1:] if args is None else args)]
+    # the subcommand typed comes before any value (Lightning's parser takes no other word first); none
+    # typed (--help, a misspelt one): every one, so that the parser lists them
+    typed = next((word for word in words if word in SUBCOMMANDS), None)
+    built = SUBCOMMANDS if typed is None else (typed,)
     try:
         with settings.checkpoint_layer(words) as layer:
             defaults = {"default_config_files": [str(DEFAULTS)]}
             # the checkpoint's settings are a layer of the subcommand that names it alone
             kwargs = {
-                name: {"default_config_files": layer.files} if name in words else defaults
-                for name in SUBCOMMANDS
+                name: {"default_config_files": layer.files} if name in words else defaults for name in built
             }
             return CLI(
                 model_class=L.LightningModule,  # any: the shipped tasks, or yours as it is
@@ -208,6 +223,7 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
                 save_config_kwargs={"overwrite": True},
                 auto_configure_optimizers=False,  # a top-level --optimizer would replace the model's
                 layer=layer,
+                subcommands=built,
             )
     except SIGTERMException as err:
         # stopped from outside, which saved and said where: its status, else a shell's 128 + SIGTERM

@@ -297,6 +297,19 @@ def test_the_optimizer_is_set_in_one_place_only(cli, capsys) -> None:
     assert "--lr_scheduler " not in help_text
 
 
+def test_a_command_builds_the_parser_of_its_subcommand_and_help_lists_all(cli, capsys) -> None:
+    """Each subcommand's parser holds every section's arguments: a command builds the one it runs."""
+    run = cli("validate", "--config", "digits.yaml", *BARE, "--trainer.limit_val_batches=1")
+    assert list(run.subcommands()) == ["validate"]
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listed = capsys.readouterr().out
+    assert all(f"    {name} " in listed for name in ("fit", "validate", "test", "predict"))
+    with pytest.raises(SystemExit):
+        main(["fitt", "--config", str(CONFIGS / "digits.yaml")])
+    assert "choose from 'fit', 'validate', 'test', 'predict'" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_an_ordinary_run_prints_no_notices_of_the_dependencies_about_themselves(tmp_path: Path) -> None:
     """As a user runs it, in a process of its own: no torch deprecation notice, no advertisement."""

@@ -13,7 +13,6 @@ so no resource tracker outlives the command either.
 """
 
 import contextlib
-import os
 import pickle
 import queue
 import signal
@@ -22,6 +21,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable
+from concurrent import futures
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
@@ -43,6 +43,7 @@ class Worker:
         command = [sys.executable, "-c", START]
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.sent: deque[Future[Any]] = deque()
+        self.submitted: list[Future[Any]] = []
         self.calls: queue.Queue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = (
             queue.Queue()
         )
@@ -53,6 +54,7 @@ class Worker:
 
     def submit(self, function: Callable[..., T], *args: Any) -> "Future[T]":
         future: Future[T] = Future()
+        self.submitted.append(future)
         self.calls.put((future, function, args))
         return future
 
@@ -96,10 +98,14 @@ class Worker:
             )
 
     def shutdown(self) -> None:
-        """Wait for the answers to the calls submitted, then for the worker's exit."""
+        """Wait for the answers to the calls submitted, then end the worker: it holds nothing more, and the
+        teardown of the modules its work imported is time its user would wait for."""
         self.calls.put(None)
-        self.writer.join()
-        self.reader.join()
+        self.writer.join()  # every call sent (or dropped, cancelled), and its stdin closed
+        futures.wait(self.submitted)  # answered, or failed with the worker
+        if self.process.poll() is None:
+            self.process.kill()
+        self.reader.join()  # and reaped
 
 
 _workers: dict[str, Worker] = {}
@@ -142,10 +148,7 @@ def serve() -> None:
         try:
             function, args = pickle.load(calls)
         except EOFError:
-            # every answer is written and flushed: the worker holds nothing else, so it ends now, without
-            # the interpreter's teardown of every module its work imported, which its user waits for
-            sys.stderr.flush()
-            os._exit(0)
+            return
         try:
             answer: tuple[bool, Any] = (True, function(*args))
         except Exception as err:
