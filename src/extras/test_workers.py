@@ -51,3 +51,15 @@ def test_a_worker_runs_at_the_trainings_priority_and_is_gone_once_shut_down() ->
     pid = workers.submit("priority", os.getpid).result(timeout=60)
     workers.shutdown("priority")
     assert not psutil.pid_exists(pid)  # exited and reaped
+
+
+def test_purposes_share_one_worker_which_ends_with_the_last_of_them() -> None:
+    here = psutil.Process()
+    before = {child.pid for child in here.children(recursive=True)}
+    drawing, fitting = workers.submit("drawing", os.getpid), workers.submit("fitting", os.getpid)
+    assert drawing.result(timeout=60) == fitting.result(timeout=60) != os.getpid()
+    workers.shutdown("fitting")  # the other still uses it
+    assert workers.running("drawing") and not workers.running("fitting")
+    assert workers.submit("drawing", os.getpid).result(timeout=60) == drawing.result()
+    workers.shutdown("drawing")
+    assert {child.pid for child in here.children(recursive=True)} == before

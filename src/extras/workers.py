@@ -1,6 +1,8 @@
-"""Worker processes for work beside the training that runs Python of its own (fitting the baselines,
-drawing figures): one per purpose, started on first use and ended by its user when its work is done
-(:func:`shutdown`), so that the command leaves no process behind.
+"""A worker process for work beside the training that runs Python of its own (fitting the baselines,
+drawing figures): one, shared by every purpose in the order of their calls, started on first use and ended
+once every purpose that used it said its work is done (:func:`shutdown`), so that the command leaves no
+process behind. One, not one per purpose: on a machine of two cores the training takes one, and two
+workers starting beside it (each importing its libraries) would take turns with the training on the other.
 
 A thread of the training's process would hold its interpreter's lock while it runs Python, and the
 training would wait for it; a process does not. It runs at the training's own priority: a lower one
@@ -108,31 +110,39 @@ class Worker:
         self.reader.join()  # and reaped
 
 
-_workers: dict[str, Worker] = {}
+#: the worker, once started and until every purpose that used it shut down
+_worker: Worker | None = None
+#: the calls of each purpose using the worker, by purpose
+_calls: dict[str, list[Future[Any]]] = {}
 
 
 def submit(purpose: str, function: Callable[..., T], *args: Any) -> "Future[T]":
-    """``function(*args)`` on the worker process of ``purpose`` (one per purpose, in submission order).
-    ``function`` must be importable by name from a module that imports little (no Lightning, no torch
-    where it can be helped), and ``args`` picklable. A worker that ended (killed, say) is replaced."""
-    worker = _workers.get(purpose)
-    if worker is None or worker.process.poll() is not None:
-        if worker is not None:  # ended (killed, say): its threads let go, a new one started
-            worker.calls.put(None)
-        worker = _workers[purpose] = Worker()
-    return worker.submit(function, *args)
+    """``function(*args)`` on the worker process, for ``purpose`` (calls run in submission order, whatever
+    their purpose). ``function`` must be importable by name from a module that imports little (no
+    Lightning, no torch where it can be helped), and ``args`` picklable. A worker that ended (killed, say)
+    is replaced."""
+    global _worker
+    if _worker is None or _worker.process.poll() is not None:
+        if _worker is not None:  # ended (killed, say): its threads let go, a new one started
+            _worker.calls.put(None)
+        _worker = Worker()
+    future = _worker.submit(function, *args)
+    _calls.setdefault(purpose, []).append(future)
+    return future
 
 
 def running(purpose: str) -> bool:
-    """Whether a worker process of ``purpose`` was started and not yet shut down."""
-    return purpose in _workers
+    """Whether ``purpose`` used the worker and did not shut down yet."""
+    return purpose in _calls
 
 
 def shutdown(purpose: str) -> None:
-    """End the worker of ``purpose``, if one runs, once the work it was given is done: what a user of
+    """Wait for the calls of ``purpose``, then end the worker if no other purpose uses it: what a user of
     :func:`submit` calls when it has no more, so that the command leaves no process behind."""
-    worker = _workers.pop(purpose, None)
-    if worker is not None:
+    global _worker
+    futures.wait(_calls.pop(purpose, []))
+    if not _calls and _worker is not None:
+        worker, _worker = _worker, None
         worker.shutdown()
 
 
