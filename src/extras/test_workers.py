@@ -59,7 +59,8 @@ def test_purposes_share_one_worker_which_ends_with_the_last_of_them() -> None:
     drawing, fitting = workers.submit("drawing", os.getpid), workers.submit("fitting", os.getpid)
     assert drawing.result(timeout=60) == fitting.result(timeout=60) != os.getpid()
     workers.shutdown("fitting")  # the other still uses it
-    assert workers.running("drawing") and not workers.running("fitting")
+    assert workers.running("drawing")
+    assert not workers.running("fitting")
     assert workers.submit("drawing", os.getpid).result(timeout=60) == drawing.result()
     workers.shutdown("drawing")
     assert {child.pid for child in here.children(recursive=True)} == before
