@@ -64,3 +64,17 @@ def test_purposes_share_one_worker_which_ends_with_the_last_of_them() -> None:
     assert workers.submit("drawing", os.getpid).result(timeout=60) == drawing.result()
     workers.shutdown("drawing")
     assert {child.pid for child in here.children(recursive=True)} == before
+
+
+def test_a_purpose_may_end_without_waiting_for_its_calls() -> None:
+    """A run that failed does not wait for its background work: the worker ends now, its calls fail."""
+    pid = workers.submit("abandoned", os.getpid).result(timeout=60)
+    sleeping = workers.submit("abandoned", time.sleep, 60)
+    while not sleeping.running():  # sent: under way in the worker
+        time.sleep(0.01)
+    started = time.monotonic()
+    workers.shutdown("abandoned", wait=False)
+    assert time.monotonic() - started < 30
+    with pytest.raises(BrokenExecutor):
+        sleeping.result(timeout=60)
+    assert not psutil.pid_exists(pid)

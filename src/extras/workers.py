@@ -99,14 +99,17 @@ class Worker:
                 BrokenProcessPool(f"the worker process ended (exit status {code}) before it answered")
             )
 
-    def shutdown(self) -> None:
-        """Wait for the answers to the calls submitted, then end the worker: it holds nothing more, and the
-        teardown of the modules its work imported is time its user would wait for."""
+    def shutdown(self, wait: bool = True) -> None:
+        """Wait for the answers to the calls submitted (``wait``), then end the worker: it holds nothing
+        more, and the teardown of the modules its work imported is time its user would wait for. Without
+        ``wait`` the calls not yet answered fail as the worker's end."""
         self.calls.put(None)
-        self.writer.join()  # every call sent (or dropped, cancelled), and its stdin closed
-        futures.wait(self.submitted)  # answered, or failed with the worker
+        if wait:
+            self.writer.join()  # every call sent (or dropped, cancelled), and its stdin closed
+            futures.wait(self.submitted)  # answered, or failed with the worker
         if self.process.poll() is None:
             self.process.kill()
+        self.writer.join()
         self.reader.join()  # and reaped
 
 
@@ -136,14 +139,20 @@ def running(purpose: str) -> bool:
     return purpose in _calls
 
 
-def shutdown(purpose: str) -> None:
-    """Wait for the calls of ``purpose``, then end the worker if no other purpose uses it: what a user of
-    :func:`submit` calls when it has no more, so that the command leaves no process behind."""
+def shutdown(purpose: str, wait: bool = True) -> None:
+    """Wait for the calls of ``purpose`` (``wait``; else those not begun are dropped), then end the worker
+    if no other purpose uses it: what a user of :func:`submit` calls when it has no more, so that the
+    command leaves no process behind."""
     global _worker
-    futures.wait(_calls.pop(purpose, []))
+    calls = _calls.pop(purpose, [])
+    if wait:
+        futures.wait(calls)
+    else:
+        for call in calls:
+            call.cancel()
     if not _calls and _worker is not None:
         worker, _worker = _worker, None
-        worker.shutdown()
+        worker.shutdown(wait)
 
 
 def serve() -> None:

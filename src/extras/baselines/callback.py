@@ -456,17 +456,23 @@ class Baselines(Callback):
                       if k.startswith("val_")}  # fmt: skip
             for logger in trainer.loggers:
                 logger.log_metrics(values, step=trainer.global_step)
-        if self.fitted_in == "process":  # their one fit is in: no process left behind
-            workers.shutdown("baselines")
         if trainer.is_global_zero and (sentence := self.verdict()) is not None:
             rank_zero_info(sentence)
+
+    @override
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # every stage's end (a validate or test alone fits them too): their one fit is in, no process left
+        if workers.running("baselines"):
+            workers.shutdown("baselines")
 
     @override
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        # the run is over: its background fit, if one runs, finishes on its own and is not waited for
+        # the run is over: its background fit, if one runs, is not waited for
         self._pending = None
+        if workers.running("baselines"):
+            workers.shutdown("baselines", wait=False)
 
     # -- the verdict ----------------------------------------------------------------------------------
 
