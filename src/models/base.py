@@ -186,14 +186,15 @@ class BaseTask(L.LightningModule, ABC):
     def _shared_step(
         self, batch: tuple[torch.Tensor, torch.Tensor], loss_mean: MeanMetric, metrics: MetricCollection
     ) -> dict[str, torch.Tensor]:
-        """``loss`` (with its graph) and detached ``preds`` and ``target``; updates the stage's metrics."""
+        """``loss`` (with its graph), the detached net ``output``, and ``preds`` and ``target`` as the metrics
+        read them; updates the stage's metrics."""
         x, target = batch
         output = self(x)  # (B, K) raw logits or (B, 1) values
         loss = self.loss(output, target)
         preds, metric_target = self.metric_inputs(output.detach(), target)
         loss_mean.update(loss.detach(), weight=len(target))  # detached: a graph would keep the activations
         metrics.update(preds, metric_target)
-        return {"loss": loss, "preds": preds, "target": metric_target}
+        return {"loss": loss, "output": output.detach(), "preds": preds, "target": metric_target}
 
     @override
     def configure_model(self) -> None:

@@ -90,7 +90,11 @@ class Classifier(BaseTask):
 
     @override
     def predict_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> dict[str, torch.Tensor]:
-        logits = self(batch[0])  # (B, K)
+        return self.predictions(self(batch[0]))
+
+    def predictions(self, logits: torch.Tensor) -> dict[str, torch.Tensor]:
+        """What :meth:`predict_step` gives for the net's ``(B, K)`` logits: for a callback that has them
+        (validation_step's ``output``) and names predictions without running the net again."""
         if self.multilabel:
             probs = logits.sigmoid()  # (B, K): each label's own probability, thresholded as the metrics do
             return {"probs": probs, "preds": (probs > 0.5).long()}

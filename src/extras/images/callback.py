@@ -74,11 +74,12 @@ class EpochImages:
 class MisclassifiedImages(Callback):
     """A grid of the first misclassified validation images, each titled "true → predicted".
 
-    Reads the images from the batch (``batch[0]``, ``(B, C, H, W)``, as the module saw them) and the
-    ``{"preds", "target"}`` dict that ``validation_step`` returns (``(B, K)`` scores or ``(B,)`` class
-    ids, and ``(B,)`` class ids); a module whose ``validation_step`` returns no such dict gets one line
-    saying so, and no images. Normalization is undone with the DataModule's ``denormalize`` when it has
-    one (else each image is scaled to its own range), and classes are named by its ``label_names``.
+    Reads the images from the batch (``batch[0]``, ``(B, C, H, W)``, as the module saw them), the
+    ``{"output", "target"}`` dict that ``validation_step`` returns (the net's ``(B, K)`` output and ``(B,)``
+    class ids), and the classes the module's ``predictions(output)`` names, the rule its ``predict_step``
+    follows (the shipped Classifier's); a module without them gets one line saying so, and no images.
+    Normalization is undone with the DataModule's ``denormalize`` when it has one (else each image is
+    scaled to its own range), and classes are named by its ``label_names``.
 
     Per batch, the misclassified images are gathered to the front on the device and the first
     ``max_images`` kept, without any host sync; the one transfer is at the epoch's end. Under DDP it shows
@@ -139,17 +140,22 @@ class MisclassifiedImages(Callback):
     ) -> None:
         if not self._collecting:
             return
-        if not (isinstance(outputs, Mapping) and "preds" in outputs and "target" in outputs):
+        # the classes the model's own rule predicts (its predict_step's), from the output validation ran
+        predictions = getattr(pl_module, "predictions", None)
+        returned = isinstance(outputs, Mapping) and "output" in outputs and "target" in outputs
+        if not (returned and callable(predictions)):
             if not self._told:
                 self._told = True
                 rank_zero_info(
-                    f"MisclassifiedImages draws from the {{'preds', 'target'}} dict validation_step returns; "
-                    f"{type(pl_module).__name__}.validation_step returns none, so no images are drawn."
+                    f"MisclassifiedImages draws the classes predictions(output) names for the {{'output', "
+                    f"'target'}} dict validation_step returns; {type(pl_module).__name__} offers none, so no "
+                    "images are drawn."
                 )
             return
-        preds, target = outputs["preds"], outputs["target"]
-        predicted = preds.argmax(dim=-1) if preds.ndim == 2 else preds  # (B,) class ids
-        self._kept = first_misclassified(self._kept, batch[0].detach(), target, predicted, self.max_images)
+        predicted = predictions(outputs["output"])["preds"]  # (B,) class ids
+        self._kept = first_misclassified(
+            self._kept, batch[0].detach(), outputs["target"], predicted, self.max_images
+        )
 
     @override
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

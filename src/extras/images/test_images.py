@@ -685,8 +685,8 @@ def test_a_module_without_preds_gets_one_line_and_no_images(folder: Path, tmp_pa
         trainer.fit(Probe(), datamodule=dm)
     said = [r.getMessage() for r in caplog.records if "MisclassifiedImages" in r.getMessage()]
     assert said == [
-        "MisclassifiedImages draws from the {'preds', 'target'} dict validation_step returns; "
-        "Probe.validation_step returns none, so no images are drawn."
+        "MisclassifiedImages draws the classes predictions(output) names for the {'output', 'target'} dict "
+        "validation_step returns; Probe offers none, so no images are drawn."
     ]
     assert TAG not in EventAccumulator(logger.log_dir).Reload().Tags()["images"]
 

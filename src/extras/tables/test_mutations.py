@@ -32,7 +32,7 @@ def test_the_multilabel_prediction_test_catches_a_softmax_across_labels(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     mutate(
-        monkeypatch, Classifier, "predict_step", "probs = logits.sigmoid()", "probs = logits.softmax(dim=-1)"
+        monkeypatch, Classifier, "predictions", "probs = logits.sigmoid()", "probs = logits.softmax(dim=-1)"
     )
     with pytest.raises(AssertionError, match="not close"):
         multitarget.test_multilabel_metrics_and_predictions_threshold_each_label_at_half()
