@@ -6,10 +6,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torch.utils.tensorboard import SummaryWriter
 from typing_extensions import override
@@ -25,6 +27,13 @@ BEST_TAG = "summary/misclassified"
 #: panels to a row, at most
 COLUMNS = 8
 DPI = 100
+#: the grid's fixed layout, in inches: the band of the figure's title on top, each panel's title above it,
+#: and the gap between two panels in a row
+SUPTITLE_IN = 0.45
+TITLE_IN = 0.25
+GAP_IN = 0.08
+#: a panel title's width per character at 8 points, about 0.6 em
+CHAR_IN = 0.07
 
 
 @runtime_checkable
@@ -69,6 +78,9 @@ class EpochImages:
     preds: torch.Tensor  # (N,) predicted class ids
     labels: list[str] | None
     drawn: bool = False
+    #: its grid once drawn and written under ``val/``, ``(H, W, 3)``: the best epoch's is written again, not
+    #: redrawn
+    pixels: np.ndarray | None = None
 
 
 class MisclassifiedImages(Callback):
@@ -194,7 +206,9 @@ class MisclassifiedImages(Callback):
         # the fit's last validation epoch, whatever ended the fit, and its best one
         if self._latest is not None and not self._latest.drawn:
             self._draw_later(trainer, self._latest, TAG)
-        if self._best.kept is not None:
+        if self._best.kept is not None and self._best.kept.drawn:
+            self._write_again(trainer, self._best.kept)
+        elif self._best.kept is not None:
             self._draw_later(trainer, self._best.kept, BEST_TAG, self._best.title(trainer))
         self._best = BestEpoch()
         self._pace.reset()
@@ -222,9 +236,25 @@ class MisclassifiedImages(Callback):
             start = self._pace.start()
             self._painter.submit(self._draw, writer, epoch, tag, title or f"epoch {epoch.epoch}", start)
 
+    def _write_again(self, trainer: L.Trainer, epoch: EpochImages) -> None:
+        """An epoch already drawn (a short fit's last, which is often its best) written under
+        :data:`BEST_TAG` as well, once its grid is written: drawn once."""
+        writer = tensorboard_writer(trainer)
+
+        def write() -> None:
+            if writer is not None and epoch.pixels is not None:  # None: its drawing failed or was left out
+                writer.add_image(BEST_TAG, epoch.pixels, epoch.step, dataformats="HWC")
+
+        self._painter.after(write)
+
     def _draw(self, writer: SummaryWriter, epoch: EpochImages, tag: str, title: str, start: float) -> None:
         try:  # on the painter's thread, whose drawing shares the training's interpreter
-            writer.add_figure(tag, self.figure(epoch, title), epoch.step, close=False)
+            canvas = FigureCanvasAgg(self.figure(epoch, title))
+            canvas.draw()
+            pixels = np.asarray(canvas.buffer_rgba())[:, :, :3].copy()  # (H, W, 3), as add_figure renders
+            writer.add_image(tag, pixels, epoch.step, dataformats="HWC")
+            if tag == TAG:
+                epoch.pixels = pixels
         finally:
             self._pace.ran(start)
 
@@ -234,13 +264,26 @@ class MisclassifiedImages(Callback):
         count = len(epoch.images)
         columns = min(math.ceil(math.sqrt(count)), COLUMNS)  # near square
         rows = math.ceil(count / columns)
-        panel = self.panel_size / DPI  # inches
-        # a bare Figure, not pyplot: no global state, no display backend, safe on a thread of its own
-        figure = Figure(
-            figsize=(max(columns * panel, 3.6), rows * (panel + 0.25) + 0.45), dpi=DPI, layout="constrained"
-        )
-        figure.suptitle(f"misclassified validation images (true → predicted), {title or epoch.epoch}", size=9)
         labels = epoch.labels or [str(k) for k in range(int(max(epoch.target.max(), epoch.preds.max())) + 1)]
+        titles = [
+            f"{labels[int(t)]} → {labels[int(p)]}" for t, p in zip(epoch.target, epoch.preds, strict=True)
+        ]
+        panel = self.panel_size / DPI  # inches
+        # a column as wide as its panel and a gap, or as the longest title
+        column = max(panel + GAP_IN, max(map(len, titles)) * CHAR_IN)
+        width = max(columns * column, 3.6)
+        height = SUPTITLE_IN + rows * (TITLE_IN + panel)
+        # a bare Figure, not pyplot: no global state, no display backend, safe on a thread of its own
+        figure = Figure(figsize=(width, height), dpi=DPI)
+        # a fixed layout from those inches, the columns centred: a layout engine would measure every
+        # panel's ticks and title, which costs more than drawing the grid
+        side = (width - columns * column + column - panel) / 2 / width
+        figure.subplots_adjust(
+            left=side, right=1 - side, bottom=0, top=1 - (SUPTITLE_IN + TITLE_IN) / height,
+            wspace=(column - panel) / panel, hspace=TITLE_IN / panel,
+        )  # fmt: skip
+        # two lines, so that the narrowest grid holds them
+        figure.suptitle(f"misclassified validation images (true → predicted)\n{title or epoch.epoch}", size=9)
         for i, ax in enumerate(figure.subplots(rows, columns, squeeze=False).flat):
             ax.set_axis_off()
             if i >= count:
@@ -250,5 +293,5 @@ class MisclassifiedImages(Callback):
                 ax.imshow(image[:, :, 0], cmap="gray", vmin=0, vmax=1)
             else:
                 ax.imshow(image)
-            ax.set_title(f"{labels[int(epoch.target[i])]} → {labels[int(epoch.preds[i])]}", fontsize=8)
+            ax.set_title(titles[i], fontsize=8)
         return figure

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
+from matplotlib.figure import Figure
 from PIL import ExifTags, Image, ImageDraw, ImageFile, ImageFont
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.data import DataLoader, DistributedSampler
@@ -35,7 +36,7 @@ from src.errors import UserInputError
 from src.extras import images
 from src.extras.images import ImageDataModule, write_digits
 from src.extras.images.bench import Setup, measure, table
-from src.extras.images.callback import TAG, EpochImages, MisclassifiedImages, first_misclassified
+from src.extras.images.callback import BEST_TAG, TAG, EpochImages, MisclassifiedImages, first_misclassified
 from src.extras.images.nets import ResNet, SmallCNN
 from src.extras.images.predict import ImagePreprocessing
 from src.models import Classifier
@@ -645,8 +646,8 @@ def test_the_grid_titles_each_image_true_then_predicted() -> None:
     assert len(figure.axes) == 6  # a 2 x 3 grid
 
 
-def grid_steps(folder: Path, tmp_path: Path, callback: MisclassifiedImages) -> list[int]:
-    """The steps of the grids a 5-epoch fit (4 steps an epoch) writes with ``callback``."""
+def grid_events(folder: Path, tmp_path: Path, callback: MisclassifiedImages) -> EventAccumulator:
+    """The images a 5-epoch fit (4 steps an epoch) writes with ``callback``, read back."""
     dm = ImageDataModule(folder=str(folder), batch_size=16)
     model = Classifier(in_features=1, out_features=3, net=lambda i, o: SmallCNN(i, o, widths=(4,)))
     logger = TensorBoardLogger(tmp_path / "logs", name="run")
@@ -654,8 +655,12 @@ def grid_steps(folder: Path, tmp_path: Path, callback: MisclassifiedImages) -> l
                         enable_progress_bar=False, enable_model_summary=False,
                         callbacks=[callback])  # fmt: skip
     trainer.fit(model, datamodule=dm)
-    events = EventAccumulator(logger.log_dir, size_guidance={"images": 0}).Reload()
-    return [event.step for event in events.Images(TAG)]
+    return EventAccumulator(logger.log_dir, size_guidance={"images": 0}).Reload()
+
+
+def grid_steps(folder: Path, tmp_path: Path, callback: MisclassifiedImages) -> list[int]:
+    """The steps of the grids a 5-epoch fit (4 steps an epoch) writes with ``callback``."""
+    return [event.step for event in grid_events(folder, tmp_path, callback).Images(TAG)]
 
 
 def test_misclassified_images_reach_tensorboard_every_n_epochs_and_at_the_end(
@@ -664,6 +669,29 @@ def test_misclassified_images_reach_tensorboard_every_n_epochs_and_at_the_end(
     steps = grid_steps(folder, tmp_path, MisclassifiedImages(3, max_images=5, max_share=None))
     # each validation's images at its last step: epochs 0 and 3 (every 3rd), and the last
     assert steps == [3, 15, 19]
+
+
+class CountedGrids(MisclassifiedImages):
+    """Counts the grids it draws."""
+
+    grids = 0
+
+    @override
+    def figure(self, epoch: EpochImages, title: str = "") -> Figure:
+        self.grids += 1
+        return super().figure(epoch, title)
+
+
+def test_a_best_epoch_already_drawn_is_written_again_not_redrawn(folder: Path, tmp_path: Path) -> None:
+    """Every epoch drawn: the best one's grid under ``summary/`` is the very image of its ``val/`` grid, and
+    five epochs draw five grids, not six."""
+    callback = CountedGrids(1, max_images=5, max_share=None)
+    events = grid_events(folder, tmp_path, callback)
+    drawn = {event.step: event.encoded_image_string for event in events.Images(TAG)}
+    (best,) = events.Images(BEST_TAG)
+    assert sorted(drawn) == [3, 7, 11, 15, 19]
+    assert best.encoded_image_string == drawn[best.step]
+    assert callback.grids == 5
 
 
 @pytest.mark.parametrize(("share", "drawn"), [(None, [3, 7, 11, 15, 19]), (1e-9, [3, 19])])
