@@ -23,8 +23,9 @@ model and the Trainer). The variants, all on ``--epochs`` epochs (default 30) wi
   weight decay (no scheduler), whose ``training_step`` returns the loss and whose ``validation_step`` logs
   ``val/loss`` with ``self.log``; a Trainer with Lightning's own ``TensorBoardLogger`` in a temporary
   folder and one ``ModelCheckpoint(monitor="val/loss")``, no progress bar, no model summary, the shipped
-  gradient clipping, Lightning's defaults otherwise (``deterministic`` off). Its data is the shipped CLI's
-  DataModule (``datamodule=cli.datamodule``): the same loaders, batches and preprocessing.
+  gradient clipping and ``deterministic`` (a Trainer flag the config states is not an extra's cost),
+  Lightning's defaults otherwise. Its data is the shipped CLI's DataModule (``datamodule=cli.datamodule``):
+  the same loaders, batches and preprocessing.
 - ``hydra``: a LightningModule shaped as lightning-hydra-template's ``MNISTLitModule``, the peer people
   compare a template with: the same net copy and optimizer as ``bare``, torchmetrics accuracy and mean
   losses per stage updated in every step and logged with ``self.log`` per epoch, the best validation
@@ -229,7 +230,8 @@ def run_bare(folder: Path, epochs: int, extra: list[str]) -> Run:
     group = optimizer.param_groups[0] if optimizer is not None else {"lr": 1e-3, "weight_decay": 1e-2}
     module = BareModule(net, float(group["lr"]), float(group["weight_decay"]))
     built = cli.trainer
-    torch.use_deterministic_algorithms(False)  # the CLI's Trainer set it for the process; bare leaves it
+    # the shipped Trainer's flags: the CLI's Trainer set deterministic algorithms for the process
+    deterministic = torch.are_deterministic_algorithms_enabled()
     trainer = L.Trainer(
         accelerator="auto",
         devices=1,
@@ -240,6 +242,7 @@ def run_bare(folder: Path, epochs: int, extra: list[str]) -> Run:
         callbacks=[ModelCheckpoint(monitor="val/loss")],
         enable_progress_bar=False,
         enable_model_summary=False,
+        deterministic=deterministic,
     )
     return timed_fit(trainer, module, datamodule=cli.datamodule)
 
