@@ -260,7 +260,11 @@ class MisclassifiedImages(Callback):
 
     def figure(self, epoch: EpochImages, title: str = "") -> Figure:
         """The grid: one panel of ``panel_size`` pixels per image, titled "true → predicted" with the label
-        names, near square and at most :data:`COLUMNS` to a row: the figure grows with the count."""
+        names, near square and at most :data:`COLUMNS` to a row: the figure grows with the count.
+
+        One axes spans the figure, in inches from its top left; each image is placed at its panel's
+        inches and each title above it. Not an axes per panel: their ticks and layout would cost several
+        times the drawing, on the training's interpreter."""
         count = len(epoch.images)
         columns = min(math.ceil(math.sqrt(count)), COLUMNS)  # near square
         rows = math.ceil(count / columns)
@@ -275,23 +279,22 @@ class MisclassifiedImages(Callback):
         height = SUPTITLE_IN + rows * (TITLE_IN + panel)
         # a bare Figure, not pyplot: no global state, no display backend, safe on a thread of its own
         figure = Figure(figsize=(width, height), dpi=DPI)
-        # a fixed layout from those inches, the columns centred: a layout engine would measure every
-        # panel's ticks and title, which costs more than drawing the grid
-        side = (width - columns * column + column - panel) / 2 / width
-        figure.subplots_adjust(
-            left=side, right=1 - side, bottom=0, top=1 - (SUPTITLE_IN + TITLE_IN) / height,
-            wspace=(column - panel) / panel, hspace=TITLE_IN / panel,
-        )  # fmt: skip
         # two lines, so that the narrowest grid holds them
         figure.suptitle(f"misclassified validation images (true → predicted)\n{title or epoch.epoch}", size=9)
-        for i, ax in enumerate(figure.subplots(rows, columns, squeeze=False).flat):
-            ax.set_axis_off()
-            if i >= count:
-                continue
+        ax = figure.add_axes((0, 0, 1, 1))
+        ax.set_axis_off()
+        left = (width - columns * column) / 2  # the columns centred
+        for i, text in enumerate(titles):
+            row, col = divmod(i, columns)
+            x = left + col * column + (column - panel) / 2
+            y = SUPTITLE_IN + row * (TITLE_IN + panel) + TITLE_IN  # the panel's top
+            extent = (x, x + panel, y + panel, y)
             image = epoch.images[i].permute(1, 2, 0).numpy()  # (H, W, C) for imshow
             if image.shape[2] == 1:
-                ax.imshow(image[:, :, 0], cmap="gray", vmin=0, vmax=1)
+                ax.imshow(image[:, :, 0], cmap="gray", vmin=0, vmax=1, extent=extent)
             else:
-                ax.imshow(image)
-            ax.set_title(titles[i], fontsize=8)
+                ax.imshow(image, extent=extent)
+            ax.text(x + panel / 2, y - 0.04, text, fontsize=8, ha="center", va="bottom")
+        ax.set_xlim(0, width)  # imshow sets the limits to its image: the whole figure, y down
+        ax.set_ylim(height, 0)
         return figure

@@ -640,10 +640,17 @@ def test_the_first_misclassified_images_are_kept_in_order_across_batches() -> No
 def test_the_grid_titles_each_image_true_then_predicted() -> None:
     target, predicted = torch.tensor([0, 1, 2, 0, 1]), torch.tensor([1, 2, 0, 2, 0])
     epoch = EpochImages(4, 40, torch.rand(5, 3, 8, 8), target, predicted, ["cat", "dog", "owl"])
-    figure = MisclassifiedImages().figure(epoch)
-    titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
-    assert titles == ["cat → dog", "dog → owl", "owl → cat", "cat → owl", "dog → cat"]
-    assert len(figure.axes) == 6  # a 2 x 3 grid
+    figure = MisclassifiedImages(panel_size=100).figure(epoch)
+    (ax,) = figure.axes  # in inches from the top left
+    titles = [(text.get_text(), text.get_position()) for text in ax.texts]
+    assert [text for text, _ in titles] == ["cat → dog", "dog → owl", "owl → cat", "cat → owl", "dog → cat"]
+    # a 2 x 3 grid of 1-inch panels, each title centred above its image
+    corners = [(image.get_extent()[0], image.get_extent()[3]) for image in ax.images]
+    assert len({x for x, _ in corners}) == 3
+    assert len({y for _, y in corners}) == 2
+    for (_, (x, y)), (left, top) in zip(titles, corners, strict=True):
+        assert x == pytest.approx(left + 0.5)
+        assert top - 0.25 < y < top
 
 
 def grid_events(folder: Path, tmp_path: Path, callback: MisclassifiedImages) -> EventAccumulator:
