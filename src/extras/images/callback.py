@@ -34,6 +34,8 @@ TITLE_IN = 0.25
 GAP_IN = 0.08
 #: a panel title's width per character at 8 points, about 0.6 em
 CHAR_IN = 0.07
+#: a label in a panel's title, at most, in characters: a longer one is cut, ending in "…"
+LABEL_CHARS = 12
 
 
 @runtime_checkable
@@ -260,7 +262,8 @@ class MisclassifiedImages(Callback):
 
     def figure(self, epoch: EpochImages, title: str = "") -> Figure:
         """The grid: one panel of ``panel_size`` pixels per image, titled "true → predicted" with the label
-        names, near square and at most :data:`COLUMNS` to a row: the figure grows with the count.
+        names (cut to :data:`LABEL_CHARS`), near square and at most :data:`COLUMNS` to a row: the figure
+        grows with the count.
 
         One axes spans the figure, in inches from its top left; each image is placed at its panel's
         inches and each title above it. Not an axes per panel: their ticks and layout would cost several
@@ -269,8 +272,12 @@ class MisclassifiedImages(Callback):
         columns = min(math.ceil(math.sqrt(count)), COLUMNS)  # near square
         rows = math.ceil(count / columns)
         labels = epoch.labels or [str(k) for k in range(int(max(epoch.target.max(), epoch.preds.max())) + 1)]
+        short = [
+            label if len(label) <= LABEL_CHARS else f"{label[: LABEL_CHARS - 1].rstrip()}…"
+            for label in labels
+        ]
         titles = [
-            f"{labels[int(t)]} → {labels[int(p)]}" for t, p in zip(epoch.target, epoch.preds, strict=True)
+            f"{short[int(t)]} → {short[int(p)]}" for t, p in zip(epoch.target, epoch.preds, strict=True)
         ]
         panel = self.panel_size / DPI  # inches
         # a column as wide as its panel and a gap, or as the longest title

@@ -653,6 +653,13 @@ def test_the_grid_titles_each_image_true_then_predicted() -> None:
         assert top - 0.25 < y < top
 
 
+def test_a_long_label_is_cut_in_the_grid_titles() -> None:
+    epoch = EpochImages(0, 0, torch.rand(2, 1, 8, 8), torch.tensor([0, 1]), torch.tensor([1, 0]),
+                        ["a label of thirty characters!", "short"])  # fmt: skip
+    (ax,) = MisclassifiedImages().figure(epoch).axes
+    assert [text.get_text() for text in ax.texts] == ["a label of… → short", "short → a label of…"]
+
+
 def grid_events(folder: Path, tmp_path: Path, callback: MisclassifiedImages) -> EventAccumulator:
     """The images a 5-epoch fit (4 steps an epoch) writes with ``callback``, read back."""
     dm = ImageDataModule(folder=str(folder), batch_size=16)
