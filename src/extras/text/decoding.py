@@ -144,13 +144,19 @@ def stream(
     device = next(model.parameters()).device
     ids = prompt_ids.to(device).reshape(-1, prompt_ids.shape[-1])  # (B, T0)
     generator = torch.Generator(device=device).manual_seed(seed)
+    # greedy: the task's own rule for its likeliest next id, its predict_step's, when it has one
+    rule = getattr(model, "predictions", None)
+    greedy = (strategy == "greedy" or temperature == 0) and callable(rule)
     was_training = model.training
     model.eval()  # no dropout
     try:
         for _ in range(max_new_tokens):
             context = ids if block_size is None else ids[:, -block_size:]  # (B, <= block_size)
             logits = model(context)[:, -1]  # (B, V): the next character's
-            chosen = next_token(logits, strategy, temperature, top_k, top_p, generator)  # (B,)
+            if greedy:
+                chosen = rule(logits)["preds"]  # type: ignore[misc]  # (B,)
+            else:
+                chosen = next_token(logits, strategy, temperature, top_k, top_p, generator)  # (B,)
             ids = torch.cat([ids, chosen.unsqueeze(-1)], dim=-1)
             yield chosen.reshape(prompt_ids.shape[:-1])
     finally:

@@ -88,7 +88,11 @@ class LanguageModel(BaseTask):
 
     @override
     def predict_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> dict[str, torch.Tensor]:
-        logits = self(batch[0])[:, -1]  # (B, V): the character after each window
+        return self.predictions(self(batch[0])[:, -1])  # (B, V) logits: the character after each window
+
+    def predictions(self, logits: torch.Tensor) -> dict[str, torch.Tensor]:
+        """What :meth:`predict_step` gives for ``(..., V)`` next-character logits, and the id greedy
+        generation picks (:func:`~src.extras.text.decoding.stream`): the likeliest."""
         probs = logits.softmax(dim=-1)
         return {"probs": probs, "preds": probs.argmax(dim=-1)}
 

@@ -53,6 +53,33 @@ def test_greedy_is_the_argmax_and_the_first_of_equal_logits() -> None:
     assert next_token(torch.tensor([0.0, 2.0, 2.0, 1.0]), "greedy").item() == 1
 
 
+class Unlikeliest(LanguageModel):
+    """A task whose rule picks the least likely character."""
+
+    @override
+    def predictions(self, logits: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"probs": logits.softmax(dim=-1), "preds": logits.argmin(dim=-1)}
+
+
+def test_greedy_generation_and_predict_follow_the_tasks_own_predictions() -> None:
+    """One rule for the likeliest next character, predict_step's and greedy generation's: a task that
+    changes it (here to the least likely) changes both."""
+    torch.manual_seed(0)
+    model = Unlikeliest(in_features=12, out_features=12, net=CharGRU).eval()
+    ids = generate(model, torch.tensor([1, 2, 3]), 4)
+    with torch.no_grad():
+        for t in range(3, 7):
+            assert ids[t] == model(ids[:t].unsqueeze(0))[0, -1].argmin()
+        window = ids[:5].unsqueeze(0)
+        assert torch.equal(model.predict_step((window,), 0)["preds"], model(window)[:, -1].argmin(dim=-1))
+    # the same weights under the shipped rule: the likeliest, the first step already another character
+    plain = LanguageModel(in_features=12, out_features=12, net=CharGRU)
+    plain.load_state_dict(model.state_dict())
+    likeliest = generate(plain.eval(), ids[:3], 4)
+    with torch.no_grad():
+        assert likeliest[3] == plain(ids[:3].unsqueeze(0))[0, -1].argmax() != ids[3]
+
+
 def test_top_k_keeps_exactly_k_and_breaks_ties_towards_lower_ids() -> None:
     logits = torch.tensor([1.0, 3.0, 2.0, 3.0, 3.0, 0.0])
     assert kept(filter_top_k(logits, 1)) == {1}
